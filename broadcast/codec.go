@@ -1,0 +1,280 @@
+package broadcast
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+)
+
+// Version is the wire protocol version. A message with another version is
+// rejected, never guessed at.
+const Version = 1
+
+// Message kinds, the fourth byte of the magic.
+const (
+	KindStep      = 'S'
+	KindHeartbeat = 'H'
+)
+
+// Limits keep a decoder from being driven into huge allocations by a hostile
+// or corrupt message: counts are checked against these and against the bytes
+// actually present before anything is allocated.
+const (
+	MaxAdmissions  = 4096
+	MaxPromptLen   = 1 << 20
+	MaxRemovals    = 4096
+	MaxTokens      = 4096
+	stepHeaderLen  = 44
+	heartbeatLen   = 56
+	checksumLen    = 4
+	admissionFixed = 12
+	tokenLen       = 12
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Errors a decoder returns. They are wrapped with detail; test with errors.Is.
+var (
+	ErrShort    = errors.New("message truncated")
+	ErrMagic    = errors.New("bad magic")
+	ErrVersion  = errors.New("unsupported protocol version")
+	ErrChecksum = errors.New("checksum mismatch")
+	ErrJob      = errors.New("message is for another job")
+	ErrBounds   = errors.New("count out of bounds")
+	ErrTrailing = errors.New("trailing bytes")
+)
+
+// Admission brings a new sequence into the batch.
+type Admission struct {
+	Seq    uint64
+	Prompt []int32
+}
+
+// Token is the token sampled for one sequence at the previous step.
+type Token struct {
+	Seq   uint64
+	Token int32
+}
+
+// Step is one decode step as rank 0 publishes it. Applying it means: append
+// Tokens to their sequences, drop Removed, append Admitted, in that order.
+type Step struct {
+	Epoch    uint32
+	Step     uint64
+	Tokens   []Token
+	Removed  []uint64
+	Admitted []Admission
+}
+
+// JobHash is the 64-bit FNV-1a hash of the job ID that every message
+// carries, so a message published on the wrong job's subject is refused.
+func JobHash(job string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(job))
+	return h.Sum64()
+}
+
+func putHeader(b []byte, kind byte, job uint64) {
+	b[0], b[1], b[2], b[3] = 'T', 'P', 'C', kind
+	b[4] = Version
+	b[5], b[6], b[7] = 0, 0, 0
+	binary.LittleEndian.PutUint64(b[8:], job)
+}
+
+func checkHeader(b []byte, kind byte, job uint64) error {
+	if len(b) < 16+checksumLen {
+		return fmt.Errorf("%w: %d bytes", ErrShort, len(b))
+	}
+	if b[0] != 'T' || b[1] != 'P' || b[2] != 'C' || b[3] != kind {
+		return fmt.Errorf("%w: % x, want TPC%c", ErrMagic, b[:4], kind)
+	}
+	if b[4] != Version {
+		return fmt.Errorf("%w: %d (this build speaks %d)", ErrVersion, b[4], Version)
+	}
+	body, sum := b[:len(b)-checksumLen], binary.LittleEndian.Uint32(b[len(b)-checksumLen:])
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return fmt.Errorf("%w: computed %08x, message says %08x", ErrChecksum, got, sum)
+	}
+	if got := binary.LittleEndian.Uint64(b[8:]); got != job {
+		return fmt.Errorf("%w: job hash %016x, want %016x", ErrJob, got, job)
+	}
+	return checkReserved(b[5:8])
+}
+
+// checkReserved refuses non-zero reserved bytes: this version writes zeros,
+// and a decoder that ignored them would accept messages whose re-encoding
+// (which the rolling digest is computed from) differs from what was sent.
+func checkReserved(r []byte) error {
+	for _, v := range r {
+		if v != 0 {
+			return fmt.Errorf("%w: reserved bytes % x are not zero", ErrVersion, r)
+		}
+	}
+	return nil
+}
+
+// seal appends the CRC-32C of dst[start:].
+func seal(dst []byte, start int) []byte {
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// AppendStep appends the encoding of s to dst and returns it.
+func AppendStep(dst []byte, job uint64, s *Step) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, stepHeaderLen)...)
+	h := dst[start:]
+	putHeader(h, KindStep, job)
+	binary.LittleEndian.PutUint32(h[16:], s.Epoch)
+	binary.LittleEndian.PutUint64(h[20:], s.Step)
+	binary.LittleEndian.PutUint32(h[28:], uint32(len(s.Tokens)))
+	binary.LittleEndian.PutUint32(h[32:], uint32(len(s.Removed)))
+	binary.LittleEndian.PutUint32(h[36:], uint32(len(s.Admitted)))
+	binary.LittleEndian.PutUint32(h[40:], 0) // reserved
+	for _, t := range s.Tokens {
+		dst = binary.LittleEndian.AppendUint64(dst, t.Seq)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(t.Token))
+	}
+	for _, r := range s.Removed {
+		dst = binary.LittleEndian.AppendUint64(dst, r)
+	}
+	for _, a := range s.Admitted {
+		dst = binary.LittleEndian.AppendUint64(dst, a.Seq)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(a.Prompt)))
+		for _, p := range a.Prompt {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(p))
+		}
+	}
+	return seal(dst, start)
+}
+
+// DecodeStep decodes b into s, reusing s's slices. It never panics and
+// checks every count against the limits and the bytes present.
+func DecodeStep(b []byte, job uint64, s *Step) error {
+	if err := checkHeader(b, KindStep, job); err != nil {
+		return err
+	}
+	if len(b) < stepHeaderLen+checksumLen {
+		return fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+checksumLen, len(b))
+	}
+	body := b[:len(b)-checksumLen]
+	if err := checkReserved(body[40:44]); err != nil {
+		return err
+	}
+	s.Epoch = binary.LittleEndian.Uint32(body[16:])
+	s.Step = binary.LittleEndian.Uint64(body[20:])
+	nTok := binary.LittleEndian.Uint32(body[28:])
+	nRem := binary.LittleEndian.Uint32(body[32:])
+	nAdm := binary.LittleEndian.Uint32(body[36:])
+	if nTok > MaxTokens || nRem > MaxRemovals || nAdm > MaxAdmissions {
+		return fmt.Errorf("%w: tokens %d (max %d), removals %d (max %d), admissions %d (max %d)",
+			ErrBounds, nTok, MaxTokens, nRem, MaxRemovals, nAdm, MaxAdmissions)
+	}
+	p := body[stepHeaderLen:]
+	if need := int(nTok)*tokenLen + int(nRem)*8 + int(nAdm)*admissionFixed; len(p) < need {
+		return fmt.Errorf("%w: counts need at least %d bytes, have %d", ErrShort, need, len(p))
+	}
+	s.Tokens = s.Tokens[:0]
+	for range nTok {
+		s.Tokens = append(s.Tokens, Token{Seq: binary.LittleEndian.Uint64(p), Token: int32(binary.LittleEndian.Uint32(p[8:]))})
+		p = p[tokenLen:]
+	}
+	s.Removed = s.Removed[:0]
+	for range nRem {
+		s.Removed = append(s.Removed, binary.LittleEndian.Uint64(p))
+		p = p[8:]
+	}
+	s.Admitted = s.Admitted[:0]
+	for i := range nAdm {
+		if len(p) < admissionFixed {
+			return fmt.Errorf("%w: admission %d header", ErrShort, i)
+		}
+		seq, n := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
+		p = p[admissionFixed:]
+		if n > MaxPromptLen {
+			return fmt.Errorf("%w: admission %d prompt length %d (max %d)", ErrBounds, i, n, MaxPromptLen)
+		}
+		if uint64(len(p)) < uint64(n)*4 {
+			return fmt.Errorf("%w: admission %d prompt needs %d bytes, have %d", ErrShort, i, n*4, len(p))
+		}
+		prompt := make([]int32, n)
+		for j := range prompt {
+			prompt[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
+		}
+		p = p[4*n:]
+		s.Admitted = append(s.Admitted, Admission{Seq: seq, Prompt: prompt})
+	}
+	if len(p) != 0 {
+		return fmt.Errorf("%w: %d bytes after the last admission", ErrTrailing, len(p))
+	}
+	return nil
+}
+
+// Phase is a rank's state as it reports it.
+type Phase uint8
+
+// Phases in the order a rank normally goes through them.
+const (
+	PhaseJoining Phase = iota
+	PhaseReady
+	PhaseRunning
+	PhaseStopping
+	PhaseAborted
+)
+
+var phaseNames = [...]string{"joining", "ready", "running", "stopping", "aborted"}
+
+func (p Phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// Heartbeat is what each rank reports to rank 0 after every applied step
+// and periodically: its last applied step and the rolling digest after it.
+type Heartbeat struct {
+	Epoch   uint32
+	Rank    uint32
+	Phase   Phase
+	Applied uint64 // last applied step, 0 when none
+	Digest  uint64
+	UnixNs  int64 // sender's clock when sent; informational only
+}
+
+// AppendHeartbeat appends the encoding of h to dst.
+func AppendHeartbeat(dst []byte, job uint64, h *Heartbeat) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, heartbeatLen-checksumLen)...)
+	b := dst[start:]
+	putHeader(b, KindHeartbeat, job)
+	binary.LittleEndian.PutUint32(b[16:], h.Epoch)
+	binary.LittleEndian.PutUint32(b[20:], h.Rank)
+	b[24] = byte(h.Phase)
+	b[25], b[26], b[27] = 0, 0, 0
+	binary.LittleEndian.PutUint64(b[28:], h.Applied)
+	binary.LittleEndian.PutUint64(b[36:], h.Digest)
+	binary.LittleEndian.PutUint64(b[44:], uint64(h.UnixNs))
+	return seal(dst, start)
+}
+
+// DecodeHeartbeat decodes b into h.
+func DecodeHeartbeat(b []byte, job uint64, h *Heartbeat) error {
+	if err := checkHeader(b, KindHeartbeat, job); err != nil {
+		return err
+	}
+	if len(b) != heartbeatLen {
+		return fmt.Errorf("%w: heartbeat is %d bytes, want %d", ErrShort, len(b), heartbeatLen)
+	}
+	if err := checkReserved(b[25:28]); err != nil {
+		return err
+	}
+	h.Epoch = binary.LittleEndian.Uint32(b[16:])
+	h.Rank = binary.LittleEndian.Uint32(b[20:])
+	h.Phase = Phase(b[24])
+	h.Applied = binary.LittleEndian.Uint64(b[28:])
+	h.Digest = binary.LittleEndian.Uint64(b[36:])
+	h.UnixNs = int64(binary.LittleEndian.Uint64(b[44:]))
+	return nil
+}

@@ -1,0 +1,141 @@
+// Package natsbus implements broadcast.Transport over NATS (nats.go).
+package natsbus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+)
+
+// Config is how an agent or client connects to NATS.
+type Config struct {
+	URL  string
+	Name string // client name shown by the server's monitoring
+	// PendingMsgs bounds each subscription's queue; a consumer that falls
+	// this far behind is a slow consumer and its messages are dropped,
+	// which the decode loop then sees as a gap.
+	PendingMsgs int
+	Logger      *slog.Logger
+}
+
+// DefaultConfig returns settings that notice a dead server within seconds.
+func DefaultConfig() Config {
+	return Config{URL: nats.DefaultURL, Name: "tpcoord", PendingMsgs: 65536}
+}
+
+// Conn is a broadcast.Transport over one NATS connection.
+type Conn struct {
+	nc      *nats.Conn
+	log     *slog.Logger
+	pending int
+}
+
+var _ broadcast.Transport = (*Conn)(nil)
+
+// Connect dials cfg.URL. The URL may carry a token or user:password.
+func Connect(cfg Config) (*Conn, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PendingMsgs <= 0 {
+		cfg.PendingMsgs = DefaultConfig().PendingMsgs
+	}
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name(cfg.Name),
+		nats.Timeout(5*time.Second),
+		nats.PingInterval(2*time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.MaxReconnects(40),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Warn("nats async error", "subject", subj, "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(cfg.URL), err)
+	}
+	return &Conn{nc: nc, log: log, pending: cfg.PendingMsgs}, nil
+}
+
+// NATS returns the underlying connection.
+func (c *Conn) NATS() *nats.Conn { return c.nc }
+
+func (c *Conn) Publish(m *broadcast.Msg) error {
+	nm := &nats.Msg{Subject: m.Subject, Reply: m.Reply, Data: m.Data}
+	if len(m.Header) > 0 {
+		nm.Header = nats.Header{}
+		for k, v := range m.Header {
+			nm.Header.Set(k, v)
+		}
+	}
+	return c.nc.PublishMsg(nm)
+}
+
+func (c *Conn) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
+	sub, err := c.nc.Subscribe(subject, func(nm *nats.Msg) {
+		m := broadcast.Msg{Subject: nm.Subject, Reply: nm.Reply, Data: nm.Data}
+		if len(nm.Header) > 0 {
+			m.Header = make(map[string]string, len(nm.Header))
+			for k := range nm.Header {
+				m.Header[k] = nm.Header.Get(k)
+			}
+		}
+		fn(&m)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	if err := sub.SetPendingLimits(c.pending, 256<<20); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe %s: pending limits: %w", subject, err)
+	}
+	return sub.Unsubscribe, nil
+}
+
+func (c *Conn) NewInbox() string { return c.nc.NewRespInbox() }
+
+// Flush waits for the server to acknowledge everything sent so far; without
+// a deadline on ctx it gives up after 10 seconds.
+func (c *Conn) Flush(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	return c.nc.FlushWithContext(ctx)
+}
+
+// Close drains nothing: the decode loop has already stopped when it is
+// called, and a closed agent must not keep publishing.
+func (c *Conn) Close() { c.nc.Close() }
+
+// Redact hides a token or password in a URL for logs and errors.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); !ok {
+		u.User = url.User("REDACTED")
+	}
+	return u.Redacted()
+}

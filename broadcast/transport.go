@@ -1,0 +1,64 @@
+package broadcast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrClosed is returned by a Transport that has been closed.
+var ErrClosed = errors.New("transport closed")
+
+// Msg is one message as a Transport delivers it. Data is owned by the
+// handler only for the duration of the call; copy it to keep it.
+type Msg struct {
+	Subject string
+	Reply   string
+	Header  map[string]string
+	Data    []byte
+}
+
+// Transport is the narrow view of the message bus the decode loop needs:
+// fire-and-forget publish, subscriptions with a non-blocking handler, and
+// private inboxes for streamed replies. natsbus implements it over NATS;
+// Hub implements it in memory for tests.
+type Transport interface {
+	Publish(m *Msg) error
+	// Subscribe calls fn for every message on subject (NATS wildcards
+	// allowed). fn runs on the transport's delivery goroutine and must not
+	// block. The returned function unsubscribes.
+	Subscribe(subject string, fn func(*Msg)) (unsubscribe func() error, err error)
+	NewInbox() string
+	// Flush waits until everything published so far reached the server.
+	Flush(ctx context.Context) error
+	Close()
+}
+
+// Subjects names the job's subjects (DESIGN.md, "The lockstep step").
+type Subjects struct {
+	Prefix string
+	Job    string
+}
+
+func (s Subjects) base() string              { return s.Prefix + "." + s.Job }
+func (s Subjects) Step() string              { return s.base() + ".step" }
+func (s Subjects) Replay() string            { return s.base() + ".replay" }
+func (s Subjects) Heartbeat(rank int) string { return fmt.Sprintf("%s.hb.%d", s.base(), rank) }
+func (s Subjects) Heartbeats() string        { return s.base() + ".hb.*" }
+func (s Subjects) Generate() string          { return s.base() + ".generate" }
+func (s Subjects) Status() string            { return s.base() + ".status" }
+func (s Subjects) Control() string           { return s.base() + ".control" }
+
+// ValidateToken checks that v can be one token of a NATS subject: the
+// prefix and the job ID end up in subjects, so dots, wildcards and spaces
+// are refused rather than silently changing what a subscription matches.
+func ValidateToken(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s: must not be empty", field)
+	}
+	if i := strings.IndexAny(v, ".*> \t\r\n"); i >= 0 {
+		return fmt.Errorf("%s: %q contains %q, which is not allowed in a NATS subject token", field, v, v[i])
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+// clientConfig is what generate and status need to reach a job.
+type clientConfig struct {
+	Config  string
+	NATS    string
+	Job     string
+	Prefix  string
+	Timeout time.Duration
+	JSON    bool
+}
+
+func (c *clientConfig) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Config, "config", "", "YAML config file; keys are flag names")
+	fs.StringVar(&c.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL (as written to launch's --ready-file)")
+	fs.StringVar(&c.Job, "job", "default", "job ID")
+	fs.StringVar(&c.Prefix, "subject-prefix", "tpc", "prefix of the job's NATS subjects")
+	fs.BoolVar(&c.JSON, "json", false, "print JSON")
+}
+
+func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, error) {
+	if err := broadcast.ValidateToken("job", c.Job); err != nil {
+		return nil, broadcast.Subjects{}, configError("%v", err)
+	}
+	if err := broadcast.ValidateToken("subject-prefix", c.Prefix); err != nil {
+		return nil, broadcast.Subjects{}, configError("%v", err)
+	}
+	nc, err := natsbus.Connect(natsbus.Config{URL: c.NATS, Name: name})
+	return nc, broadcast.Subjects{Prefix: c.Prefix, Job: c.Job}, err
+}
+
+func newGenerateCmd() *cobra.Command {
+	var (
+		cc     clientConfig
+		prompt string
+		req    rank.GenerateRequest
+		seed   int64
+	)
+	cmd := &cobra.Command{
+		Use:   "generate --prompt 1,2,3 --max-tokens N",
+		Short: "Submit one request to a job and print its tokens as they stream in",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			if err := layerConfig(fs); err != nil {
+				return err
+			}
+			ids, err := parseTokens(prompt)
+			if err != nil {
+				return configError("prompt: %v", err)
+			}
+			req.PromptTokenIDs = ids
+			if seed >= 0 {
+				s := uint64(seed)
+				req.Seed = &s
+			}
+			nc, subj, err := cc.connect("tpcoord-generate")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), cc.Timeout)
+			defer cancel()
+			out := cmd.OutOrStdout()
+			rep, err := rank.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
+				if !cc.JSON {
+					fmt.Fprintf(out, "%d ", tok)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if cc.JSON {
+				return json.NewEncoder(out).Encode(struct {
+					Tokens       []int32       `json:"tokens"`
+					FinishReason string        `json:"finish_reason"`
+					Timings      *rank.Timings `json:"timings,omitempty"`
+				}{rep.Tokens, rep.FinishReason, rep.Timings})
+			}
+			fmt.Fprintf(out, "\nfinish_reason=%s tokens=%d\n", rep.FinishReason, len(rep.Tokens))
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	cc.flags(fs)
+	fs.DurationVar(&cc.Timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.StringVar(&prompt, "prompt", "", "prompt token IDs, comma-separated")
+	fs.IntVar(&req.MaxTokens, "max-tokens", 16, "most tokens to generate")
+	fs.Int64Var(&seed, "seed", -1, "per-request sampling seed (-1 for none)")
+	fs.Float32Var(&req.Temperature, "temperature", 0, "sampling temperature (0: greedy)")
+	fs.IntVar(&req.TopK, "top-k", 0, "top-k (0 disables)")
+	fs.Float32Var(&req.TopP, "top-p", 0, "top-p (0 or 1 disables)")
+	fs.Float32Var(&req.MinP, "min-p", 0, "min-p (0 disables)")
+	fs.IntVar(&req.MinTokens, "min-tokens", 0, "stop tokens and EOS are blocked until this many tokens")
+	fs.BoolVar(&req.IgnoreEOS, "ignore-eos", false, "do not stop at EOS")
+	return cmd
+}
+
+func parseTokens(s string) ([]int32, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("no token IDs given")
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int32, len(parts))
+	for i, p := range parts {
+		v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("token %d: %q is not an integer token ID", i, p)
+		}
+		out[i] = int32(v)
+	}
+	return out, nil
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		cc   clientConfig
+		wait time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every rank's state, last applied step and digest",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := layerConfig(cmd.Flags()); err != nil {
+				return err
+			}
+			nc, subj, err := cc.connect("tpcoord-status")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ranks, err := rank.CollectStatus(cmd.Context(), nc, subj, wait)
+			if err != nil {
+				return err
+			}
+			if len(ranks) == 0 {
+				return fmt.Errorf("no rank of job %q answered within %v", cc.Job, wait)
+			}
+			out := cmd.OutOrStdout()
+			if cc.JSON {
+				if ranks == nil {
+					ranks = []rank.RankStatus{}
+				}
+				return json.NewEncoder(out).Encode(struct {
+					Ranks []rank.RankStatus `json:"ranks"`
+				}{ranks})
+			}
+			printStatus(out, ranks)
+			return nil
+		},
+	}
+	cc.flags(cmd.Flags())
+	cmd.Flags().DurationVar(&wait, "wait", 2*time.Second, "how long to wait for all ranks to answer")
+	return cmd
+}
+
+func printStatus(w io.Writer, ranks []rank.RankStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tSTATE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING")
+	world := 0
+	seen := map[int]bool{}
+	for _, r := range ranks {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\t%d\n", r.Rank, r.State, r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting)
+		world = max(world, r.World)
+		seen[r.Rank] = true
+	}
+	for i := 0; i < world; i++ {
+		if !seen[i] {
+			fmt.Fprintf(tw, "%d\tNO ANSWER\t\t\t\t\t\n", i)
+		}
+	}
+	tw.Flush()
+}
+
+// runDemo submits cfg.DemoRequests requests at once and prints their
+// tokens and the output tokens/s.
+func runDemo(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, cfg launchConfig, out io.Writer) error {
+	type result struct {
+		i   int
+		rep *rank.GenerateReply
+		err error
+	}
+	n := cfg.DemoRequests
+	results := make([]result, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req := &rank.GenerateRequest{
+				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
+				MaxTokens:      cfg.DemoMaxTokens,
+				Params:         sampler.Params{Temperature: 0},
+			}
+			rep, err := rank.Generate(ctx, tr, subj, req, nil)
+			results[i] = result{i, rep, err}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := 0
+	for _, r := range results {
+		if r.err != nil {
+			return fmt.Errorf("request %d: %w", r.i, r.err)
+		}
+		total += len(r.rep.Tokens)
+		fmt.Fprintf(out, "request %d (%s, %d tokens): %v\n", r.i, r.rep.FinishReason, len(r.rep.Tokens), r.rep.Tokens)
+	}
+	fmt.Fprintf(out, "%d requests, %d output tokens in %v: %.1f tokens/s (TP=%d, forward %v)\n",
+		n, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), cfg.NProc, cfg.agent.ForwardTime)
+	return nil
+}

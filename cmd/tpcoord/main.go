@@ -1,0 +1,104 @@
+// Command tpcoord coordinates tensor-parallel decoding: one agent per
+// accelerator card, rank 0 samples and broadcasts tokens over NATS, every
+// rank stays in lockstep. See docs/ for the architecture and operations.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes. systemd's Restart=on-failure restarts on all but exitConfig
+// (RestartPreventExitStatus in the unit), so a broken config does not loop.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // runtime error
+	exitConfig   = 2 // bad flags, environment or config file
+	exitPeerLost = 3 // another rank of the world died
+	exitAborted  = 4 // lockstep could not be kept (gap, divergence, abort by rank 0)
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func configError(format string, a ...any) error {
+	return &exitError{code: exitConfig, err: fmt.Errorf(format, a...)}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tpcoord",
+		Short:         "Tensor-parallel decode coordinator: one agent per card, rank 0 samples, NATS keeps ranks in lockstep",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newVersionCmd())
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "tpcoord: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "unknown command") ||
+		strings.Contains(err.Error(), "invalid argument") || strings.Contains(err.Error(), "flag needs an argument") {
+		return exitConfig
+	}
+	return exitFailure
+}
+
+// newLogger builds the process logger; level and format come from flags.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, configError("log-level: %q is not one of debug, info, warn, error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, configError("log-format: %q is not one of json, text", format)
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s (wire protocol %d)\n", version, wireVersion)
+		},
+	}
+}

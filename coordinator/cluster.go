@@ -1,0 +1,406 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Errors that Rendezvous and Events report; test with errors.Is.
+var (
+	ErrRendezvousTimeout = errors.New("rendezvous timed out")
+	ErrRankTaken         = errors.New("rank already claimed")
+)
+
+// Config configures one member.
+type Config struct {
+	Meta Meta
+	// Bind is the memberlist address, host:port; port 0 picks a free one.
+	Bind string
+	// Join lists peers to join (host:port); empty for the first member.
+	Join []string
+	// Local selects memberlist's fast loopback timings instead of LAN ones.
+	Local bool
+	// Transport overrides the network (memberlist's MockNetwork in tests).
+	Transport memberlist.Transport
+	Logger    *slog.Logger
+}
+
+// Member is one member as this agent sees it.
+type Member struct {
+	Name string
+	Addr string
+	Meta Meta
+}
+
+// Event says a peer that was part of the world is gone.
+type Event struct {
+	Member Member
+	Left   bool // it left on purpose (graceful shutdown) rather than failed
+}
+
+func (e Event) String() string {
+	how := "failed"
+	if e.Left {
+		how = "left"
+	}
+	return fmt.Sprintf("rank %d (%s at %s) %s", e.Member.Meta.Rank, e.Member.Name, e.Member.Addr, how)
+}
+
+// Cluster is one agent's membership.
+type Cluster struct {
+	cfg  Config
+	log  *slog.Logger
+	ml   *memberlist.Memberlist
+	meta []byte
+
+	joined chan struct{} // signalled (cap 1) when a member joins
+	events chan Event
+
+	name string // this member's unique name
+
+	mu       sync.Mutex
+	alive    map[string]Meta // live members by name, kept by the delegate
+	formed   bool            // rendezvous complete: losses become events
+	refusal  error           // fatal: this member may not be part of the job
+	refusals map[string]bool
+	world    map[int]Member // ranks of the formed world
+}
+
+// Start creates the member and binds its sockets. It does not join yet.
+func Start(cfg Config) (*Cluster, error) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Meta.Started == 0 {
+		cfg.Meta.Started = time.Now().UnixNano()
+	}
+	meta, err := cfg.Meta.encode()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		cfg: cfg, log: logger.With("component", "membership"), meta: meta,
+		joined: make(chan struct{}, 1), events: make(chan Event, 64),
+		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Meta{},
+	}
+	mc := memberlist.DefaultLANConfig()
+	if cfg.Local {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	mc.Name = fmt.Sprintf("%s-r%d-%x", cfg.Meta.Job, cfg.Meta.Rank, uint32(cfg.Meta.Started))
+	c.name = mc.Name
+	mc.Label = cfg.Meta.Job
+	mc.Delegate = (*delegate)(c)
+	mc.Events = (*delegate)(c)
+	mc.Alive = (*delegate)(c)
+	mc.Logger = log.New(levelWriter{c.log}, "", 0)
+	mc.DeadNodeReclaimTime = time.Second
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+	} else {
+		host, port, err := splitHostPort(cfg.Bind)
+		if err != nil {
+			return nil, fmt.Errorf("bind: %w", err)
+		}
+		mc.BindAddr, mc.BindPort = host, port
+		mc.AdvertisePort = port
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
+	}
+	c.ml = ml
+	return c, nil
+}
+
+func splitHostPort(s string) (string, int, error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %w", s, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: port must be 0..65535", s)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+// Addr is the address other members reach this one at.
+func (c *Cluster) Addr() string {
+	n := c.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Name is this member's unique name.
+func (c *Cluster) Name() string { return c.name }
+
+// Events reports peers of the formed world that died or left. It is
+// buffered; the cluster never blocks on it.
+func (c *Cluster) Events() <-chan Event { return c.events }
+
+// Members returns the live members, ordered by rank.
+func (c *Cluster) Members() []Member {
+	var out []Member
+	for _, n := range c.ml.Members() {
+		m, err := decodeMeta(n.Meta)
+		if err != nil || n.State != memberlist.StateAlive {
+			continue
+		}
+		out = append(out, Member{Name: n.Name, Addr: n.Address(), Meta: m})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Meta.Rank < out[j].Meta.Rank })
+	return out
+}
+
+// Rendezvous joins the peers (retrying with backoff) and waits until ranks
+// 0..W-1 are all present, logging progress. On timeout (ctx) the error
+// names the missing ranks and the peers reached.
+func (c *Cluster) Rendezvous(ctx context.Context) ([]Member, error) {
+	world := c.cfg.Meta.World
+	backoff := 100 * time.Millisecond
+	joined := len(c.cfg.Join) == 0
+	progress := time.NewTicker(2 * time.Second)
+	defer progress.Stop()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	start := time.Now()
+	for {
+		if err := c.refused(); err != nil {
+			return nil, err
+		}
+		present := c.Members()
+		if missing := missingRanks(present, world); len(missing) == 0 && joined {
+			c.mu.Lock()
+			c.formed = true
+			for _, m := range present {
+				c.world[m.Meta.Rank] = m
+			}
+			c.mu.Unlock()
+			c.log.Info("rendezvous complete", "world_size", world, "took", time.Since(start).Round(time.Millisecond))
+			return present, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, c.timeoutError(present, world)
+		case <-c.joined:
+		case <-retry.C:
+			if !joined {
+				n, err := c.ml.Join(c.cfg.Join)
+				if err == nil && n > 0 {
+					joined = true
+				} else {
+					c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", backoff)
+					retry.Reset(backoff)
+					backoff = min(2*backoff, 2*time.Second)
+				}
+			}
+		case <-progress.C:
+			c.log.Info("waiting for ranks", "present", len(present), "expected", world, "missing", missingRanks(present, world))
+		}
+	}
+}
+
+func missingRanks(present []Member, world int) []int {
+	have := make([]bool, world)
+	for _, m := range present {
+		if m.Meta.Rank >= 0 && m.Meta.Rank < world {
+			have[m.Meta.Rank] = true
+		}
+	}
+	var missing []int
+	for r, ok := range have {
+		if !ok {
+			missing = append(missing, r)
+		}
+	}
+	return missing
+}
+
+func (c *Cluster) timeoutError(present []Member, world int) error {
+	var reached []string
+	for _, m := range present {
+		reached = append(reached, fmt.Sprintf("rank %d at %s", m.Meta.Rank, m.Addr))
+	}
+	return fmt.Errorf("%w: missing ranks %v of world size %d; reached: %s; joined via %v",
+		ErrRendezvousTimeout, missingRanks(present, world), world, strings.Join(reached, ", "), c.cfg.Join)
+}
+
+func (c *Cluster) refused() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refusal
+}
+
+// Leave announces a graceful departure and stops the member.
+func (c *Cluster) Leave(timeout time.Duration) error {
+	err := c.ml.Leave(timeout)
+	if serr := c.ml.Shutdown(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// delegate implements memberlist's Delegate, EventDelegate and
+// AliveDelegate for a Cluster. memberlist calls these on its own
+// goroutines; none blocks.
+type delegate Cluster
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	if len(d.meta) > limit {
+		return nil
+	}
+	return d.meta
+}
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// NotifyAlive refuses members that do not belong to this job's world.
+// memberlist calls it with its node lock held: it must not call back into
+// the Memberlist, so it works from c.alive.
+func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
+	c := (*Cluster)(d)
+	if bytes.Equal(peer.Meta, c.meta) {
+		return nil // ourselves
+	}
+	m, err := decodeMeta(peer.Meta)
+	if err != nil {
+		return c.refuse(peer, err)
+	}
+	own := c.cfg.Meta
+	switch {
+	case m.Job != own.Job:
+		return c.refuse(peer, fmt.Errorf("it serves job %q, this member serves job %q", m.Job, own.Job))
+	case m.World != own.World:
+		return c.refuse(peer, fmt.Errorf("world size mismatch: %s has world size %d, this member (rank %d) has %d", peer.Name, m.World, own.Rank, own.World))
+	case m.Digest != own.Digest:
+		return c.refuse(peer, fmt.Errorf("config digest mismatch: %s (rank %d) has %s, this member (rank %d) has %s; compare vocab, executor and world size", peer.Name, m.Rank, m.Digest, own.Rank, own.Digest))
+	case m.Rank < 0 || m.Rank >= own.World:
+		return c.refuse(peer, fmt.Errorf("rank %d is outside world size %d", m.Rank, own.World))
+	}
+	if m.Rank == own.Rank && peer.Name != c.name {
+		if older(m, peer.Name, own, c.name) {
+			err := fmt.Errorf("%w: rank %d is held by %s at %s (started earlier); this member %s (bind %s) gives way",
+				ErrRankTaken, own.Rank, peer.Name, peer.Address(), c.name, c.cfg.Bind)
+			c.mu.Lock()
+			if c.refusal == nil {
+				c.refusal = err
+			}
+			c.mu.Unlock()
+			c.signalJoin()
+			return err
+		}
+		return c.refuse(peer, fmt.Errorf("%w: %s at %s claims rank %d, held by this member %s (bind %s)",
+			ErrRankTaken, peer.Name, peer.Address(), own.Rank, c.name, c.cfg.Bind))
+	}
+	c.mu.Lock()
+	var holder string
+	for name, om := range c.alive {
+		if name != peer.Name && om.Rank == m.Rank && older(om, name, m, peer.Name) {
+			holder = name
+		}
+	}
+	c.mu.Unlock()
+	if holder != "" {
+		return c.refuse(peer, fmt.Errorf("%w: %s at %s claims rank %d, held by %s", ErrRankTaken, peer.Name, peer.Address(), m.Rank, holder))
+	}
+	return nil
+}
+
+// older reports whether claimant a (name an) came before b (name bn).
+func older(a Meta, an string, b Meta, bn string) bool {
+	if a.Started != b.Started {
+		return a.Started < b.Started
+	}
+	return an < bn
+}
+
+// refuse logs a refusal once per peer and returns err for memberlist.
+func (c *Cluster) refuse(peer *memberlist.Node, err error) error {
+	c.mu.Lock()
+	first := !c.refusals[peer.Name]
+	c.refusals[peer.Name] = true
+	c.mu.Unlock()
+	if first {
+		c.log.Warn("refusing member", "peer", peer.Name, "addr", peer.Address(), "reason", err)
+	}
+	return err
+}
+
+func (c *Cluster) signalJoin() {
+	select {
+	case c.joined <- struct{}{}:
+	default:
+	}
+}
+
+func (d *delegate) NotifyJoin(n *memberlist.Node)   { (*Cluster)(d).track(n, true) }
+func (d *delegate) NotifyUpdate(n *memberlist.Node) { (*Cluster)(d).track(n, true) }
+
+func (c *Cluster) track(n *memberlist.Node, alive bool) {
+	m, err := decodeMeta(n.Meta)
+	c.mu.Lock()
+	if alive && err == nil {
+		c.alive[n.Name] = m
+	} else {
+		delete(c.alive, n.Name)
+	}
+	c.mu.Unlock()
+	c.signalJoin()
+}
+
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	c := (*Cluster)(d)
+	c.track(n, false)
+	m, err := decodeMeta(n.Meta)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	w, ok := c.world[m.Rank]
+	formed := c.formed && ok && w.Name == n.Name
+	c.mu.Unlock()
+	if !formed {
+		return
+	}
+	ev := Event{Member: Member{Name: n.Name, Addr: n.Address(), Meta: m}, Left: n.State == memberlist.StateLeft}
+	select {
+	case c.events <- ev:
+	default:
+		c.log.Error("membership event dropped: queue full", "event", ev.String())
+	}
+}
+
+// levelWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
+// records; DEBUG lines are dropped unless the logger is at debug level.
+type levelWriter struct{ log *slog.Logger }
+
+func (w levelWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo, "[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError} {
+		if strings.HasPrefix(line, prefix) {
+			level, line = l, strings.TrimSpace(strings.TrimPrefix(line, prefix))
+			break
+		}
+	}
+	w.log.Log(context.Background(), level, strings.TrimPrefix(line, "memberlist: "))
+	return len(p), nil
+}

@@ -1,0 +1,42 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// MetaLimit is memberlist's bound on node metadata.
+const MetaLimit = 512
+
+// Meta is what every member advertises about itself.
+type Meta struct {
+	Job     string `json:"job"`
+	Rank    int    `json:"rank"`
+	World   int    `json:"world"`
+	Digest  string `json:"digest"`  // config digest: members must agree
+	NATS    string `json:"nats"`    // NATS URL the agent uses (credentials removed)
+	Version string `json:"version"` // tpcoord version
+	Started int64  `json:"started"` // unix ns; the older claimant of a rank keeps it
+}
+
+func (m Meta) encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MetaLimit {
+		return nil, fmt.Errorf("member metadata is %d bytes, memberlist allows %d (shorten the job ID or NATS URL)", len(b), MetaLimit)
+	}
+	return b, nil
+}
+
+func decodeMeta(b []byte) (Meta, error) {
+	var m Meta
+	if len(b) == 0 {
+		return m, fmt.Errorf("no metadata")
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("metadata is not tpcoord's: %w", err)
+	}
+	return m, nil
+}

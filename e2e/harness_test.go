@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tpcoord-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "tpcoord")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/tpcoord")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tpcoord:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type readyInfo struct {
+	NATSURL string `json:"nats_url"`
+	Job     string `json:"job"`
+	PIDs    []int  `json:"pids"`
+}
+
+// job is one running `tpcoord launch`.
+type job struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	info   readyInfo
+	exited chan struct{}
+	err    error // valid after exited is closed
+}
+
+// launch starts `tpcoord launch` and waits for its ready file.
+func launch(t *testing.T, args ...string) *job {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready.json")
+	j := &job{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
+	j.cmd = exec.Command(binary, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
+	j.cmd.Stdout, j.cmd.Stderr = j.log, j.log
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { j.err = j.cmd.Wait(); close(j.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-j.exited:
+		default:
+			_ = j.cmd.Process.Kill()
+			<-j.exited
+		}
+		for _, pid := range j.info.PIDs {
+			if alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if t.Failed() {
+			t.Logf("launch output:\n%s", j.log.String())
+		}
+	})
+	waitFor(t, 90*time.Second, "ready file", func() (bool, string) {
+		select {
+		case <-j.exited:
+			t.Fatalf("launch exited before ready: %v\n%s", j.err, j.log.String())
+		default:
+		}
+		data, err := os.ReadFile(ready)
+		if err != nil {
+			return false, err.Error()
+		}
+		return json.Unmarshal(data, &j.info) == nil, string(data)
+	})
+	return j
+}
+
+// signal sends sig to launch and waits up to limit for it to exit.
+func (j *job) stop(sig syscall.Signal, limit time.Duration) (error, time.Duration) {
+	j.t.Helper()
+	start := time.Now()
+	if err := j.cmd.Process.Signal(sig); err != nil {
+		j.t.Fatal(err)
+	}
+	return j.wait(limit), time.Since(start)
+}
+
+func (j *job) wait(limit time.Duration) error {
+	j.t.Helper()
+	select {
+	case <-j.exited:
+		return j.err
+	case <-time.After(limit):
+		j.t.Fatalf("launch did not exit within %v\n%s", limit, j.log.String())
+		return nil
+	}
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	backoff := 10 * time.Millisecond
+	var last string
+	for time.Now().Before(deadline) {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		last = detail
+		time.Sleep(backoff) // polling interval, not a synchronisation
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	t.Fatalf("%s: not reached within %v; last: %s", what, limit, last)
+}
+
+type generated struct {
+	Tokens       []int32 `json:"tokens"`
+	FinishReason string  `json:"finish_reason"`
+}
+
+// generate runs `tpcoord generate --json` and returns its last line.
+func (j *job) generate(ctx context.Context, args ...string) (generated, error) {
+	cmd := exec.CommandContext(ctx, binary, append([]string{"generate", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return generated{}, fmt.Errorf("generate %v: %v: %s", args, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var g generated
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &g); err != nil {
+		return g, fmt.Errorf("generate output %q: %v", out, err)
+	}
+	return g, nil
+}
+
+type rankStatus struct {
+	Rank   int    `json:"rank"`
+	State  string `json:"state"`
+	Step   uint64 `json:"step"`
+	Digest string `json:"digest"`
+}
+
+func (j *job) status() ([]rankStatus, error) {
+	out, err := exec.Command(binary, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
+	if err != nil {
+		return nil, fmt.Errorf("status: %v", err)
+	}
+	var s struct {
+		Ranks []rankStatus `json:"ranks"`
+	}
+	if err := json.Unmarshal(out, &s); err != nil {
+		return nil, fmt.Errorf("status output %q: %v", out, err)
+	}
+	return s.Ranks, nil
+}

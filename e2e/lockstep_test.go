@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// request is one generate call of a test workload.
+type request struct {
+	prompt    string
+	maxTokens int
+	seed      int
+}
+
+func workload(n int) []request {
+	out := make([]request, n)
+	for i := range out {
+		out[i] = request{prompt: fmt.Sprintf("%d,%d,%d", 1+7*i, 100+13*i, 1000+31*i), maxTokens: 12 + 4*i, seed: 1000 + i}
+	}
+	return out
+}
+
+// runAll submits every request at once and returns the results in order.
+func runAll(t *testing.T, j *job, reqs []request) []generated {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	results := make([]generated, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() {
+			results[i], errs[i] = j.generate(ctx, "--prompt", r.prompt, "--max-tokens", fmt.Sprint(r.maxTokens), "--seed", fmt.Sprint(r.seed))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return results
+}
+
+func checkResults(t *testing.T, reqs []request, got []generated) {
+	t.Helper()
+	for i, g := range got {
+		switch g.FinishReason {
+		case "length":
+			if len(g.Tokens) != reqs[i].maxTokens {
+				t.Errorf("request %d: finish_reason length with %d tokens, max_tokens %d", i, len(g.Tokens), reqs[i].maxTokens)
+			}
+		case "stop":
+			if len(g.Tokens) == 0 || len(g.Tokens) > reqs[i].maxTokens || g.Tokens[len(g.Tokens)-1] != 0 {
+				t.Errorf("request %d: finish_reason stop but tokens %v (EOS is 0)", i, g.Tokens)
+			}
+		default:
+			t.Errorf("request %d: finish_reason %q", i, g.FinishReason)
+		}
+	}
+}
+
+// TestLockstepFourRanks: 4 ranks, 8 concurrent requests, every request gets
+// its tokens, every rank ends at the same step with the same digest, and
+// SIGTERM stops everything with exit 0 and no rank left behind.
+func TestLockstepFourRanks(t *testing.T) {
+	j := launch(t, "--nproc", "4", "--job", "e2e-lockstep", "--forward-time", "5ms")
+	reqs := workload(8)
+	checkResults(t, reqs, runAll(t, j, reqs))
+
+	waitFor(t, 60*time.Second, "all ranks at the same step and digest", func() (bool, string) {
+		ranks, err := j.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(ranks) != 4 {
+			return false, fmt.Sprintf("%d ranks answered: %+v", len(ranks), ranks)
+		}
+		for _, r := range ranks {
+			if r.Step == 0 || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest || r.State != "running" {
+				return false, fmt.Sprintf("%+v", ranks)
+			}
+		}
+		return true, ""
+	})
+
+	err, took := j.stop(syscall.SIGTERM, 5*time.Second)
+	if err != nil {
+		t.Fatalf("launch exited with %v after SIGTERM", err)
+	}
+	t.Logf("SIGTERM to exit: %v", took.Round(time.Millisecond))
+	for _, pid := range j.info.PIDs {
+		if alive(pid) {
+			t.Errorf("rank pid %d still running after launch exited", pid)
+		}
+	}
+}
+
+// TestKilledRankStopsJob: SIGKILL one rank; launch stops the rest and exits
+// non-zero naming that rank.
+func TestKilledRankStopsJob(t *testing.T) {
+	j := launch(t, "--nproc", "4", "--job", "e2e-kill", "--forward-time", "5ms")
+	victim := j.info.PIDs[2]
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := j.wait(60 * time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("launch exit: %v, want a non-zero exit", err)
+	}
+	if want := fmt.Sprintf("rank 2 (pid %d) died", victim); !strings.Contains(j.log.String(), want) {
+		t.Errorf("launch output does not name the dead rank (%q)", want)
+	}
+	for _, pid := range j.info.PIDs {
+		if alive(pid) {
+			t.Errorf("rank pid %d still running after launch exited", pid)
+		}
+	}
+}
+
+// TestSameRequestsSameTokens: two separate runs of the same requests give
+// the same tokens.
+func TestSameRequestsSameTokens(t *testing.T) {
+	reqs := workload(4)
+	var runs [2][]generated
+	for i := range runs {
+		j := launch(t, "--nproc", "2", "--job", fmt.Sprintf("e2e-determinism-%d", i), "--forward-time", "2ms")
+		runs[i] = runAll(t, j, reqs)
+		if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Fatalf("run %d: launch exited with %v", i, err)
+		}
+	}
+	checkResults(t, reqs, runs[0])
+	for i := range reqs {
+		if fmt.Sprint(runs[0][i]) != fmt.Sprint(runs[1][i]) {
+			t.Errorf("request %d: run 1 %v, run 2 %v", i, runs[0][i], runs[1][i])
+		}
+	}
+}

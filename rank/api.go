@@ -1,0 +1,84 @@
+package rank
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+// GenerateRequest is the JSON body of a request on tpc.<job>.generate.
+// Sampling parameters sit beside the prompt, as in vLLM's API.
+type GenerateRequest struct {
+	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	MaxTokens      int     `json:"max_tokens"`
+	sampler.Params
+}
+
+// MaxPromptTokens bounds a prompt so one request cannot exhaust memory.
+const MaxPromptTokens = 1 << 16
+
+// ParseGenerateRequest decodes and validates a request. Errors name the
+// offending JSON field.
+func ParseGenerateRequest(data []byte, vocab int) (*GenerateRequest, error) {
+	var r GenerateRequest
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("request: invalid JSON: %w", err)
+	}
+	if err := r.Validate(vocab); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Validate checks the request against a vocabulary of the given size.
+func (r *GenerateRequest) Validate(vocab int) error {
+	switch {
+	case len(r.PromptTokenIDs) == 0:
+		return fmt.Errorf("prompt_token_ids: must not be empty")
+	case len(r.PromptTokenIDs) > MaxPromptTokens:
+		return fmt.Errorf("prompt_token_ids: %d tokens, at most %d allowed", len(r.PromptTokenIDs), MaxPromptTokens)
+	case r.MaxTokens <= 0:
+		return fmt.Errorf("max_tokens: must be > 0, got %d", r.MaxTokens)
+	}
+	for i, t := range r.PromptTokenIDs {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("prompt_token_ids[%d]: token %d out of range [0, %d)", i, t, vocab)
+		}
+	}
+	return r.Params.Validate(vocab)
+}
+
+// GenerateReply is one message of the reply stream: a token, or the final
+// message with the finish reason (and the whole output), or an error.
+type GenerateReply struct {
+	Token        *int32   `json:"token,omitempty"`
+	Index        int      `json:"index,omitempty"`
+	Done         bool     `json:"done,omitempty"`
+	FinishReason string   `json:"finish_reason,omitempty"`
+	Tokens       []int32  `json:"tokens,omitempty"`
+	Error        string   `json:"error,omitempty"`
+	Timings      *Timings `json:"timings,omitempty"`
+}
+
+// Timings of a finished request, in milliseconds.
+type Timings struct {
+	QueueMs      float64 `json:"queue_ms"`
+	FirstTokenMs float64 `json:"first_token_ms"`
+	MeanITLMs    float64 `json:"mean_itl_ms"`
+	TotalMs      float64 `json:"total_ms"`
+}
+
+// RankStatus is one rank's reply on tpc.<job>.status.
+type RankStatus struct {
+	Rank    int    `json:"rank"`
+	World   int    `json:"world_size"`
+	Job     string `json:"job"`
+	State   string `json:"state"`
+	Epoch   uint32 `json:"epoch"`
+	Step    uint64 `json:"step"`
+	Digest  string `json:"digest"`
+	Rows    int    `json:"rows"`
+	Waiting int    `json:"waiting,omitempty"`
+	Version string `json:"version,omitempty"`
+}

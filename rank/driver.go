@@ -1,0 +1,564 @@
+package rank
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+)
+
+// Errors that end a driver's Run. The agent maps them to exit codes.
+var (
+	// ErrAborted: the loop stopped because lockstep could not be kept
+	// (gap, divergence, protocol error, abort from rank 0).
+	ErrAborted = errors.New("aborted")
+	// ErrPeerLost: another rank died or left (see Driver.Abort).
+	ErrPeerLost = errors.New("peer lost")
+)
+
+// DriverConfig configures one rank's decode loop.
+type DriverConfig struct {
+	Job       string
+	Prefix    string
+	Rank      int
+	World     int
+	Epoch     uint32
+	MaxBatch  int
+	MaxQueue  int
+	MaxLag    int           // steps rank 0 may publish beyond the slowest follower's last applied step + 1
+	Heartbeat time.Duration // periodic heartbeat interval
+	EOS       int32
+	Version   string
+	Logger    *slog.Logger
+}
+
+// Driver is the I/O loop of one rank. It is not safe to call Run twice.
+type Driver struct {
+	cfg  DriverConfig
+	log  *slog.Logger
+	tr   broadcast.Transport
+	ex   Executor
+	pick Picker
+	subj broadcast.Subjects
+	job  uint64
+
+	// Owned by the Run goroutine.
+	mirror  *Mirror
+	sched   *Scheduler
+	times   map[uint64]*reqTimes
+	digests [digestRing]struct{ step, digest uint64 }
+
+	steps  chan []byte
+	intake chan *Request
+	wake   chan struct{}
+	aborts chan error
+
+	mu    sync.Mutex
+	pos   position
+	peers map[int]broadcast.Heartbeat
+}
+
+// position is what status replies and heartbeats report, guarded by mu.
+type position struct {
+	phase           broadcast.Phase
+	applied, digest uint64
+	rows, waiting   int
+}
+
+const digestRing = 1024
+
+type reqTimes struct{ enqueued, first, last time.Time }
+
+// Picker chooses one token per row from rank 0's logits. errs[i] is set for
+// a row that cannot be sampled (for example NaN logits).
+type Picker interface {
+	Pick(rows []*Seq, reqs []*Request, logits []float32, vocab int, tokens []int32, errs []error)
+}
+
+// NewDriver wires a rank's loop. pick is used on rank 0 only.
+func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picker) *Driver {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{
+		cfg:    cfg,
+		log:    log,
+		tr:     tr,
+		ex:     ex,
+		pick:   pick,
+		subj:   broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
+		job:    broadcast.JobHash(cfg.Job),
+		mirror: NewMirror(cfg.Epoch),
+		times:  map[uint64]*reqTimes{},
+		steps:  make(chan []byte, 4*(cfg.MaxLag+2)+64),
+		intake: make(chan *Request, cfg.MaxQueue),
+		wake:   make(chan struct{}, 1),
+		aborts: make(chan error, 1),
+		peers:  map[int]broadcast.Heartbeat{},
+	}
+	if cfg.Rank == 0 {
+		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS})
+	}
+	return d
+}
+
+// Abort stops Run at the next step boundary with err. It never blocks;
+// only the first abort counts.
+func (d *Driver) Abort(err error) {
+	select {
+	case d.aborts <- err:
+	default:
+	}
+}
+
+// Status returns this rank's current status.
+func (d *Driver) Status() RankStatus {
+	d.mu.Lock()
+	p := d.pos
+	d.mu.Unlock()
+	return RankStatus{
+		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Epoch: d.cfg.Epoch,
+		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
+	}
+}
+
+func digestString(d uint64) string { return fmt.Sprintf("%016x", d) }
+
+// Run subscribes, then runs the decode loop until ctx is cancelled (a clean
+// stop: nil) or the loop cannot go on (an error wrapping ErrAborted or
+// ErrPeerLost). Every goroutine it starts has stopped when it returns.
+func (d *Driver) Run(ctx context.Context) (err error) {
+	unsubs, err := d.subscribe()
+	defer func() {
+		for _, u := range unsubs {
+			_ = u()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = d.tr.Flush(fctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("flush subscriptions: %w", err)
+	}
+
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { d.heartbeatLoop(hbCtx) })
+	defer func() {
+		stopHB()
+		wg.Wait()
+		phase := broadcast.PhaseStopping
+		if err != nil {
+			phase = broadcast.PhaseAborted
+		}
+		d.setPhase(phase)
+		d.sendHeartbeat()
+		if d.sched != nil {
+			d.drain(err)
+		}
+		if err != nil && d.cfg.Rank == 0 {
+			d.publishControl(control{Kind: "abort", Reason: err.Error()})
+		}
+		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = d.tr.Flush(fctx)
+		cancel()
+	}()
+
+	d.setPhase(broadcast.PhaseReady)
+	d.sendHeartbeat()
+	if d.cfg.Rank == 0 {
+		return d.lead(ctx)
+	}
+	return d.follow(ctx)
+}
+
+type control struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func (d *Driver) subscribe() ([]func() error, error) {
+	var unsubs []func() error
+	sub := func(subject string, fn func(*broadcast.Msg)) error {
+		u, err := d.tr.Subscribe(subject, fn)
+		if err != nil {
+			return err
+		}
+		unsubs = append(unsubs, u)
+		return nil
+	}
+	if err := sub(d.subj.Status(), d.onStatus); err != nil {
+		return unsubs, err
+	}
+	if d.cfg.Rank == 0 {
+		if err := sub(d.subj.Heartbeats(), d.onHeartbeat); err != nil {
+			return unsubs, err
+		}
+		if err := sub(d.subj.Generate(), d.onGenerate); err != nil {
+			return unsubs, err
+		}
+		return unsubs, nil
+	}
+	if err := sub(d.subj.Step(), d.onStep); err != nil {
+		return unsubs, err
+	}
+	return unsubs, sub(d.subj.Control(), d.onControl)
+}
+
+// Handlers run on the transport's delivery goroutine: they decode, hand
+// off and return; none blocks.
+
+func (d *Driver) onStep(m *broadcast.Msg) {
+	select {
+	case d.steps <- append([]byte(nil), m.Data...):
+	default:
+		d.Abort(fmt.Errorf("%w: step queue full (%d steps): this rank cannot keep up", ErrAborted, cap(d.steps)))
+	}
+}
+
+func (d *Driver) onControl(m *broadcast.Msg) {
+	var c control
+	if err := json.Unmarshal(m.Data, &c); err != nil {
+		d.log.Warn("ignoring malformed control message", "err", err)
+		return
+	}
+	if c.Kind == "abort" {
+		d.Abort(fmt.Errorf("%w by rank 0: %s", ErrAborted, c.Reason))
+	}
+}
+
+func (d *Driver) onHeartbeat(m *broadcast.Msg) {
+	var hb broadcast.Heartbeat
+	if err := broadcast.DecodeHeartbeat(m.Data, d.job, &hb); err != nil {
+		d.log.Warn("ignoring malformed heartbeat", "subject", m.Subject, "err", err)
+		return
+	}
+	if hb.Rank == 0 && m.Subject == d.subj.Heartbeat(0) {
+		return // our own
+	}
+	if hb.Rank == 0 || int(hb.Rank) >= d.cfg.World || m.Subject != d.subj.Heartbeat(int(hb.Rank)) {
+		d.log.Warn("ignoring heartbeat from unexpected sender", "subject", m.Subject, "claimed_rank", hb.Rank)
+		return
+	}
+	d.mu.Lock()
+	d.peers[int(hb.Rank)] = hb
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Driver) onStatus(m *broadcast.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	st := d.Status()
+	data, _ := json.Marshal(st)
+	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: data})
+}
+
+func (d *Driver) onGenerate(m *broadcast.Msg) {
+	if m.Reply == "" {
+		d.log.Warn("ignoring generate request without a reply subject")
+		return
+	}
+	req, err := ParseGenerateRequest(m.Data, d.ex.Vocab())
+	if err != nil {
+		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
+		return
+	}
+	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply}
+	select {
+	case d.intake <- r:
+	default:
+		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: ErrOverloaded.Error()})
+	}
+}
+
+func (d *Driver) reply(subject string, r GenerateReply) {
+	data, _ := json.Marshal(r)
+	if err := d.tr.Publish(&broadcast.Msg{Subject: subject, Data: data}); err != nil {
+		d.log.Warn("reply failed", "subject", subject, "err", err)
+	}
+}
+
+func (d *Driver) publishControl(c control) {
+	data, _ := json.Marshal(c)
+	_ = d.tr.Publish(&broadcast.Msg{Subject: d.subj.Control(), Data: data})
+}
+
+func (d *Driver) setPhase(p broadcast.Phase) {
+	d.mu.Lock()
+	d.pos.phase = p
+	d.mu.Unlock()
+}
+
+// publishState records the mirror's position for status and heartbeats.
+func (d *Driver) publishState() {
+	p := position{phase: broadcast.PhaseRunning, applied: d.mirror.Applied(), digest: d.mirror.Digest(), rows: len(d.mirror.Rows())}
+	if d.sched != nil {
+		p.waiting = d.sched.Waiting()
+	}
+	d.mu.Lock()
+	d.pos = p
+	d.mu.Unlock()
+}
+
+func (d *Driver) sendHeartbeat() {
+	d.mu.Lock()
+	p := d.pos
+	d.mu.Unlock()
+	hb := broadcast.Heartbeat{Epoch: d.cfg.Epoch, Rank: uint32(d.cfg.Rank), Phase: p.phase, Applied: p.applied, Digest: p.digest, UnixNs: time.Now().UnixNano()}
+	if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Heartbeat(d.cfg.Rank), Data: broadcast.AppendHeartbeat(nil, d.job, &hb)}); err != nil && !errors.Is(err, broadcast.ErrClosed) {
+		d.log.Debug("heartbeat publish failed", "err", err)
+	}
+}
+
+func (d *Driver) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d.sendHeartbeat()
+		}
+	}
+}
+
+// follow is the loop of ranks other than 0: apply every step in order,
+// run forward, report.
+func (d *Driver) follow(ctx context.Context) error {
+	var st broadcast.Step
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-d.aborts:
+			return err
+		case data := <-d.steps:
+			if err := broadcast.DecodeStep(data, d.job, &st); err != nil {
+				d.log.Warn("ignoring undecodable step message", "err", err)
+				continue
+			}
+			if err := d.mirror.Apply(&st); err != nil {
+				if errors.Is(err, ErrDuplicate) || errors.Is(err, ErrStaleEpoch) {
+					d.log.Debug("ignoring step", "err", err)
+					continue
+				}
+				return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
+			}
+			if _, err := d.ex.Forward(ctx, Batch{Step: st.Step, Rows: d.mirror.Rows()}); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%w: rank %d: forward of step %d: %w", ErrAborted, d.cfg.Rank, st.Step, err)
+			}
+			d.publishState()
+			d.sendHeartbeat()
+		}
+	}
+}
+
+// lead is rank 0's loop: schedule, publish, apply, forward, sample, stream.
+func (d *Driver) lead(ctx context.Context) error {
+	vocab := d.ex.Vocab()
+	var (
+		buf    []byte
+		tokens []int32
+		errs   []error
+		reqs   []*Request
+	)
+	for k := uint64(1); ; {
+		d.admit()
+		st := d.sched.Next(d.cfg.Epoch, k)
+		if st == nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-d.aborts:
+				return err
+			case r := <-d.intake:
+				d.enqueue(r)
+			}
+			continue
+		}
+		if err := d.awaitFollowers(ctx, k); err != nil {
+			return err
+		}
+		buf = broadcast.AppendStep(buf[:0], d.job, st)
+		if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf}); err != nil {
+			return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
+		}
+		if err := d.mirror.Apply(st); err != nil {
+			return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
+		}
+		d.digests[k%digestRing] = struct{ step, digest uint64 }{k, d.mirror.Digest()}
+		rows := d.mirror.Rows()
+		if len(rows) > 0 {
+			logits, err := d.ex.Forward(ctx, Batch{Step: k, Rows: rows})
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%w: rank 0: forward of step %d: %w", ErrAborted, k, err)
+			}
+			tokens, errs, reqs = tokens[:0], errs[:0], reqs[:0]
+			for _, r := range rows {
+				tokens, errs = append(tokens, NoToken), append(errs, nil)
+				reqs = append(reqs, d.sched.Request(r.ID))
+			}
+			d.pick.Pick(rows, reqs, logits, vocab, tokens, errs)
+			d.stream(d.sched.Sampled(rows, tokens, errs))
+		}
+		d.publishState()
+		if err := d.checkDigests(); err != nil {
+			return err
+		}
+		k++
+	}
+}
+
+func (d *Driver) admit() {
+	for {
+		select {
+		case r := <-d.intake:
+			d.enqueue(r)
+		default:
+			return
+		}
+	}
+}
+
+func (d *Driver) enqueue(r *Request) {
+	if err := d.sched.Submit(r); err != nil {
+		d.reply(r.Tag, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
+		return
+	}
+	d.times[r.Seq] = &reqTimes{enqueued: time.Now()}
+}
+
+// awaitFollowers blocks until every follower has reported this epoch and
+// applied at least step k-1-MaxLag, so rank 0 runs at most MaxLag+1 steps
+// ahead of the slowest rank.
+func (d *Driver) awaitFollowers(ctx context.Context, k uint64) error {
+	need := int64(k) - 1 - int64(d.cfg.MaxLag)
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	start := time.Now()
+	for {
+		slowest, behind := d.slowest(need)
+		if slowest < 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-d.aborts:
+			return err
+		case <-d.wake:
+		case <-progress.C:
+			d.log.Info("waiting for followers", "step", k, "slowest_rank", slowest, "detail", behind, "waited", time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+// slowest returns a follower that has not reached need, or -1.
+func (d *Driver) slowest(need int64) (int, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for r := 1; r < d.cfg.World; r++ {
+		hb, ok := d.peers[r]
+		switch {
+		case !ok || hb.Epoch != d.cfg.Epoch:
+			return r, "no heartbeat in this epoch yet"
+		case int64(hb.Applied) < need:
+			return r, fmt.Sprintf("applied step %d, need %d", hb.Applied, need)
+		}
+	}
+	return -1, ""
+}
+
+// checkDigests compares every follower's reported digest with rank 0's at
+// the same step.
+func (d *Driver) checkDigests() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for r, hb := range d.peers {
+		if hb.Epoch != d.cfg.Epoch || hb.Applied == 0 {
+			continue
+		}
+		e := d.digests[hb.Applied%digestRing]
+		if e.step == hb.Applied && e.digest != hb.Digest {
+			return fmt.Errorf("%w: rank %d diverged at step %d: digest %016x, rank 0 has %016x", ErrAborted, r, hb.Applied, hb.Digest, e.digest)
+		}
+	}
+	return nil
+}
+
+func (d *Driver) stream(events []Event) {
+	now := time.Now()
+	for _, ev := range events {
+		r := ev.Req
+		t := d.times[r.Seq]
+		if ev.Token != NoToken && r.Err == nil {
+			if t.first.IsZero() {
+				t.first = now
+			}
+			t.last = now
+			tok := ev.Token
+			d.reply(r.Tag, GenerateReply{Token: &tok, Index: ev.Index})
+		}
+		if ev.Done {
+			d.finish(r, now)
+		}
+	}
+}
+
+func (d *Driver) finish(r *Request, now time.Time) {
+	rep := GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
+	if rep.Tokens == nil {
+		rep.Tokens = []int32{}
+	}
+	if r.Err != nil {
+		rep.Error = r.Err.Error()
+	}
+	if t := d.times[r.Seq]; t != nil {
+		tm := &Timings{TotalMs: ms(now.Sub(t.enqueued))}
+		if !t.first.IsZero() {
+			tm.FirstTokenMs = ms(t.first.Sub(t.enqueued))
+			if n := len(r.Output); n > 1 {
+				tm.MeanITLMs = ms(t.last.Sub(t.first)) / float64(n-1)
+			}
+		}
+		rep.Timings = tm
+		delete(d.times, r.Seq)
+	}
+	d.reply(r.Tag, rep)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// drain answers every open request when the loop stops.
+func (d *Driver) drain(cause error) {
+	d.admit()
+	reason, err := FinishError, cause
+	if cause == nil {
+		err = errors.New("rank 0 is shutting down")
+	}
+	now := time.Now()
+	for _, r := range d.sched.Drain(reason, err) {
+		d.finish(r, now)
+	}
+}

@@ -1,0 +1,161 @@
+package rank
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+)
+
+// Ordering errors from Mirror.Apply. A duplicate is harmless and ignored by
+// the driver; a gap or an unknown sequence means this rank can no longer be
+// sure it is in lockstep.
+var (
+	ErrDuplicate  = errors.New("duplicate step")
+	ErrGap        = errors.New("gap in step sequence")
+	ErrStaleEpoch = errors.New("step from a stale epoch")
+	ErrDiverged   = errors.New("step does not fit this rank's batch")
+)
+
+// NoToken stands in a step's token list for a row that produced no token
+// (its sampling failed); the row is removed in the same step.
+const NoToken int32 = -1
+
+// Seq is one sequence in the batch as every rank mirrors it.
+type Seq struct {
+	ID     uint64
+	Prompt []int32
+	Output []int32
+}
+
+// Last returns the last token of the sequence (prompt or output), or -1.
+func (s *Seq) Last() int32 {
+	if n := len(s.Output); n > 0 {
+		return s.Output[n-1]
+	}
+	if n := len(s.Prompt); n > 0 {
+		return s.Prompt[n-1]
+	}
+	return -1
+}
+
+// Mirror is one rank's copy of the batch. Every rank applies the same steps
+// in the same order, so every Mirror holds the same rows in the same order
+// and the same digest; the digest is what ranks compare to prove it.
+type Mirror struct {
+	epoch   uint32
+	applied uint64 // last applied step; steps start at 1
+	digest  uint64
+	rows    []*Seq
+	index   map[uint64]int
+	scratch []byte
+}
+
+// NewMirror returns an empty mirror for epoch.
+func NewMirror(epoch uint32) *Mirror {
+	return &Mirror{epoch: epoch, index: map[uint64]int{}}
+}
+
+// Epoch, Applied and Digest describe the mirror's position.
+func (m *Mirror) Epoch() uint32   { return m.epoch }
+func (m *Mirror) Applied() uint64 { return m.applied }
+func (m *Mirror) Digest() uint64  { return m.digest }
+
+// Rows returns the batch in row order. The slice is the mirror's own; it is
+// valid until the next Apply.
+func (m *Mirror) Rows() []*Seq { return m.rows }
+
+// Lookup returns the sequence with id, or nil.
+func (m *Mirror) Lookup(id uint64) *Seq {
+	if i, ok := m.index[id]; ok {
+		return m.rows[i]
+	}
+	return nil
+}
+
+// Check reports whether s is the next step without applying it:
+// ErrStaleEpoch, ErrDuplicate (already applied) or ErrGap (steps missing).
+func (m *Mirror) Check(s *broadcast.Step) error {
+	switch {
+	case s.Epoch < m.epoch:
+		return fmt.Errorf("%w: epoch %d, this rank is in epoch %d", ErrStaleEpoch, s.Epoch, m.epoch)
+	case s.Epoch > m.epoch:
+		return fmt.Errorf("%w: step %d of epoch %d, this rank is still in epoch %d", ErrGap, s.Step, s.Epoch, m.epoch)
+	case s.Step <= m.applied:
+		return fmt.Errorf("%w: step %d, already applied %d", ErrDuplicate, s.Step, m.applied)
+	case s.Step > m.applied+1:
+		return fmt.Errorf("%w: got step %d, expected %d (missing %d..%d)", ErrGap, s.Step, m.applied+1, m.applied+1, s.Step-1)
+	}
+	return nil
+}
+
+// Apply applies s: tokens are appended to their sequences, removed
+// sequences leave the batch, admitted ones join at the end. The step is
+// validated completely before anything changes, so an error leaves the
+// mirror as it was.
+func (m *Mirror) Apply(s *broadcast.Step) error {
+	if err := m.Check(s); err != nil {
+		return err
+	}
+	if len(s.Tokens) != len(m.rows) {
+		return fmt.Errorf("%w: step %d carries %d tokens for a batch of %d rows", ErrDiverged, s.Step, len(s.Tokens), len(m.rows))
+	}
+	for i, t := range s.Tokens {
+		if m.rows[i].ID != t.Seq {
+			return fmt.Errorf("%w: step %d token %d is for sequence %d, row %d holds sequence %d", ErrDiverged, s.Step, i, t.Seq, i, m.rows[i].ID)
+		}
+	}
+	removed := make(map[uint64]bool, len(s.Removed))
+	for _, id := range s.Removed {
+		if _, ok := m.index[id]; !ok || removed[id] {
+			return fmt.Errorf("%w: step %d removes sequence %d, which is not in the batch", ErrDiverged, s.Step, id)
+		}
+		removed[id] = true
+	}
+	for _, a := range s.Admitted {
+		if _, ok := m.index[a.Seq]; ok && !removed[a.Seq] {
+			return fmt.Errorf("%w: step %d admits sequence %d, which is already in the batch", ErrDiverged, s.Step, a.Seq)
+		}
+	}
+
+	for i, t := range s.Tokens {
+		if t.Token != NoToken {
+			m.rows[i].Output = append(m.rows[i].Output, t.Token)
+		}
+	}
+	if len(removed) > 0 {
+		kept := m.rows[:0]
+		for _, r := range m.rows {
+			if !removed[r.ID] {
+				kept = append(kept, r)
+			}
+		}
+		clear(m.rows[len(kept):])
+		m.rows = kept
+	}
+	for _, a := range s.Admitted {
+		m.rows = append(m.rows, &Seq{ID: a.Seq, Prompt: a.Prompt})
+	}
+	clear(m.index)
+	for i, r := range m.rows {
+		m.index[r.ID] = i
+	}
+	m.applied = s.Step
+	m.digest = m.fold(s)
+	return nil
+}
+
+// fold mixes the canonical encoding of s into the rolling digest. Hashing
+// the encoding rather than the received bytes makes rank 0, which applies
+// its own step without decoding it, agree with everyone else.
+func (m *Mirror) fold(s *broadcast.Step) uint64 {
+	m.scratch = broadcast.AppendStep(m.scratch[:0], 0, s)
+	h := fnv.New64a()
+	var prev [8]byte
+	binary.LittleEndian.PutUint64(prev[:], m.digest)
+	h.Write(prev[:])
+	h.Write(m.scratch)
+	return h.Sum64()
+}

@@ -1,0 +1,178 @@
+package rank
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+// ErrOverloaded is returned by Submit when the queue is full.
+var ErrOverloaded = errors.New("overloaded: request queue is full")
+
+// Finish reasons, as vLLM names them.
+const (
+	FinishLength    = "length"
+	FinishStop      = "stop"
+	FinishCancelled = "cancelled"
+	FinishError     = "error"
+)
+
+// Request is one generation request as rank 0 tracks it.
+type Request struct {
+	Seq       uint64 // assigned by Submit
+	Prompt    []int32
+	MaxTokens int
+	Params    sampler.Params
+	Output    []int32
+	Finish    string
+	Err       error
+
+	// Tag is the driver's handle for the requester (its reply subject);
+	// the scheduler does not look at it.
+	Tag string
+}
+
+// Event is something a requester must hear about after a step: a new
+// token, the end of its request, or both.
+type Event struct {
+	Req   *Request
+	Token int32 // NoToken when the event carries none
+	Index int   // position of Token in the output
+	Done  bool  // Req.Finish says why
+}
+
+// SchedulerConfig bounds what rank 0 admits.
+type SchedulerConfig struct {
+	MaxBatch int   // rows per step
+	MaxQueue int   // requests waiting for a row
+	EOS      int32 // end-of-sequence token, -1 for none
+}
+
+// Scheduler is rank 0's pure scheduling logic: a FIFO queue, the set of
+// admitted requests, and the tokens and removals that the next step must
+// carry. It assigns sequence IDs, so it is the only source of them.
+type Scheduler struct {
+	cfg      SchedulerConfig
+	waiting  []*Request
+	active   map[uint64]*Request
+	nextSeq  uint64
+	tokens   []broadcast.Token
+	removals []uint64
+}
+
+// NewScheduler returns an empty scheduler.
+func NewScheduler(cfg SchedulerConfig) *Scheduler {
+	return &Scheduler{cfg: cfg, active: map[uint64]*Request{}, nextSeq: 1}
+}
+
+// Submit queues r and assigns its sequence ID.
+func (s *Scheduler) Submit(r *Request) error {
+	if len(s.waiting) >= s.cfg.MaxQueue {
+		return fmt.Errorf("%w (%d waiting)", ErrOverloaded, len(s.waiting))
+	}
+	r.Seq = s.nextSeq
+	s.nextSeq++
+	s.waiting = append(s.waiting, r)
+	return nil
+}
+
+// Request returns the admitted request with sequence ID seq, or nil.
+func (s *Scheduler) Request(seq uint64) *Request { return s.active[seq] }
+
+// Waiting and Active count the requests in each state.
+func (s *Scheduler) Waiting() int { return len(s.waiting) }
+func (s *Scheduler) Active() int  { return len(s.active) }
+
+// Idle reports whether there is nothing to step: no rows, nothing owed to
+// the followers, nobody waiting.
+func (s *Scheduler) Idle() bool {
+	return len(s.active) == 0 && len(s.waiting) == 0 && len(s.tokens) == 0 && len(s.removals) == 0
+}
+
+// Next builds step k of epoch: the tokens sampled at step k-1, the
+// sequences that finished then, and as many waiting requests as fit in the
+// batch, oldest first. It returns nil when the scheduler is idle.
+func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
+	if s.Idle() {
+		return nil
+	}
+	st := &broadcast.Step{Epoch: epoch, Step: k, Tokens: s.tokens, Removed: s.removals}
+	s.tokens, s.removals = nil, nil
+	for _, id := range st.Removed {
+		delete(s.active, id)
+	}
+	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
+		r := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		s.active[r.Seq] = r
+		st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt})
+	}
+	return st
+}
+
+// Sampled records the tokens sampled for rows (the batch of the step just
+// run, in row order) and returns what each requester must be told. A token
+// that ends its request is still carried by the next step, which also
+// removes the sequence, so every rank's mirror sees the same history.
+func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
+	events := make([]Event, 0, len(rows))
+	for i, row := range rows {
+		r := s.active[row.ID]
+		tok := tokens[i]
+		if errs != nil && errs[i] != nil {
+			tok = NoToken
+		}
+		s.tokens = append(s.tokens, broadcast.Token{Seq: row.ID, Token: tok})
+		if r == nil || r.Finish != "" {
+			continue // finished earlier (cancelled), removal already queued
+		}
+		ev := Event{Req: r, Token: tok, Index: len(r.Output)}
+		switch {
+		case tok == NoToken:
+			r.Finish, r.Err = FinishError, errs[i]
+		default:
+			r.Output = append(r.Output, tok)
+			if stop := s.isStop(r, tok); stop && len(r.Output) >= r.Params.MinTokens {
+				r.Finish = FinishStop
+			} else if len(r.Output) >= r.MaxTokens {
+				r.Finish = FinishLength
+			}
+		}
+		if r.Finish != "" {
+			ev.Done = true
+			s.removals = append(s.removals, row.ID)
+		}
+		events = append(events, ev)
+	}
+	return events
+}
+
+func (s *Scheduler) isStop(r *Request, tok int32) bool {
+	if tok == s.cfg.EOS && !r.Params.IgnoreEOS {
+		return true
+	}
+	return slices.Contains(r.Params.StopTokenIDs, tok)
+}
+
+// Drain ends every request, waiting or active, with reason and err, and
+// returns them. Used when the loop stops.
+func (s *Scheduler) Drain(reason string, err error) []*Request {
+	var out []*Request
+	for _, r := range s.waiting {
+		r.Finish, r.Err = reason, err
+		out = append(out, r)
+	}
+	s.waiting = nil
+	for _, r := range s.active {
+		if r.Finish == "" {
+			r.Finish, r.Err = reason, err
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Request) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond Go: qemu-user-static, to run the
+# byte-level and numeric packages' tests on s390x (big-endian). Idempotent;
+# needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+missing=()
+command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "deps.sh: need root to install ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "deps.sh: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

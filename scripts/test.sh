@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The test suite: formatting, vet, unit and e2e tests under the race
+# detector, brief fuzzing of every wire decoder, cross-builds for the Spyre
+# hosts (s390x, ppc64le), and the byte-level and numeric packages' tests on
+# big-endian s390x under qemu-user. Installs qemu-user-static if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "dependencies"
+scripts/deps.sh
+
+step "gofmt"
+unformatted=$(gofmt -l $(find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "unit and e2e tests (race detector)"
+go test -race -shuffle=on -count=1 -timeout 20m ./...
+
+step "fuzz every decoder briefly"
+fuzztime=${FUZZTIME:-10s}
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+    echo "-- $pkg $target ($fuzztime)"
+    go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" "$pkg"
+  done
+done
+
+step "cross-build linux/s390x and linux/ppc64le"
+GOOS=linux GOARCH=s390x go build ./...
+GOOS=linux GOARCH=ppc64le go build ./...
+
+step "byte-level and numeric packages on s390x (big-endian) under qemu"
+GOOS=linux GOARCH=s390x go test -short -count=1 -exec qemu-s390x-static ./broadcast/... ./noisepool/... ./sampler/...
+
+echo
+echo "all checks passed"

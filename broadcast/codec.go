@@ -120,6 +120,18 @@ func seal(dst []byte, start int) []byte {
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
+// StepSize is the length of s's encoding.
+func StepSize(s *Step) int {
+	n := stepHeaderLen + checksumLen + len(s.Tokens)*tokenLen + 8*len(s.Removed)
+	for _, a := range s.Admitted {
+		n += AdmissionSize(len(a.Prompt))
+	}
+	return n
+}
+
+// AdmissionSize is the encoded size of an admission with a prompt of n tokens.
+func AdmissionSize(n int) int { return admissionFixed + 4*n }
+
 // AppendStep appends the encoding of s to dst and returns it.
 func AppendStep(dst []byte, job uint64, s *Step) []byte {
 	start := len(dst)
@@ -147,6 +159,19 @@ func AppendStep(dst []byte, job uint64, s *Step) []byte {
 		}
 	}
 	return seal(dst, start)
+}
+
+// PeekStep checks a step message's header and checksum and returns its
+// epoch and step number without decoding the body: cheap enough for a
+// subscription callback to drop garbage and duplicates before they queue.
+func PeekStep(b []byte, job uint64) (epoch uint32, step uint64, err error) {
+	if err := checkHeader(b, KindStep, job); err != nil {
+		return 0, 0, err
+	}
+	if len(b) < stepHeaderLen+checksumLen {
+		return 0, 0, fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+checksumLen, len(b))
+	}
+	return binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint64(b[20:]), nil
 }
 
 // DecodeStep decodes b into s, reusing s's slices. It never panics and

@@ -19,6 +19,14 @@ type Msg struct {
 	Data    []byte
 }
 
+// ErrNoResponders is what a request gets when nobody subscribes to its
+// subject (for example rank 0 is not running, or not yet subscribed).
+var ErrNoResponders = errors.New("no responders")
+
+// IsNoResponders reports whether m is the server's "no responders" status
+// message rather than a reply.
+func IsNoResponders(m *Msg) bool { return len(m.Data) == 0 && m.Header["Status"] == "503" }
+
 // Transport is the narrow view of the message bus the decode loop needs:
 // fire-and-forget publish, subscriptions with a non-blocking handler, and
 // private inboxes for streamed replies. natsbus implements it over NATS;

@@ -69,13 +69,17 @@ type Cluster struct {
 	events chan Event
 
 	name string // this member's unique name
+	addr string // host:port peers reach this member at
 
 	mu       sync.Mutex
-	alive    map[string]Meta // live members by name, kept by the delegate
-	formed   bool            // rendezvous complete: losses become events
-	refusal  error           // fatal: this member may not be part of the job
+	alive    map[string]Member // live members by name, kept by the delegate
+	formed   bool              // rendezvous complete: losses become events
+	refusal  error             // fatal: this member may not be part of the job
 	refusals map[string]bool
 	world    map[int]Member // ranks of the formed world
+
+	leaveOnce sync.Once
+	leaveErr  error
 }
 
 // Start creates the member and binds its sockets. It does not join yet.
@@ -94,7 +98,7 @@ func Start(cfg Config) (*Cluster, error) {
 	c := &Cluster{
 		cfg: cfg, log: logger.With("component", "membership"), meta: meta,
 		joined: make(chan struct{}, 1), events: make(chan Event, 64),
-		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Meta{},
+		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Member{},
 	}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
@@ -123,6 +127,10 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	c.ml = ml
+	// Read once, before any peer exists: memberlist rewrites its local
+	// node (on refutes and updates) under a lock callers cannot take.
+	n := ml.LocalNode()
+	c.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	return c, nil
 }
 
@@ -142,10 +150,7 @@ func splitHostPort(s string) (string, int, error) {
 }
 
 // Addr is the address other members reach this one at.
-func (c *Cluster) Addr() string {
-	n := c.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (c *Cluster) Addr() string { return c.addr }
 
 // Name is this member's unique name.
 func (c *Cluster) Name() string { return c.name }
@@ -155,16 +160,23 @@ func (c *Cluster) Name() string { return c.name }
 func (c *Cluster) Events() <-chan Event { return c.events }
 
 // Members returns the live members, ordered by rank.
+//
+// It works from the delegate's copy rather than memberlist's Members():
+// those are pointers into memberlist's node map, which its goroutines
+// rewrite (meta, address) under a lock the caller does not hold.
 func (c *Cluster) Members() []Member {
-	var out []Member
-	for _, n := range c.ml.Members() {
-		m, err := decodeMeta(n.Meta)
-		if err != nil || n.State != memberlist.StateAlive {
-			continue
-		}
-		out = append(out, Member{Name: n.Name, Addr: n.Address(), Meta: m})
+	c.mu.Lock()
+	out := make([]Member, 0, len(c.alive))
+	for _, m := range c.alive {
+		out = append(out, m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Meta.Rank < out[j].Meta.Rank })
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Meta.Rank != out[j].Meta.Rank {
+			return out[i].Meta.Rank < out[j].Meta.Rank
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out
 }
 
@@ -247,13 +259,43 @@ func (c *Cluster) refused() error {
 	return c.refusal
 }
 
-// Leave announces a graceful departure and stops the member.
+// Leave announces a graceful departure and stops the member. It is
+// idempotent: memberlist panics on a Leave after Shutdown, and an agent's
+// shutdown paths (signal, deferred teardown) may both call it.
 func (c *Cluster) Leave(timeout time.Duration) error {
-	err := c.ml.Leave(timeout)
-	if serr := c.ml.Shutdown(); err == nil {
-		err = serr
+	c.leaveOnce.Do(func() {
+		c.announceLeaving(timeout)
+		c.leaveErr = c.ml.Leave(timeout)
+		if serr := c.ml.Shutdown(); c.leaveErr == nil {
+			c.leaveErr = serr
+		}
+	})
+	return c.leaveErr
+}
+
+// announceLeaving re-advertises this member's metadata with State
+// MetaLeaving and waits (up to timeout) for the update to be gossiped, so
+// that peers see the departure that follows as a leave, not a failure.
+func (c *Cluster) announceLeaving(timeout time.Duration) {
+	m := c.cfg.Meta
+	m.State = MetaLeaving
+	b, err := m.encode()
+	if err != nil {
+		c.log.Warn("cannot announce leaving", "err", err)
+		return
 	}
-	return err
+	c.mu.Lock()
+	c.meta = b
+	c.mu.Unlock()
+	if err := c.ml.UpdateNode(timeout); err != nil {
+		c.log.Debug("leaving announcement not confirmed", "err", err)
+	}
+}
+
+func (c *Cluster) ownMeta() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.meta
 }
 
 // delegate implements memberlist's Delegate, EventDelegate and
@@ -262,10 +304,11 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 type delegate Cluster
 
 func (d *delegate) NodeMeta(limit int) []byte {
-	if len(d.meta) > limit {
+	meta := (*Cluster)(d).ownMeta()
+	if len(meta) > limit {
 		return nil
 	}
-	return d.meta
+	return meta
 }
 func (d *delegate) NotifyMsg([]byte)                           {}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
@@ -277,7 +320,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 // the Memberlist, so it works from c.alive.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	c := (*Cluster)(d)
-	if bytes.Equal(peer.Meta, c.meta) {
+	if peer.Name == c.name || bytes.Equal(peer.Meta, c.ownMeta()) {
 		return nil // ourselves
 	}
 	m, err := decodeMeta(peer.Meta)
@@ -313,7 +356,7 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	c.mu.Lock()
 	var holder string
 	for name, om := range c.alive {
-		if name != peer.Name && om.Rank == m.Rank && older(om, name, m, peer.Name) {
+		if name != peer.Name && om.Meta.Rank == m.Rank && older(om.Meta, name, m, peer.Name) {
 			holder = name
 		}
 	}
@@ -358,7 +401,7 @@ func (c *Cluster) track(n *memberlist.Node, alive bool) {
 	m, err := decodeMeta(n.Meta)
 	c.mu.Lock()
 	if alive && err == nil {
-		c.alive[n.Name] = m
+		c.alive[n.Name] = Member{Name: n.Name, Addr: n.Address(), Meta: m}
 	} else {
 		delete(c.alive, n.Name)
 	}
@@ -380,7 +423,8 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	if !formed {
 		return
 	}
-	ev := Event{Member: Member{Name: n.Name, Addr: n.Address(), Meta: m}, Left: n.State == memberlist.StateLeft}
+	left := n.State == memberlist.StateLeft || m.State == MetaLeaving
+	ev := Event{Member: Member{Name: n.Name, Addr: n.Address(), Meta: m}, Left: left}
 	select {
 	case c.events <- ev:
 	default:

@@ -17,7 +17,14 @@ type Meta struct {
 	NATS    string `json:"nats"`    // NATS URL the agent uses (credentials removed)
 	Version string `json:"version"` // tpcoord version
 	Started int64  `json:"started"` // unix ns; the older claimant of a rank keeps it
+	// State is MetaLeaving once the member has begun a graceful Leave. It
+	// is how peers tell a departure from a failure: memberlist v0.7 hands
+	// NotifyLeave a Node whose State field is never set.
+	State string `json:"state,omitempty"`
 }
+
+// MetaLeaving is Meta.State of a member that is leaving on purpose.
+const MetaLeaving = "leaving"
 
 func (m Meta) encode() ([]byte, error) {
 	b, err := json.Marshal(m)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 	"time"
 )
 
-var binary string
+var tpcoordBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "tpcoord-e2e-")
@@ -23,8 +24,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "tpcoord")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/tpcoord")
+	tpcoordBin = filepath.Join(dir, "tpcoord")
+	build := exec.Command("go", "build", "-o", tpcoordBin, "../cmd/tpcoord")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build tpcoord:", err)
@@ -74,7 +75,7 @@ func launch(t *testing.T, args ...string) *job {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
 	j := &job{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
-	j.cmd = exec.Command(binary, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
+	j.cmd = exec.Command(tpcoordBin, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
 	j.cmd.Stdout, j.cmd.Stderr = j.log, j.log
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ type generated struct {
 
 // generate runs `tpcoord generate --json` and returns its last line.
 func (j *job) generate(ctx context.Context, args ...string) (generated, error) {
-	cmd := exec.CommandContext(ctx, binary, append([]string{"generate", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json"}, args...)...)
+	cmd := exec.CommandContext(ctx, tpcoordBin, append([]string{"generate", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json"}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -187,14 +188,15 @@ func (j *job) generate(ctx context.Context, args ...string) (generated, error) {
 }
 
 type rankStatus struct {
-	Rank   int    `json:"rank"`
-	State  string `json:"state"`
-	Step   uint64 `json:"step"`
-	Digest string `json:"digest"`
+	Rank     int               `json:"rank"`
+	State    string            `json:"state"`
+	Step     uint64            `json:"step"`
+	Digest   string            `json:"digest"`
+	Rejected map[string]uint64 `json:"rejected"`
 }
 
 func (j *job) status() ([]rankStatus, error) {
-	out, err := exec.Command(binary, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
+	out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
 	if err != nil {
 		return nil, fmt.Errorf("status: %v", err)
 	}
@@ -205,4 +207,12 @@ func (j *job) status() ([]rankStatus, error) {
 		return nil, fmt.Errorf("status output %q: %v", out, err)
 	}
 	return s.Ranks, nil
+}
+
+type netTCPAddr = net.TCPAddr
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }

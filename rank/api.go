@@ -21,7 +21,8 @@ const MaxPromptTokens = 1 << 16
 // ParseGenerateRequest decodes and validates a request. Errors name the
 // offending JSON field.
 func ParseGenerateRequest(data []byte, vocab int) (*GenerateRequest, error) {
-	var r GenerateRequest
+	// Omitted sampling fields take vLLM's defaults (temperature 1).
+	r := GenerateRequest{Params: sampler.DefaultParams()}
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("request: invalid JSON: %w", err)
 	}
@@ -81,4 +82,7 @@ type RankStatus struct {
 	Rows    int    `json:"rows"`
 	Waiting int    `json:"waiting,omitempty"`
 	Version string `json:"version,omitempty"`
+	// Rejected counts messages refused by kind (malformed, stale epoch,
+	// wrong sender, …) and duplicates ignored.
+	Rejected map[string]uint64 `json:"rejected,omitempty"`
 }

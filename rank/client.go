@@ -21,7 +21,15 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	inbox := tr.NewInbox()
 	replies := make(chan []byte, 1024)
 	overflow := make(chan struct{})
+	noResponders := make(chan struct{}, 1)
 	unsub, err := tr.Subscribe(inbox, func(m *broadcast.Msg) {
+		if broadcast.IsNoResponders(m) {
+			select {
+			case noResponders <- struct{}{}:
+			default:
+			}
+			return
+		}
 		select {
 		case replies <- append([]byte(nil), m.Data...):
 		default:
@@ -48,6 +56,8 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 			return nil, fmt.Errorf("waiting for tokens: %w", ctx.Err())
 		case <-overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
+		case <-noResponders:
+			return nil, fmt.Errorf("no rank 0 serves job %q on %s (%w)", subj.Job, subj.Generate(), broadcast.ErrNoResponders)
 		case b := <-replies:
 			var r GenerateReply
 			if err := json.Unmarshal(b, &r); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -35,6 +36,29 @@ type DriverConfig struct {
 	EOS       int32
 	Version   string
 	Logger    *slog.Logger
+	// ReplayWindow is how many published steps rank 0 keeps for followers
+	// that missed some (default 1024).
+	ReplayWindow int
+	// MaxStepBytes bounds one step message (the transport's max payload);
+	// admissions that do not fit wait for a later step.
+	MaxStepBytes int
+	// ReplayTimeout bounds one replay request (default 2s).
+	ReplayTimeout time.Duration
+}
+
+func (c *DriverConfig) defaults() {
+	if c.ReplayWindow <= 0 {
+		c.ReplayWindow = 1024
+	}
+	if c.MaxStepBytes <= 0 {
+		c.MaxStepBytes = 1 << 20
+	}
+	if c.ReplayTimeout <= 0 {
+		c.ReplayTimeout = 2 * time.Second
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 250 * time.Millisecond
+	}
 }
 
 // Driver is the I/O loop of one rank. It is not safe to call Run twice.
@@ -57,10 +81,16 @@ type Driver struct {
 	intake chan *Request
 	wake   chan struct{}
 	aborts chan error
+	window *broadcast.Window // rank 0: recent steps for replay
+	behind chan struct{}     // followers: rank 0 reported a step we lack
 
-	mu    sync.Mutex
-	pos   position
-	peers map[int]broadcast.Heartbeat
+	mu        sync.Mutex
+	pos       position
+	peers     map[int]broadcast.Heartbeat
+	leader    uint64 // followers: step rank 0 had applied one heartbeat ago
+	leaderNow uint64 // followers: step rank 0 reported last
+	rejected  map[string]uint64
+	lastWarn  map[string]time.Time
 }
 
 // position is what status replies and heartbeats report, guarded by mu.
@@ -82,6 +112,7 @@ type Picker interface {
 
 // NewDriver wires a rank's loop. pick is used on rank 0 only.
 func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picker) *Driver {
+	cfg.defaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -96,14 +127,19 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		job:    broadcast.JobHash(cfg.Job),
 		mirror: NewMirror(cfg.Epoch),
 		times:  map[uint64]*reqTimes{},
-		steps:  make(chan []byte, 4*(cfg.MaxLag+2)+64),
+		steps:  make(chan []byte, 1024),
 		intake: make(chan *Request, cfg.MaxQueue),
 		wake:   make(chan struct{}, 1),
 		aborts: make(chan error, 1),
 		peers:  map[int]broadcast.Heartbeat{},
+		behind: make(chan struct{}, 1),
+
+		rejected: map[string]uint64{},
+		lastWarn: map[string]time.Time{},
 	}
 	if cfg.Rank == 0 {
-		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS})
+		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.MaxStepBytes})
+		d.window = broadcast.NewWindow(cfg.ReplayWindow)
 	}
 	return d
 }
@@ -121,10 +157,15 @@ func (d *Driver) Abort(err error) {
 func (d *Driver) Status() RankStatus {
 	d.mu.Lock()
 	p := d.pos
+	var rejected map[string]uint64
+	if len(d.rejected) > 0 {
+		rejected = maps.Clone(d.rejected)
+	}
 	d.mu.Unlock()
 	return RankStatus{
 		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Epoch: d.cfg.Epoch,
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
+		Rejected: rejected,
 	}
 }
 
@@ -206,9 +247,12 @@ func (d *Driver) subscribe() ([]func() error, error) {
 		if err := sub(d.subj.Generate(), d.onGenerate); err != nil {
 			return unsubs, err
 		}
-		return unsubs, nil
+		return unsubs, sub(d.subj.Replay(), d.onReplay)
 	}
 	if err := sub(d.subj.Step(), d.onStep); err != nil {
+		return unsubs, err
+	}
+	if err := sub(d.subj.Heartbeat(0), d.onLeaderHeartbeat); err != nil {
 		return unsubs, err
 	}
 	return unsubs, sub(d.subj.Control(), d.onControl)
@@ -218,17 +262,34 @@ func (d *Driver) subscribe() ([]func() error, error) {
 // off and return; none blocks.
 
 func (d *Driver) onStep(m *broadcast.Msg) {
+	epoch, k, err := broadcast.PeekStep(m.Data, d.job)
+	if err != nil {
+		d.reject("step", err)
+		return
+	}
+	d.mu.Lock()
+	applied := d.pos.applied
+	d.mu.Unlock()
+	if epoch != d.cfg.Epoch {
+		d.reject("wrong_epoch", fmt.Errorf("step %d of epoch %d, this rank is in epoch %d", k, epoch, d.cfg.Epoch))
+		return
+	}
+	if k <= applied {
+		d.count("duplicate")
+		return
+	}
 	select {
 	case d.steps <- append([]byte(nil), m.Data...):
 	default:
-		d.Abort(fmt.Errorf("%w: step queue full (%d steps): this rank cannot keep up", ErrAborted, cap(d.steps)))
+		// Dropping is safe: the gap it leaves is filled by replay.
+		d.reject("step_queue_full", fmt.Errorf("step %d dropped: %d steps already queued", k, cap(d.steps)))
 	}
 }
 
 func (d *Driver) onControl(m *broadcast.Msg) {
 	var c control
 	if err := json.Unmarshal(m.Data, &c); err != nil {
-		d.log.Warn("ignoring malformed control message", "err", err)
+		d.reject("control", err)
 		return
 	}
 	if c.Kind == "abort" {
@@ -239,14 +300,14 @@ func (d *Driver) onControl(m *broadcast.Msg) {
 func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 	var hb broadcast.Heartbeat
 	if err := broadcast.DecodeHeartbeat(m.Data, d.job, &hb); err != nil {
-		d.log.Warn("ignoring malformed heartbeat", "subject", m.Subject, "err", err)
+		d.reject("heartbeat", err, "subject", m.Subject)
 		return
 	}
 	if hb.Rank == 0 && m.Subject == d.subj.Heartbeat(0) {
 		return // our own
 	}
 	if hb.Rank == 0 || int(hb.Rank) >= d.cfg.World || m.Subject != d.subj.Heartbeat(int(hb.Rank)) {
-		d.log.Warn("ignoring heartbeat from unexpected sender", "subject", m.Subject, "claimed_rank", hb.Rank)
+		d.reject("heartbeat_sender", fmt.Errorf("heartbeat on %s claims rank %d", m.Subject, hb.Rank))
 		return
 	}
 	d.mu.Lock()
@@ -275,6 +336,12 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	req, err := ParseGenerateRequest(m.Data, d.ex.Vocab())
 	if err != nil {
 		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
+		return
+	}
+	if need := broadcast.StepSize(&broadcast.Step{}) + d.cfg.MaxBatch*20 + broadcast.AdmissionSize(len(req.PromptTokenIDs)); need > d.cfg.MaxStepBytes {
+		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: fmt.Sprintf(
+			"prompt_token_ids: %d tokens do not fit in one step message (%d bytes needed, max payload %d); shorten the prompt or raise the NATS max_payload",
+			len(req.PromptTokenIDs), need, d.cfg.MaxStepBytes)})
 		return
 	}
 	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply}
@@ -338,7 +405,7 @@ func (d *Driver) heartbeatLoop(ctx context.Context) {
 }
 
 // follow is the loop of ranks other than 0: apply every step in order,
-// run forward, report.
+// run forward, report. A gap is filled by replay from rank 0.
 func (d *Driver) follow(ctx context.Context) error {
 	var st broadcast.Step
 	for {
@@ -347,28 +414,59 @@ func (d *Driver) follow(ctx context.Context) error {
 			return nil
 		case err := <-d.aborts:
 			return err
+		case <-d.behind:
+			if len(d.steps) > 0 {
+				continue // the steps may be on their way
+			}
+			if target := d.leaderApplied(); target > d.mirror.Applied() {
+				if err := d.catchUp(ctx, target); err != nil {
+					return err
+				}
+			}
 		case data := <-d.steps:
 			if err := broadcast.DecodeStep(data, d.job, &st); err != nil {
-				d.log.Warn("ignoring undecodable step message", "err", err)
+				d.reject("step", err)
 				continue
 			}
-			if err := d.mirror.Apply(&st); err != nil {
-				if errors.Is(err, ErrDuplicate) || errors.Is(err, ErrStaleEpoch) {
-					d.log.Debug("ignoring step", "err", err)
-					continue
+			err := d.mirror.Check(&st)
+			switch {
+			case errors.Is(err, ErrDuplicate):
+				d.count("duplicate")
+				continue
+			case errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrFutureEpoch):
+				d.reject("wrong_epoch", err)
+				continue
+			case errors.Is(err, ErrGap):
+				// The message that revealed the gap is not kept: replay
+				// returns rank 0's own copy of it.
+				if err := d.catchUp(ctx, st.Step); err != nil {
+					return err
 				}
+				continue
+			case err != nil:
 				return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 			}
-			if _, err := d.ex.Forward(ctx, Batch{Step: st.Step, Rows: d.mirror.Rows()}); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("%w: rank %d: forward of step %d: %w", ErrAborted, d.cfg.Rank, st.Step, err)
+			if err := d.applyAndRun(ctx, &st); err != nil {
+				return err
 			}
-			d.publishState()
-			d.sendHeartbeat()
 		}
 	}
+}
+
+// applyAndRun applies the next step on a follower and runs its forward.
+func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
+	if err := d.mirror.Apply(st); err != nil {
+		return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
+	}
+	if _, err := d.ex.Forward(ctx, Batch{Step: st.Step, Rows: d.mirror.Rows()}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w: rank %d: forward of step %d: %w", ErrAborted, d.cfg.Rank, st.Step, err)
+	}
+	d.publishState()
+	d.sendHeartbeat()
+	return nil
 }
 
 // lead is rank 0's loop: schedule, publish, apply, forward, sample, stream.
@@ -381,6 +479,16 @@ func (d *Driver) lead(ctx context.Context) error {
 		reqs   []*Request
 	)
 	for k := uint64(1); ; {
+		// A step boundary: stop here if asked, even when every step is
+		// ready at once (no follower to wait for, a forward that does not
+		// block), or a busy loop would never notice.
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-d.aborts:
+			return err
+		default:
+		}
 		d.admit()
 		st := d.sched.Next(d.cfg.Epoch, k)
 		if st == nil {
@@ -395,9 +503,13 @@ func (d *Driver) lead(ctx context.Context) error {
 			continue
 		}
 		if err := d.awaitFollowers(ctx, k); err != nil {
+			if ctx.Err() != nil {
+				return nil // cancelled while waiting: a clean stop
+			}
 			return err
 		}
 		buf = broadcast.AppendStep(buf[:0], d.job, st)
+		d.window.Add(st.Epoch, k, buf)
 		if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf}); err != nil {
 			return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
 		}

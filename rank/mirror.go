@@ -16,7 +16,10 @@ var (
 	ErrDuplicate  = errors.New("duplicate step")
 	ErrGap        = errors.New("gap in step sequence")
 	ErrStaleEpoch = errors.New("step from a stale epoch")
-	ErrDiverged   = errors.New("step does not fit this rank's batch")
+	// ErrFutureEpoch: epochs change when the world re-forms, which the
+	// membership layer announces; a step cannot start a new epoch by itself.
+	ErrFutureEpoch = errors.New("step from a future epoch")
+	ErrDiverged    = errors.New("step does not fit this rank's batch")
 )
 
 // NoToken stands in a step's token list for a row that produced no token
@@ -82,7 +85,7 @@ func (m *Mirror) Check(s *broadcast.Step) error {
 	case s.Epoch < m.epoch:
 		return fmt.Errorf("%w: epoch %d, this rank is in epoch %d", ErrStaleEpoch, s.Epoch, m.epoch)
 	case s.Epoch > m.epoch:
-		return fmt.Errorf("%w: step %d of epoch %d, this rank is still in epoch %d", ErrGap, s.Step, s.Epoch, m.epoch)
+		return fmt.Errorf("%w: step %d of epoch %d, this rank is in epoch %d", ErrFutureEpoch, s.Step, s.Epoch, m.epoch)
 	case s.Step <= m.applied:
 		return fmt.Errorf("%w: step %d, already applied %d", ErrDuplicate, s.Step, m.applied)
 	case s.Step > m.applied+1:
@@ -114,10 +117,12 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 		}
 		removed[id] = true
 	}
+	admitted := make(map[uint64]bool, len(s.Admitted))
 	for _, a := range s.Admitted {
-		if _, ok := m.index[a.Seq]; ok && !removed[a.Seq] {
+		if _, ok := m.index[a.Seq]; (ok && !removed[a.Seq]) || admitted[a.Seq] {
 			return fmt.Errorf("%w: step %d admits sequence %d, which is already in the batch", ErrDiverged, s.Step, a.Seq)
 		}
+		admitted[a.Seq] = true
 	}
 
 	for i, t := range s.Tokens {

@@ -50,6 +50,9 @@ type SchedulerConfig struct {
 	MaxBatch int   // rows per step
 	MaxQueue int   // requests waiting for a row
 	EOS      int32 // end-of-sequence token, -1 for none
+	// MaxStepBytes bounds a step's encoding; admissions that would exceed
+	// it wait for a later step (0: no bound).
+	MaxStepBytes int
 }
 
 // Scheduler is rank 0's pure scheduling logic: a FIFO queue, the set of
@@ -105,8 +108,13 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	for _, id := range st.Removed {
 		delete(s.active, id)
 	}
+	size := broadcast.StepSize(st)
 	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
 		r := s.waiting[0]
+		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+broadcast.AdmissionSize(len(r.Prompt)) > s.cfg.MaxStepBytes {
+			break // the rest go in later steps
+		}
+		size += broadcast.AdmissionSize(len(r.Prompt))
 		s.waiting = s.waiting[1:]
 		s.active[r.Seq] = r
 		st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt})
@@ -133,7 +141,13 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 		ev := Event{Req: r, Token: tok, Index: len(r.Output)}
 		switch {
 		case tok == NoToken:
-			r.Finish, r.Err = FinishError, errs[i]
+			r.Finish = FinishError
+			if errs != nil {
+				r.Err = errs[i]
+			}
+			if r.Err == nil { // a picker that left a row empty without saying why
+				r.Err = fmt.Errorf("no token was sampled for sequence %d", row.ID)
+			}
 		default:
 			r.Output = append(r.Output, tok)
 			if stop := s.isStop(r, tok); stop && len(r.Output) >= r.Params.MinTokens {

@@ -2,4 +2,19 @@
 // sampler (argmax(l/T + g), no softmax on the paths that do not need it) and
 // Reference, the softmax-based algorithm it replaces, kept for tests and
 // benchmarks. Noise comes from package noisepool. It imports no I/O packages.
+//
+// Use: s := New(DefaultConfig()); per step fill a []Row (logits, Params,
+// token history, noise identity and optionally a pool noise row) and call
+// s.Sample(rows, results). Logprobs are computed afterwards, off the
+// critical path, with s.Logprobs. The processing order (vLLM v0 Sampler) is
+// documented at the top of sampler.go.
+//
+// Exactness: whatever path a row takes (pool or inline noise, pruned or
+// not), the token is exactly the argmax over all kept tokens of
+// float32(float32(l·float32(1/T)) + noisepool.Gumbel(key, row, i)), lowest
+// index on ties. The tests check this bit for bit against a brute-force
+// full-row computation.
+//
+// The package does not own the noise pool (noisepool), stop handling
+// beyond reporting Result.Stop, or max_tokens (the rank's request tracker).
 package sampler

@@ -72,10 +72,13 @@ func (p *Params) Validate(vocab int) error {
 			return err
 		}
 	}
-	for name, ids := range map[string][]int32{"allowed_token_ids": p.AllowedTokenIDs, "stop_token_ids": p.StopTokenIDs} {
-		for _, t := range ids {
+	for _, f := range [...]struct {
+		name string
+		ids  []int32
+	}{{"allowed_token_ids", p.AllowedTokenIDs}, {"stop_token_ids", p.StopTokenIDs}} {
+		for _, t := range f.ids {
 			if t < 0 || int(t) >= vocab {
-				return fmt.Errorf("%s: token %d out of range [0, %d)", name, t, vocab)
+				return fmt.Errorf("%s: token %d out of range [0, %d)", f.name, t, vocab)
 			}
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +24,67 @@ type Config struct {
 	// which the decode loop then sees as a gap.
 	PendingMsgs int
 	Logger      *slog.Logger
+
+	// Authentication and TLS; all optional. The URL may carry a token or
+	// user:password instead.
+	CredsFile    string // NATS credentials file (JWT + nkey seed)
+	User         string // user name, with PasswordFile
+	PasswordFile string // file holding the password (trailing newline ignored)
+	NKeySeedFile string // nkey seed file
+	TLSCA        string // CA bundle to verify the server
+	TLSCert      string // client certificate, with TLSKey
+	TLSKey       string
+
+	// OnClosed is called once when the connection is closed for good
+	// (reconnects exhausted, or Close).
+	OnClosed func()
+}
+
+// authOptions turns the auth and TLS settings into nats.go options; errors
+// name the setting.
+func (cfg Config) authOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	if cfg.CredsFile != "" {
+		if _, err := os.Stat(cfg.CredsFile); err != nil {
+			return nil, fmt.Errorf("nats-creds: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if (cfg.User == "") != (cfg.PasswordFile == "") {
+		return nil, fmt.Errorf("nats-user and nats-password-file: give both or neither")
+	}
+	if cfg.User != "" {
+		pw, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats-password-file: %w", err)
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(pw), "\r\n")))
+	}
+	if cfg.NKeySeedFile != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats-nkey-seed: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.TLSCA != "" {
+		if _, err := os.Stat(cfg.TLSCA); err != nil {
+			return nil, fmt.Errorf("nats-tls-ca: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, fmt.Errorf("nats-tls-cert and nats-tls-key: give both or neither")
+	}
+	if cfg.TLSCert != "" {
+		for flag, f := range map[string]string{"nats-tls-cert": cfg.TLSCert, "nats-tls-key": cfg.TLSKey} {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("%s: %w", flag, err)
+			}
+		}
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	return opts, nil
 }
 
 // DefaultConfig returns settings that notice a dead server within seconds.
@@ -47,8 +110,17 @@ func Connect(cfg Config) (*Conn, error) {
 	if cfg.PendingMsgs <= 0 {
 		cfg.PendingMsgs = DefaultConfig().PendingMsgs
 	}
-	nc, err := nats.Connect(cfg.URL,
+	opts, err := cfg.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	onClosed := cfg.OnClosed
+	if onClosed == nil {
+		onClosed = func() {}
+	}
+	nc, err := nats.Connect(cfg.URL, append(opts,
 		nats.Name(cfg.Name),
+		nats.ClosedHandler(func(*nats.Conn) { onClosed() }),
 		nats.Timeout(5*time.Second),
 		nats.PingInterval(2*time.Second),
 		nats.MaxPingsOutstanding(2),
@@ -69,7 +141,7 @@ func Connect(cfg Config) (*Conn, error) {
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(cfg.URL), err)
 	}
@@ -139,3 +211,6 @@ func Redact(raw string) string {
 	}
 	return u.Redacted()
 }
+
+// MaxPayload is the largest message the server accepts.
+func (c *Conn) MaxPayload() int { return int(c.nc.MaxPayload()) }

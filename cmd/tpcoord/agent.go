@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/coordinator"
+	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank"
 )
 
@@ -26,14 +29,15 @@ const wireVersion = broadcast.Version
 // agentConfig is everything one rank needs. Flags, TPC_* variables and the
 // YAML file all land here (see layerConfig).
 type agentConfig struct {
-	Config            string
-	Job               string
-	Rank              int
-	WorldSize         int
-	Bind              string
-	Join              []string
-	Local             bool
-	NATS              string
+	Config    string
+	Job       string
+	Rank      int
+	WorldSize int
+	Bind      string
+	Join      []string
+	Local     bool
+	NATS      string
+	natsAuth
 	Prefix            string
 	Executor          string
 	Vocab             int
@@ -44,6 +48,7 @@ type agentConfig struct {
 	ForwardTime       time.Duration
 	RendezvousTimeout time.Duration
 	HeartbeatInterval time.Duration
+	ReplayWindow      int
 	LogLevel          string
 	LogFormat         string
 }
@@ -57,7 +62,9 @@ func (c *agentConfig) flags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.Join, "join", nil, "comma-separated memberlist peers host:port to join")
 	fs.BoolVar(&c.Local, "local", false, "use memberlist's fast loopback timings (all ranks on one host)")
 	fs.StringVar(&c.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL")
+	c.natsAuth.flags(fs)
 	fs.StringVar(&c.Prefix, "subject-prefix", "tpc", "prefix of the job's NATS subjects")
+	fs.IntVar(&c.ReplayWindow, "replay-window", 1024, "steps rank 0 keeps to replay to a follower that missed some")
 	fs.StringVar(&c.Executor, "executor", "synthetic", "model executor: synthetic")
 	fs.IntVar(&c.Vocab, "vocab", 100352, "vocabulary size")
 	fs.IntVar(&c.EOS, "eos", 0, "end-of-sequence token ID (-1 for none)")
@@ -104,6 +111,8 @@ func (c *agentConfig) validate() error {
 		return configError("heartbeat-interval: must be > 0, got %v", c.HeartbeatInterval)
 	case c.NATS == "":
 		return configError("nats: must not be empty")
+	case c.ReplayWindow < 1 || c.ReplayWindow > 1<<20:
+		return configError("replay-window: must be in [1, %d], got %d", 1<<20, c.ReplayWindow)
 	}
 	if c.WorldSize > 1 && c.Rank != 0 && len(c.Join) == 0 {
 		return configError("join: rank %d of a world of %d needs at least one peer to join", c.Rank, c.WorldSize)
@@ -156,7 +165,12 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 	log = log.With("job", cfg.Job, "rank", cfg.Rank)
 	log.Info("agent starting", "version", version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS))
 
-	nc, err := natsbus.Connect(natsbus.Config{URL: cfg.NATS, Name: fmt.Sprintf("tpcoord-%s-r%d", cfg.Job, cfg.Rank), Logger: log})
+	natsClosed := make(chan struct{})
+	var closeOnce sync.Once
+	ncfg := natsbus.Config{URL: cfg.NATS, Name: fmt.Sprintf("tpcoord-%s-r%d", cfg.Job, cfg.Rank), Logger: log,
+		OnClosed: func() { closeOnce.Do(func() { close(natsClosed) }) }}
+	cfg.natsAuth.apply(&ncfg)
+	nc, err := natsbus.Connect(ncfg)
 	if err != nil {
 		return err
 	}
@@ -196,11 +210,17 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 		return err
 	}
 
+	base, err := noisepool.NewBase(rand.Reader)
+	if err != nil {
+		return err
+	}
+	picker := rank.NewSampling(cfg.Vocab, int32(cfg.EOS), base)
 	d := rank.NewDriver(rank.DriverConfig{
 		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize,
 		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag,
 		Heartbeat: cfg.HeartbeatInterval, EOS: int32(cfg.EOS), Version: version, Logger: log,
-	}, nc, ex, rank.Greedy{})
+		ReplayWindow: cfg.ReplayWindow, MaxStepBytes: nc.MaxPayload(),
+	}, nc, ex, picker)
 
 	dctx, dcancel := context.WithCancel(ctx)
 	defer dcancel()
@@ -220,6 +240,10 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 			}
 			log.Error("peer lost; stopping the decode loop", "peer", ev.String())
 			d.Abort(fmt.Errorf("%w: %s", rank.ErrPeerLost, ev))
+		case <-natsClosed:
+			natsClosed = nil
+			log.Error("NATS connection closed for good; stopping the decode loop")
+			d.Abort(fmt.Errorf("%w: rank %d lost its NATS connection (reconnects exhausted)", rank.ErrAborted, cfg.Rank))
 		case err := <-done:
 			stop()
 			return exitFor(err, peerLeft, log)

@@ -22,8 +22,9 @@ import (
 
 // clientConfig is what generate and status need to reach a job.
 type clientConfig struct {
-	Config  string
-	NATS    string
+	Config string
+	NATS   string
+	natsAuth
 	Job     string
 	Prefix  string
 	Timeout time.Duration
@@ -33,6 +34,7 @@ type clientConfig struct {
 func (c *clientConfig) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Config, "config", "", "YAML config file; keys are flag names")
 	fs.StringVar(&c.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL (as written to launch's --ready-file)")
+	c.natsAuth.flags(fs)
 	fs.StringVar(&c.Job, "job", "default", "job ID")
 	fs.StringVar(&c.Prefix, "subject-prefix", "tpc", "prefix of the job's NATS subjects")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON")
@@ -45,7 +47,9 @@ func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, 
 	if err := broadcast.ValidateToken("subject-prefix", c.Prefix); err != nil {
 		return nil, broadcast.Subjects{}, configError("%v", err)
 	}
-	nc, err := natsbus.Connect(natsbus.Config{URL: c.NATS, Name: name})
+	ncfg := natsbus.Config{URL: c.NATS, Name: name}
+	c.natsAuth.apply(&ncfg)
+	nc, err := natsbus.Connect(ncfg)
 	return nc, broadcast.Subjects{Prefix: c.Prefix, Job: c.Job}, err
 }
 
@@ -107,7 +111,7 @@ func newGenerateCmd() *cobra.Command {
 	fs.StringVar(&prompt, "prompt", "", "prompt token IDs, comma-separated")
 	fs.IntVar(&req.MaxTokens, "max-tokens", 16, "most tokens to generate")
 	fs.Int64Var(&seed, "seed", -1, "per-request sampling seed (-1 for none)")
-	fs.Float32Var(&req.Temperature, "temperature", 0, "sampling temperature (0: greedy)")
+	fs.Float32Var(&req.Temperature, "temperature", 1, "sampling temperature (below 1e-5: greedy)")
 	fs.IntVar(&req.TopK, "top-k", 0, "top-k (0 disables)")
 	fs.Float32Var(&req.TopP, "top-p", 0, "top-p (0 or 1 disables)")
 	fs.Float32Var(&req.MinP, "min-p", 0, "min-p (0 disables)")
@@ -207,10 +211,13 @@ func runDemo(ctx context.Context, tr broadcast.Transport, subj broadcast.Subject
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
+			seed := uint64(i)
+			params := sampler.DefaultParams()
+			params.Temperature, params.TopP, params.Seed = 0.8, 0.95, &seed
 			req := &rank.GenerateRequest{
 				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
 				MaxTokens:      cfg.DemoMaxTokens,
-				Params:         sampler.Params{Temperature: 0},
+				Params:         params,
 			}
 			rep, err := rank.Generate(ctx, tr, subj, req, nil)
 			results[i] = result{i, rep, err}

@@ -133,7 +133,9 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 	rank0 := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 
 	// Watch heartbeats before any rank starts, so none is missed.
-	nc, err := natsbus.Connect(natsbus.Config{URL: natsURL, Name: "tpcoord-launch", Logger: log})
+	ncfg := natsbus.Config{URL: natsURL, Name: "tpcoord-launch", Logger: log}
+	cfg.agent.natsAuth.apply(&ncfg)
+	nc, err := natsbus.Connect(ncfg)
 	if err != nil {
 		return err
 	}

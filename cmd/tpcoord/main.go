@@ -47,7 +47,9 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newVersionCmd())
+	bench := &cobra.Command{Use: "bench", Short: "Benchmarks (JSON lines with the machine, the configuration and medians)"}
+	bench.AddCommand(newBenchSamplerCmd())
+	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newVersionCmd())
 	return root
 }
 

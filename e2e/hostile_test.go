@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// TestGarbageAndReplayFlood floods the step subject with 10,000 garbage,
+// corrupted and replayed messages while requests decode: no rank crashes,
+// every request completes, every rank ends with the same digest, and the
+// refusals are counted.
+func TestGarbageAndReplayFlood(t *testing.T) {
+	j := launch(t, "--nproc", "4", "--job", "e2e-flood", "--forward-time", "2ms")
+	nc, err := nats.Connect(j.info.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subject := "tpc.e2e-flood.step"
+
+	// Capture real step messages to replay them later.
+	var mu sync.Mutex
+	var captured [][]byte
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		mu.Lock()
+		if len(captured) < 64 && len(m.Data) > 48 && string(m.Data[:4]) == "TPCS" {
+			captured = append(captured, append([]byte(nil), m.Data...))
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	reqs := workload(8)
+	done := make(chan []generated, 1)
+	go func() { done <- runAll(t, j, reqs) }()
+
+	waitFor(t, 60*time.Second, "some real steps captured", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(captured) >= 4, fmt.Sprintf("%d captured", len(captured))
+	})
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	const flood = 10000
+	for i := range flood {
+		mu.Lock()
+		real := captured[rng.IntN(len(captured))]
+		mu.Unlock()
+		var msg []byte
+		switch i % 5 {
+		case 0: // random bytes
+			msg = make([]byte, rng.IntN(200))
+			for k := range msg {
+				msg[k] = byte(rng.Uint32())
+			}
+		case 1: // a real step replayed: a duplicate
+			msg = real
+		case 2: // a real step with one bit flipped: checksum error
+			msg = append([]byte(nil), real...)
+			msg[rng.IntN(len(msg))] ^= 1 << rng.IntN(8)
+		case 3: // truncated
+			msg = real[:rng.IntN(len(real))]
+		case 4: // a real step with a stale epoch and a valid checksum
+			msg = append([]byte(nil), real[:len(real)-4]...)
+			binary.LittleEndian.PutUint32(msg[16:], 0xffffffff)
+			msg = binary.LittleEndian.AppendUint32(msg, crc32.Checksum(msg, castagnoli))
+		}
+		if err := nc.Publish(subject, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	var got []generated
+	select {
+	case got = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("requests did not complete")
+	}
+	checkResults(t, reqs, got)
+	waitFor(t, 60*time.Second, "all ranks running at the same step and digest", func() (bool, string) {
+		ranks, err := j.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(ranks) != 4 {
+			return false, fmt.Sprintf("%+v", ranks)
+		}
+		for _, r := range ranks {
+			if r.State != "running" || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest {
+				return false, fmt.Sprintf("%+v", ranks)
+			}
+		}
+		return true, ""
+	})
+	ranks, err := j.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ranks[1:] {
+		if r.Rejected["step"] == 0 || r.Rejected["duplicate"] == 0 {
+			t.Errorf("rank %d counted no refused or duplicate steps: %v", r.Rank, r.Rejected)
+		}
+	}
+	if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatalf("launch exited with %v after SIGTERM", err)
+	}
+}
+
+// natsServer is an external nats-server process (Debian's package).
+type natsServer struct {
+	t    *testing.T
+	port int
+	cmd  *exec.Cmd
+	log  *syncBuffer
+}
+
+func startNATSServer(t *testing.T, port int) *natsServer {
+	t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		t.Skip("nats-server is not installed (scripts/deps.sh installs Debian's package)")
+	}
+	s := &natsServer{t: t, port: port, log: &syncBuffer{}}
+	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kill() })
+	waitFor(t, 30*time.Second, "nats-server accepting connections", func() (bool, string) {
+		nc, err := nats.Connect(s.url(), nats.Timeout(time.Second))
+		if err != nil {
+			return false, err.Error()
+		}
+		nc.Close()
+		return true, ""
+	})
+	return s
+}
+
+func (s *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
+
+func (s *natsServer) kill() {
+	if s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		_ = s.cmd.Wait()
+	}
+}
+
+// TestNATSServerRestart restarts an external nats-server while the ranks
+// decode: they reconnect, fill any gap by replay, and go on in lockstep;
+// requests submitted after the restart complete.
+func TestNATSServerRestart(t *testing.T) {
+	port := freeTCPPort(t)
+	srv := startNATSServer(t, port)
+	j := launch(t, "--nproc", "3", "--job", "e2e-restart", "--forward-time", "5ms", "--nats", srv.url())
+
+	// Requests in flight across the restart: their ranks must not hang or
+	// diverge; a client may lose its reply stream, so only the ranks'
+	// state is checked for these.
+	inflight := make(chan struct{})
+	go func() {
+		defer close(inflight)
+		ctx, cancel := contextWithTimeout(90 * time.Second)
+		defer cancel()
+		_, _ = j.generate(ctx, "--prompt", "5,6,7", "--max-tokens", "400", "--ignore-eos", "--timeout", "60s")
+	}()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := j.status()
+		return err == nil && len(ranks) == 3 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	srv.kill()
+	srv = startNATSServer(t, port)
+	waitFor(t, 60*time.Second, "every rank reconnected and answering", func() (bool, string) {
+		ranks, err := j.status()
+		return err == nil && len(ranks) == 3, fmt.Sprintf("%+v %v", ranks, err)
+	})
+
+	reqs := workload(4)
+	checkResults(t, reqs, runAll(t, j, reqs))
+	waitFor(t, 90*time.Second, "all ranks running at the same step and digest after the restart", func() (bool, string) {
+		ranks, err := j.status()
+		if err != nil || len(ranks) != 3 {
+			return false, fmt.Sprintf("%+v %v", ranks, err)
+		}
+		for _, r := range ranks {
+			if r.State != "running" || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest {
+				return false, fmt.Sprintf("%+v", ranks)
+			}
+		}
+		return true, ""
+	})
+	<-inflight
+	if ranks, err := j.status(); err == nil {
+		for _, r := range ranks {
+			t.Logf("rank %d: step %d, counters %v", r.Rank, r.Step, r.Rejected)
+		}
+	}
+	if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatalf("launch exited with %v after SIGTERM", err)
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*netTCPAddr).Port
+}

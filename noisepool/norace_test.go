@@ -1,0 +1,5 @@
+//go:build !race
+
+package noisepool
+
+const raceEnabled = false

@@ -1,0 +1,420 @@
+package noisepool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// checkFor polls cond until it holds or the deadline passes (no sleeps: it
+// yields the processor between polls).
+func checkFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		waitABit()
+	}
+}
+
+func smallConfig(vocab, rows, producers, lookahead int) Config {
+	c := DefaultConfig()
+	c.Vocab, c.Rows, c.Producers, c.Lookahead = vocab, rows, producers, lookahead
+	c.FillChunk = 64
+	return c
+}
+
+func newTestPool(t *testing.T, cfg Config) *Pool {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// checkRow verifies a handed-out row's identity and every value.
+func checkRow(t *testing.T, r Row, key, row uint64) {
+	t.Helper()
+	if r.Key != key || r.Row != row {
+		t.Fatalf("got row (%d,%d), want (%d,%d)", r.Key, r.Row, key, row)
+	}
+	want := make([]float32, len(r.Values))
+	FillRow(key, row, want)
+	for i := range want {
+		if math.Float32bits(r.Values[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("row (%d,%d) value %d = %v, want %v (inline %v)", key, row, i, r.Values[i], want[i], r.Inline)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+	if b := DefaultConfig().Bytes(); b != 128*100352*4 {
+		t.Errorf("default Bytes = %d", b)
+	}
+	for _, c := range []struct {
+		mod  func(*Config)
+		flag string
+	}{
+		{func(c *Config) { c.Vocab = 0 }, "--vocab"},
+		{func(c *Config) { c.Producers = -1 }, "--noise-producers"},
+		{func(c *Config) { c.Rows = 0 }, "--noise-pool-rows"},
+		{func(c *Config) { c.Producers, c.Rows = 4, 4 }, "--noise-pool-rows"},
+		{func(c *Config) { c.Lookahead = -1 }, "--noise-lookahead"},
+		{func(c *Config) { c.MaxBytes = 0 }, "--noise-max-bytes"},
+		{func(c *Config) { c.Rows = 10000 }, "exceeds --noise-max-bytes"},
+		{func(c *Config) { c.Vocab, c.Rows, c.MaxBytes = math.MaxInt32, math.MaxInt, math.MaxInt64 }, "exceeds"}, // the product overflows
+		{func(c *Config) { c.FillChunk = -2 }, "FillChunk"},
+	} {
+		cfg := DefaultConfig()
+		c.mod(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%+v: error %v, want one naming %s", cfg, err, c.flag)
+		}
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New accepted %+v", cfg)
+		}
+	}
+}
+
+// TestPoolServesPrefetchedRows: after Warm, an active stream's next rows come
+// from the pool (not inline), with the same bits as FillRow.
+func TestPoolServesPrefetchedRows(t *testing.T) {
+	p := newTestPool(t, smallConfig(1001, 16, 2, 3))
+	seed := uint64(1234)
+	seeded := StreamKey(&seed, 0, 0)
+	unseeded := StreamKey(nil, 77, 5)
+	p.Activate(seeded, 10)
+	p.Activate(unseeded, 0)
+	if err := p.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Ready != 6 || s.Produced != 6 || s.Streams != 2 {
+		t.Fatalf("after Warm: %+v, want 6 ready rows of 2 streams", s)
+	}
+	for step := range uint64(3) {
+		for _, k := range []struct{ key, row uint64 }{{seeded, 10 + step}, {unseeded, step}} {
+			r, err := p.Take(k.key, k.row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Inline {
+				t.Errorf("row (%d,%d) generated inline after Warm", k.key, k.row)
+			}
+			checkRow(t, r, k.key, k.row)
+			if err := p.Release(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if step == 0 {
+			if err := p.Warm(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := p.Stats()
+	if s.Taken != 6 || s.Inline > 4 || s.Held != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	if s.ProducerBusy <= 0 {
+		t.Errorf("ProducerBusy = %v", s.ProducerBusy)
+	}
+}
+
+// TestInlineWhenNotReady: with no producers every row is generated inline,
+// counted, with the same bits.
+func TestInlineWhenNotReady(t *testing.T) {
+	p := newTestPool(t, smallConfig(333, 3, 0, 2))
+	p.Activate(9, 0)
+	if err := p.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for row := range uint64(10) {
+		r, err := p.Take(9, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Inline {
+			t.Fatal("row not inline without producers")
+		}
+		checkRow(t, r, 9, row)
+		if err := p.Release(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := p.Stats(); s.Inline != 10 || s.Taken != 10 || s.Produced != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestRingWrapCounter runs two streams through a 4-row ring for many
+// wrap-arounds with two producers: every row handed out has the requested
+// (key,row) identity and values, rows come in order, none is repeated or
+// skipped, no slot is handed out twice at once, and the counters add up.
+func TestRingWrapCounter(t *testing.T) {
+	steps := uint64(2000)
+	if testing.Short() || raceEnabled {
+		steps = 300
+	}
+	const vocab = 257 // odd: exercises the kernel's tail on every row
+	p := newTestPool(t, smallConfig(vocab, 4, 2, 2))
+	keys := []uint64{StreamKey(nil, 1, 1), StreamKey(nil, 1, 2)}
+	for _, k := range keys {
+		p.Activate(k, 0)
+	}
+	seen := map[RowID]bool{}
+	for step := range steps {
+		var held []Row
+		for _, k := range keys {
+			r, err := p.Take(k, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRow(t, r, k, step)
+			if seen[r.RowID] {
+				t.Fatalf("row %+v handed out twice", r.RowID)
+			}
+			seen[r.RowID] = true
+			for _, h := range held {
+				if &h.Values[0] == &r.Values[0] {
+					t.Fatalf("slot of held row %+v handed out again for %+v", h.RowID, r.RowID)
+				}
+			}
+			held = append(held, r)
+		}
+		for _, r := range held {
+			if err := p.Release(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(seen) != int(steps)*len(keys) {
+		t.Fatalf("%d distinct rows, want %d", len(seen), int(steps)*len(keys))
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Stats()
+	if s.Taken != steps*2 || s.Held != 0 || s.Filling != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	// Every handed-out row was either prefetched or inline; every produced
+	// row was taken, discarded, or is still ready.
+	if fromPool := s.Taken - s.Inline; fromPool+s.Discarded+uint64(s.Ready) != s.Produced {
+		t.Errorf("counters do not add up: %+v", s)
+	}
+	t.Logf("%+v", s)
+}
+
+func TestReleaseErrors(t *testing.T) {
+	p := newTestPool(t, smallConfig(10, 2, 0, 1))
+	r, err := p.Take(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(r); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second Release: %v", err)
+	}
+	if err := p.Release(Row{}); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Release of zero Row: %v", err)
+	}
+	// A stale Row whose slot was handed out again is refused too.
+	r2, _ := p.Take(1, 2)
+	r3, _ := p.Take(1, 3)
+	if err := p.Release(r); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("stale Release: %v", err)
+	}
+	if _, err := p.Take(1, 4); !errors.Is(err, ErrExhausted) {
+		t.Errorf("Take with every slot held: %v", err)
+	}
+	p.Release(r2)
+	p.Release(r3)
+}
+
+// TestEvictAndDeactivate: more wanted rows than slots; producers keep the
+// nearest rows, and deactivated streams' rows are discarded.
+func TestEvictAndDeactivate(t *testing.T) {
+	p := newTestPool(t, smallConfig(50, 3, 1, 4))
+	p.Activate(1, 0)
+	p.Activate(2, 0)
+	p.Activate(2, 0) // shared: two references
+	if err := p.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Ready != 3 || s.Streams != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	p.Deactivate(2) // one reference left
+	if s := p.Stats(); s.Streams != 2 {
+		t.Fatalf("stream dropped with a reference left: %+v", s)
+	}
+	p.Deactivate(2)
+	p.Deactivate(3) // unknown: ignored
+	if err := p.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Stats()
+	if s.Streams != 1 || s.Ready != 3 {
+		t.Fatalf("after deactivating stream 2: %+v", s)
+	}
+	r, err := p.Take(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRow(t, r, 1, 0)
+	p.Release(r)
+	// Skipping ahead drops the rows passed over.
+	r, err = p.Take(1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRow(t, r, 1, 2)
+	p.Release(r)
+}
+
+// TestCloseMidFill stops the pool while a producer is in the middle of a row
+// (held there by the test hook): the fill is abandoned, Close waits for the
+// producer, and Close is idempotent.
+func TestCloseMidFill(t *testing.T) {
+	inFill := make(chan struct{})
+	proceed := make(chan struct{})
+	var once sync.Once
+	p, err := newPool(smallConfig(1000, 4, 1, 1), func(id RowID, off int) {
+		if off > 0 {
+			once.Do(func() {
+				close(inFill)
+				<-proceed
+			})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Activate(5, 0)
+	<-inFill
+	closed := make(chan error)
+	go func() { closed <- p.Close() }()
+	checkFor(t, "Close to signal the producers", p.stopping.Load)
+	close(proceed)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	s := p.Stats()
+	if s.Produced != 0 || s.Filling != 0 || s.Ready != 0 {
+		t.Errorf("after Close mid-fill: %+v", s)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Take(5, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Take after Close: %v", err)
+	}
+	if err := p.Warm(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Warm after Close: %v", err)
+	}
+}
+
+func TestWarmContext(t *testing.T) {
+	block := make(chan struct{})
+	p, err := newPool(smallConfig(100, 4, 1, 1), func(RowID, int) { <-block })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	defer close(block)
+	p.Activate(1, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Warm(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Warm with a cancelled context: %v", err)
+	}
+}
+
+// TestConcurrentConsumers runs several consumers (each with its own streams,
+// some sharing a seeded stream's key space) against three producers on a
+// small pool, with Stats and Activate/Deactivate racing; run it with -race.
+// It ends with Close while producers may be filling.
+func TestConcurrentConsumers(t *testing.T) {
+	steps := uint64(200)
+	if testing.Short() || raceEnabled {
+		steps = 60
+	}
+	p, err := New(smallConfig(515, 12, 3, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for c := range 4 {
+		wg.Go(func() {
+			key := StreamKey(nil, 3, uint64(c))
+			p.Activate(key, 0)
+			defer p.Deactivate(key)
+			want := make([]float32, 515)
+			for step := range steps {
+				r, err := p.Take(key, step)
+				if errors.Is(err, ErrExhausted) {
+					errs <- err
+					return
+				}
+				FillRow(key, step, want)
+				for i := range want {
+					if math.Float32bits(r.Values[i]) != math.Float32bits(want[i]) {
+						errs <- errors.New("value mismatch")
+						return
+					}
+				}
+				if err := p.Release(r); err != nil {
+					errs <- err
+					return
+				}
+				_ = p.Stats()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	p.Activate(99, 0) // give producers work, then close under them
+	p.Close()
+	if s := p.Stats(); s.Taken != 4*steps {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestStreamKey(t *testing.T) {
+	s1, s2 := uint64(42), uint64(42)
+	if StreamKey(&s1, 1, 2) != StreamKey(&s2, 3, 4) {
+		t.Error("seeded key depends on base or sequence")
+	}
+	if StreamKey(nil, 1, 2) == StreamKey(nil, 1, 3) || StreamKey(nil, 1, 2) == StreamKey(nil, 2, 2) {
+		t.Error("unseeded keys collide")
+	}
+	if StreamKey(&s1, 0, 0) == StreamKey(nil, 42, 0) {
+		t.Error("seeded and unseeded keys collide")
+	}
+	b, err := NewBase(bytes.NewReader([]byte{1, 2, 3, 4, 5, 6, 7, 8}))
+	if err != nil || b != 0x0807060504030201 {
+		t.Errorf("NewBase = %#x, %v", b, err)
+	}
+	if _, err := NewBase(bytes.NewReader([]byte{1})); err == nil {
+		t.Error("NewBase accepted a short read")
+	}
+}

@@ -1,0 +1,143 @@
+package rank
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+)
+
+// rejectLogInterval limits logging of refused messages to one line per kind
+// per interval; the counters in status hold the totals.
+const rejectLogInterval = 10 * time.Second
+
+// reject counts a refused message and logs it at most once per kind per
+// interval. Safe on any goroutine.
+func (d *Driver) reject(kind string, err error, attrs ...any) {
+	d.mu.Lock()
+	d.rejected[kind]++
+	n := d.rejected[kind]
+	logNow := time.Since(d.lastWarn[kind]) >= rejectLogInterval
+	if logNow {
+		d.lastWarn[kind] = time.Now()
+	}
+	d.mu.Unlock()
+	if logNow {
+		d.log.Warn("refused message", append([]any{"kind", kind, "err", err, "total", n}, attrs...)...)
+	}
+}
+
+// count records a harmless event (such as a duplicate step) without logging.
+func (d *Driver) count(kind string) {
+	d.mu.Lock()
+	d.rejected[kind]++
+	d.mu.Unlock()
+}
+
+// onLeaderHeartbeat lets a follower notice that rank 0 has applied steps it
+// never received (the last steps before a pause are otherwise never
+// followed by a message that reveals the gap).
+func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
+	var hb broadcast.Heartbeat
+	if err := broadcast.DecodeHeartbeat(m.Data, d.job, &hb); err != nil {
+		d.reject("heartbeat", err, "subject", m.Subject)
+		return
+	}
+	if hb.Rank != 0 || hb.Epoch != d.cfg.Epoch {
+		return
+	}
+	// Only steps rank 0 had applied a whole heartbeat interval ago count:
+	// newer ones may still be on their way.
+	d.mu.Lock()
+	d.leader, d.leaderNow = d.leaderNow, max(d.leaderNow, hb.Applied)
+	ahead := d.leader > d.pos.applied
+	d.mu.Unlock()
+	if ahead {
+		select {
+		case d.behind <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *Driver) leaderApplied() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.leader
+}
+
+// onReplay serves a follower's replay request from the window (rank 0).
+func (d *Driver) onReplay(m *broadcast.Msg) {
+	var req broadcast.ReplayRequest
+	if err := broadcast.DecodeReplayRequest(m.Data, d.job, &req); err != nil {
+		d.reject("replay_request", err)
+		return
+	}
+	if m.Reply == "" {
+		return
+	}
+	rep := d.window.Serve(&req, d.cfg.MaxStepBytes)
+	d.log.Info("replaying steps", "to_rank", req.Rank, "from", req.From, "to", req.To, "sent", len(rep.Steps), "status", rep.Status)
+	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, d.job, rep)})
+}
+
+// catchUp asks rank 0 for the steps after the last applied one up to
+// target and applies them in order. A step rank 0 no longer keeps ends the
+// loop cleanly: this rank cannot rejoin lockstep.
+func (d *Driver) catchUp(ctx context.Context, target uint64) error {
+	const attempts = 5
+	var (
+		st    broadcast.Step
+		rep   broadcast.ReplayReply
+		tries int
+	)
+	for d.mirror.Applied() < target {
+		from := d.mirror.Applied() + 1
+		req := broadcast.ReplayRequest{Epoch: d.mirror.Epoch(), Rank: uint32(d.cfg.Rank), From: from, To: target}
+		rctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
+		data, err := broadcast.Request(rctx, d.tr, d.subj.Replay(), broadcast.AppendReplayRequest(nil, d.job, &req))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if tries++; tries < attempts {
+				d.log.Warn("replay request failed; retrying", "from", from, "to", target, "err", err)
+				continue
+			}
+			return fmt.Errorf("%w: rank %d missed steps %d..%d and rank 0 did not answer %d replay requests: %w", ErrAborted, d.cfg.Rank, from, target, attempts, err)
+		}
+		if err := broadcast.DecodeReplayReply(data, d.job, &rep); err != nil {
+			return fmt.Errorf("%w: rank %d: malformed replay reply: %w", ErrAborted, d.cfg.Rank, err)
+		}
+		switch rep.Status {
+		case broadcast.ReplayOK:
+		case broadcast.ReplayBeyondWindow:
+			return fmt.Errorf("%w: rank %d missed steps %d..%d but rank 0 keeps only steps from %d (--replay-window): this rank fell too far behind", ErrAborted, d.cfg.Rank, from, target, rep.Oldest)
+		default:
+			return fmt.Errorf("%w: rank %d: replay refused: rank 0 is in epoch %d, this rank in %d", ErrAborted, d.cfg.Rank, rep.Epoch, d.mirror.Epoch())
+		}
+		if len(rep.Steps) == 0 {
+			return fmt.Errorf("%w: rank %d: rank 0 has not published steps %d..%d it was thought to have", ErrAborted, d.cfg.Rank, from, target)
+		}
+		d.count("replayed")
+		for _, b := range rep.Steps {
+			if err := broadcast.DecodeStep(b, d.job, &st); err != nil {
+				return fmt.Errorf("%w: rank %d: replayed step: %w", ErrAborted, d.cfg.Rank, err)
+			}
+			if err := d.mirror.Check(&st); errors.Is(err, ErrDuplicate) {
+				continue
+			}
+			if err := d.applyAndRun(ctx, &st); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
+		tries = 0
+	}
+	return nil
+}

@@ -1,0 +1,593 @@
+package rank
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+const (
+	drvVocab = 512
+	drvEOS   = 1
+	drvJob   = "drv"
+)
+
+var drvSubj = broadcast.Subjects{Prefix: "tpc", Job: drvJob}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func driverConfig(rank, world int) DriverConfig {
+	return DriverConfig{
+		Job: drvJob, Prefix: "tpc", Rank: rank, World: world, Epoch: 1,
+		MaxBatch: 4, MaxQueue: 16, MaxLag: 2, Heartbeat: 20 * time.Millisecond,
+		EOS: drvEOS, Version: "test", ReplayTimeout: 50 * time.Millisecond,
+	}
+}
+
+// runningRank is one driver running in the background.
+type runningRank struct {
+	d    *Driver
+	tr   broadcast.Transport
+	done chan error
+}
+
+// startRank starts a driver with a Synthetic executor on its own hub
+// connection; ctx's cancellation stops it. The test's cleanup waits for it.
+func startRank(t *testing.T, ctx context.Context, hub *broadcast.Hub, cfg DriverConfig) *runningRank {
+	t.Helper()
+	return startRankOn(t, ctx, hub.Connect(), cfg)
+}
+
+// startRankOn is startRank over a given transport.
+func startRankOn(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg DriverConfig) *runningRank {
+	t.Helper()
+	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: cfg.Rank == 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runningRank{d: NewDriver(cfg, tr, ex, Greedy{}), tr: tr, done: make(chan error, 1)}
+	go func() { r.done <- r.d.Run(ctx) }()
+	t.Cleanup(tr.Close)
+	return r
+}
+
+// wait returns Run's result.
+func (r *runningRank) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err // keep it for later callers
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rank %d: Run did not return", r.d.cfg.Rank)
+		return nil
+	}
+}
+
+// cluster is rank 0 and its followers on one in-memory hub.
+type cluster struct {
+	hub    *broadcast.Hub
+	client broadcast.Transport
+	ranks  []*runningRank
+	cancel context.CancelFunc
+}
+
+func startCluster(t *testing.T, world int) *cluster {
+	t.Helper()
+	return startClusterWith(t, world, nil)
+}
+
+// startClusterWith starts a cluster whose rank r talks through
+// wrap(r, conn) when wrap is not nil.
+func startClusterWith(t *testing.T, world int, wrap func(rank int, tr broadcast.Transport) broadcast.Transport) *cluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &cluster{hub: broadcast.NewHub(), cancel: cancel}
+	c.client = c.hub.Connect()
+	t.Cleanup(c.client.Close)
+	for r := range world {
+		tr := c.hub.Connect()
+		if wrap != nil {
+			tr = wrap(r, tr)
+		}
+		c.ranks = append(c.ranks, startRankOn(t, ctx, tr, driverConfig(r, world)))
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, r := range c.ranks {
+			_ = r.wait(t)
+		}
+	})
+	// Every rank answers status once it has subscribed.
+	eventually(t, 10*time.Second, "not every rank answered status", func() bool {
+		return len(c.status(t)) == world
+	})
+	return c
+}
+
+func (c *cluster) status(t *testing.T) []RankStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := CollectStatus(ctx, c.client, drvSubj, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("CollectStatus: %v", err)
+	}
+	return st
+}
+
+// predict decodes req greedily with the rules of the scheduler, using a
+// Synthetic executor of the same configuration: rows are independent of
+// the batch, so this is exactly what the cluster must produce.
+func predict(t *testing.T, req *GenerateRequest) ([]int32, string) {
+	t.Helper()
+	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float32, drvVocab)
+	s := &Seq{Prompt: req.PromptTokenIDs}
+	for {
+		ex.Row(s, row)
+		tok := argmax(row)
+		s.Output = append(s.Output, tok)
+		stop := (tok == drvEOS && !req.IgnoreEOS) || slices.Contains(req.StopTokenIDs, tok)
+		switch {
+		case stop && len(s.Output) >= req.MinTokens:
+			return s.Output, FinishStop
+		case len(s.Output) >= req.MaxTokens:
+			return s.Output, FinishLength
+		}
+	}
+}
+
+func TestDriverCluster(t *testing.T) {
+	c := startCluster(t, 3)
+	runRequests(t, c)
+	c.cancel()
+	for i, r := range c.ranks {
+		if err := r.wait(t); err != nil {
+			t.Errorf("rank %d: Run returned %v after cancel, want nil", i, err)
+		}
+	}
+}
+
+// TestDriverClusterLossyFollowers: followers whose step subscription drops,
+// duplicates and reorders messages (core NATS is at-most-once) recover the
+// missing steps by replay and stay in lockstep.
+func TestDriverClusterLossyFollowers(t *testing.T) {
+	var faulty []*broadcast.Faulty
+	c := startClusterWith(t, 3, func(rank int, tr broadcast.Transport) broadcast.Transport {
+		if rank == 0 {
+			return tr
+		}
+		f := broadcast.NewFaulty(tr, broadcast.Faults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1, Subjects: []string{drvSubj.Step()}}, uint64(rank))
+		faulty = append(faulty, f)
+		return f
+	})
+	runRequests(t, c)
+	injected := 0
+	for _, f := range faulty {
+		n := f.Counts()
+		injected += n.Dropped + n.Duplicated + n.Reordered
+	}
+	if injected == 0 {
+		t.Fatal("no faults were injected; the test proves nothing")
+	}
+	c.cancel()
+	for i, r := range c.ranks {
+		if err := r.wait(t); err != nil {
+			t.Errorf("rank %d: Run returned %v after cancel, want nil", i, err)
+		}
+	}
+}
+
+// runRequests submits a mix of concurrent requests, checks every outcome
+// against predict, and waits until all ranks agree on step and digest.
+func runRequests(t *testing.T, c *cluster) {
+	t.Helper()
+
+	reqs := []*GenerateRequest{
+		{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 4},                                               // length
+		{PromptTokenIDs: []int32{8}, MaxTokens: 200},                                                   // EOS
+		{PromptTokenIDs: []int32{9, 10}, MaxTokens: 60, Params: sampler.Params{IgnoreEOS: true}},       // length past EOS
+		{PromptTokenIDs: []int32{11}, MaxTokens: 200, Params: sampler.Params{MinTokens: 50}},           // EOS held back
+		{PromptTokenIDs: []int32{12, 13, 14, 15}, MaxTokens: 1},                                        // one token
+		{PromptTokenIDs: []int32{16}, MaxTokens: 200},                                                  // stop token, set below
+		{PromptTokenIDs: []int32{17, 3}, MaxTokens: 30, Params: sampler.Params{Temperature: 0}},        // length or EOS
+		{PromptTokenIDs: []int32{200, 300, 400, 500}, MaxTokens: 100, Params: sampler.Params{TopK: 5}}, // EOS
+	}
+	// A stop token that the request meets before EOS: its third token.
+	first, _ := predict(t, reqs[5])
+	reqs[5].StopTokenIDs = []int32{first[2]}
+
+	type outcome struct {
+		reply    *GenerateReply
+		streamed []int32
+		err      error
+	}
+	outcomes := make([]outcome, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tr := c.hub.Connect()
+			defer tr.Close()
+			var streamed []int32
+			rep, err := Generate(ctx, tr, drvSubj, req, func(index int, token int32) {
+				if index != len(streamed) {
+					t.Errorf("request %d: token index %d, want %d", i, index, len(streamed))
+				}
+				streamed = append(streamed, token)
+			})
+			outcomes[i] = outcome{rep, streamed, err}
+		})
+	}
+	wg.Wait()
+
+	reasons := map[string]int{}
+	for i, req := range reqs {
+		o := outcomes[i]
+		if o.err != nil {
+			t.Fatalf("request %d: %v", i, o.err)
+		}
+		wantTokens, wantFinish := predict(t, req)
+		if o.reply.FinishReason != wantFinish || !slices.Equal(o.reply.Tokens, wantTokens) {
+			t.Errorf("request %d: %s after %v, want %s after %v", i, o.reply.FinishReason, o.reply.Tokens, wantFinish, wantTokens)
+		}
+		if !slices.Equal(o.streamed, o.reply.Tokens) {
+			t.Errorf("request %d: streamed %v, final reply says %v", i, o.streamed, o.reply.Tokens)
+		}
+		if !o.reply.Done || o.reply.Error != "" || o.reply.Timings == nil {
+			t.Errorf("request %d: final reply %+v", i, o.reply)
+		}
+		reasons[o.reply.FinishReason]++
+	}
+	if reasons[FinishStop] == 0 || reasons[FinishLength] == 0 {
+		t.Errorf("finish reasons %v: the scenario should cover both", reasons)
+	}
+	if n := len(outcomes[2].reply.Tokens); n != 60 {
+		t.Errorf("ignore_eos request produced %d tokens, want 60", n)
+	}
+	if got := outcomes[5].reply.Tokens; len(got) != 3 || outcomes[5].reply.FinishReason != FinishStop {
+		t.Errorf("stop-token request: %s after %v", outcomes[5].reply.FinishReason, got)
+	}
+
+	// Once idle, every rank reports the same step and digest.
+	var last []RankStatus
+	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
+		last = c.status(t)
+		if len(last) != 3 {
+			return false
+		}
+		for _, s := range last {
+			if s.Step == 0 || s.Step != last[0].Step || s.Digest != last[0].Digest || s.Rows != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, s := range last {
+		if s.Rank != i || s.World != 3 || s.Job != drvJob || s.Epoch != 1 || s.State != "running" {
+			t.Errorf("status of rank %d: %+v", i, s)
+		}
+	}
+}
+
+func TestDriverInvalidRequests(t *testing.T) {
+	c := startCluster(t, 1)
+	for _, tc := range []struct {
+		req   GenerateRequest
+		field string
+	}{
+		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 0}, "max_tokens"},
+		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: -3}, "max_tokens"},
+		{GenerateRequest{MaxTokens: 5}, "prompt_token_ids"},
+		{GenerateRequest{PromptTokenIDs: []int32{1, drvVocab}, MaxTokens: 5}, "prompt_token_ids[1]"},
+		{GenerateRequest{PromptTokenIDs: []int32{-1}, MaxTokens: 5}, "prompt_token_ids[0]"},
+		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{Temperature: -1}}, "temperature"},
+		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{TopK: drvVocab + 1}}, "top_k"},
+		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{MinTokens: -1}}, "min_tokens"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rep, err := Generate(ctx, c.client, drvSubj, &tc.req, nil)
+			if err == nil {
+				t.Fatalf("invalid request accepted: %+v", rep)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q does not name %s", err, tc.field)
+			}
+			if rep == nil || rep.FinishReason != FinishError || !rep.Done {
+				t.Fatalf("reply %+v", rep)
+			}
+		})
+	}
+	// Malformed JSON, sent by hand.
+	reply := subscribeReplies(t, c.client)
+	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := reply.next(t); !r.Done || r.FinishReason != FinishError || !strings.Contains(r.Error, "JSON") {
+		t.Fatalf("reply to malformed JSON: %+v", r)
+	}
+	// The cluster still serves valid requests.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil); err != nil {
+		t.Fatalf("valid request after invalid ones: %v", err)
+	}
+}
+
+// replies collects the generate replies sent to one inbox.
+type replies struct {
+	inbox string
+	ch    chan GenerateReply
+}
+
+func subscribeReplies(t *testing.T, tr broadcast.Transport) *replies {
+	t.Helper()
+	r := &replies{inbox: tr.NewInbox(), ch: make(chan GenerateReply, 64)}
+	unsub, err := tr.Subscribe(r.inbox, func(m *broadcast.Msg) {
+		var rep GenerateReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Errorf("malformed reply %q", m.Data)
+			return
+		}
+		r.ch <- rep
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unsub() })
+	return r
+}
+
+func (r *replies) next(t *testing.T) GenerateReply {
+	t.Helper()
+	select {
+	case rep := <-r.ch:
+		return rep
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply")
+		return GenerateReply{}
+	}
+}
+
+// lone starts a single follower (rank 1 of 2) with no rank 0, and waits
+// until it listens for steps.
+func lone(t *testing.T) (*runningRank, broadcast.Transport, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	r := startRank(t, ctx, hub, driverConfig(1, 2))
+	pub := hub.Connect()
+	t.Cleanup(func() {
+		cancel()
+		_ = r.wait(t)
+		pub.Close()
+	})
+	eventually(t, 10*time.Second, "follower never became ready", func() bool {
+		return r.d.Status().State == "ready"
+	})
+	return r, pub, cancel
+}
+
+func publishStep(t *testing.T, tr broadcast.Transport, st *broadcast.Step) {
+	t.Helper()
+	data := broadcast.AppendStep(nil, broadcast.JobHash(drvJob), st)
+	if err := tr.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: data}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDriverFollowerGapAborts(t *testing.T) {
+	r, pub, _ := lone(t)
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
+	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	// Step 2 never comes; nobody can replay it.
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 3, Tokens: []broadcast.Token{{Seq: 1, Token: 9}}})
+	err := r.wait(t)
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("Run = %v, want an error wrapping ErrAborted", err)
+	}
+	if st := r.d.Status(); st.Step != 1 || st.State != "aborted" {
+		t.Fatalf("status after the abort: %+v", st)
+	}
+}
+
+func TestDriverFollowerDivergenceAborts(t *testing.T) {
+	r, pub, _ := lone(t)
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
+	// Step 2 has no token for the one row.
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 2})
+	if err := r.wait(t); !errors.Is(err, ErrAborted) || !errors.Is(err, ErrDiverged) {
+		t.Fatalf("Run = %v, want ErrAborted wrapping ErrDiverged", err)
+	}
+}
+
+func TestDriverFollowerIgnoresNoise(t *testing.T) {
+	r, pub, cancel := lone(t)
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1})
+	// A duplicate, a stale epoch, another job's step and garbage are all
+	// refused without stopping the loop.
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1})
+	publishStep(t, pub, &broadcast.Step{Epoch: 0, Step: 7})
+	publishStep(t, pub, &broadcast.Step{Epoch: 2, Step: 2})
+	other := broadcast.AppendStep(nil, broadcast.JobHash("other"), &broadcast.Step{Epoch: 1, Step: 2})
+	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: other})
+	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: []byte("garbage")})
+	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Control(), Data: []byte("{")})
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 2})
+	eventually(t, 10*time.Second, "step 2 not applied", func() bool { return r.d.Status().Step == 2 })
+	cancel()
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run = %v after cancel, want nil", err)
+	}
+}
+
+func TestDriverFollowerControlAbort(t *testing.T) {
+	r, pub, _ := lone(t)
+	data, _ := json.Marshal(control{Kind: "abort", Reason: "test says so"})
+	if err := pub.Publish(&broadcast.Msg{Subject: drvSubj.Control(), Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	err := r.wait(t)
+	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "test says so") {
+		t.Fatalf("Run = %v, want ErrAborted with rank 0's reason", err)
+	}
+}
+
+// TestDriverLeaderStops: rank 0 waiting for a follower that never comes
+// stops cleanly on cancel, and on Abort with the abort's error; either way
+// the requests it holds get an error reply.
+func TestDriverLeaderStops(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hub := broadcast.NewHub()
+			r := startRank(t, ctx, hub, driverConfig(0, 2))
+			client := hub.Connect()
+			defer client.Close()
+			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+			reply := subscribeReplies(t, client)
+			data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
+			if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+				t.Fatal(err)
+			}
+			var control []byte
+			unsub, _ := client.Subscribe(drvSubj.Control(), func(m *broadcast.Msg) { control = append(control, m.Data...) })
+			defer func() { _ = unsub() }()
+			lost := fmt.Errorf("%w: rank 1 failed", ErrPeerLost)
+			if abort {
+				r.d.Abort(lost)
+			} else {
+				cancel()
+			}
+			err := r.wait(t)
+			switch {
+			case abort && !errors.Is(err, ErrPeerLost):
+				t.Fatalf("Run = %v, want the abort's error", err)
+			case !abort && err != nil:
+				t.Fatalf("Run = %v after cancel, want nil", err)
+			}
+			rep := reply.next(t)
+			if !rep.Done || rep.FinishReason != FinishError || rep.Error == "" {
+				t.Fatalf("reply to the pending request: %+v", rep)
+			}
+			if abort && !strings.Contains(rep.Error, "rank 1 failed") {
+				t.Fatalf("reply %q does not carry the abort's reason", rep.Error)
+			}
+			if abort != strings.Contains(string(control), "abort") {
+				t.Fatalf("control messages %q (abort=%v)", control, abort)
+			}
+		})
+	}
+}
+
+// TestDriverOverload: requests beyond MaxQueue are refused with an error
+// reply rather than queued without bound.
+func TestDriverOverload(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hub := broadcast.NewHub()
+	cfg := driverConfig(0, 2) // no follower: nothing runs, everything waits
+	cfg.MaxQueue, cfg.MaxBatch = 2, 1
+	r := startRank(t, ctx, hub, cfg)
+	client := hub.Connect()
+	defer client.Close()
+	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+	reply := subscribeReplies(t, client)
+	data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
+	const n = 8
+	for range n {
+		if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// At most MaxBatch+2·MaxQueue can be held (batch, scheduler queue,
+	// intake); the rest are refused at once.
+	refused := 0
+	for refused < n-(cfg.MaxBatch+2*cfg.MaxQueue) {
+		rep := reply.next(t)
+		if !rep.Done || !strings.Contains(rep.Error, "overloaded") {
+			t.Fatalf("reply %+v, want an overload refusal", rep)
+		}
+		refused++
+	}
+	cancel()
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	for range n - refused {
+		if rep := reply.next(t); !rep.Done || rep.FinishReason != FinishError {
+			t.Fatalf("reply at shutdown %+v", rep)
+		}
+	}
+}
+
+// TestDriverLeaderStopsWhileBusy: with no follower to wait for and a
+// request that would run for a million steps, cancel and Abort still stop
+// rank 0 at a step boundary.
+func TestDriverLeaderStopsWhileBusy(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hub := broadcast.NewHub()
+			r := startRank(t, ctx, hub, driverConfig(0, 1))
+			client := hub.Connect()
+			defer client.Close()
+			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+			req := &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 1_000_000, Params: sampler.Params{IgnoreEOS: true}}
+			started := make(chan struct{})
+			var once sync.Once
+			result := make(chan error, 1)
+			go func() {
+				gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer gcancel()
+				_, err := Generate(gctx, client, drvSubj, req, func(int, int32) { once.Do(func() { close(started) }) })
+				result <- err
+			}()
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no token streamed")
+			}
+			if abort {
+				r.d.Abort(fmt.Errorf("%w: test", ErrPeerLost))
+			} else {
+				cancel()
+			}
+			err := r.wait(t)
+			if abort != errors.Is(err, ErrPeerLost) || !abort && err != nil {
+				t.Fatalf("Run = %v (abort=%v)", err, abort)
+			}
+			if err := <-result; err == nil {
+				t.Fatal("the interrupted request reported success")
+			}
+		})
+	}
+}

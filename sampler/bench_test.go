@@ -1,0 +1,63 @@
+package sampler
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tpcoord/tpcoord/noisepool"
+)
+
+// BenchModes are the benchmark parameter sets, shared with the CLI.
+var benchModes = []string{"plain", "topk", "topp", "topk_topp", "minp", "greedy"}
+
+type sampleFunc interface{ Sample([]Row, []Result) }
+
+// BenchmarkSample: vocab 100352, LLM-like rows (SyntheticLogits).
+//
+//	go test -run '^$' -bench Sample -benchtime 20x -count 5 ./sampler/
+func BenchmarkSample(b *testing.B) {
+	const vocab = 100352
+	for _, impl := range []string{"fast", "reference"} {
+		for _, noise := range []string{"pool", "inline"} {
+			if impl == "reference" && noise == "pool" {
+				continue // Reference draws its own noise
+			}
+			for _, mode := range benchModes {
+				for _, batch := range []int{1, 8, 32, 64} {
+					b.Run(fmt.Sprintf("impl=%s/noise=%s/mode=%s/batch=%d", impl, noise, mode, batch), func(b *testing.B) {
+						p, err := ModeParams(mode)
+						if err != nil {
+							b.Fatal(err)
+						}
+						rows := benchRows(vocab, batch, &p, noise == "pool")
+						out := make([]Result, batch)
+						var s sampleFunc = New(Config{Vocab: vocab})
+						if impl == "reference" {
+							s = NewReference(Config{Vocab: vocab})
+						}
+						s.Sample(rows, out)
+						b.ResetTimer()
+						for i := 0; b.Loop(); i++ {
+							for j := range rows {
+								rows[j].NoiseRow = uint64(i)
+							}
+							s.Sample(rows, out)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func benchRows(vocab, batch int, p *Params, pool bool) []Row {
+	rows := make([]Row, batch)
+	for i := range rows {
+		rows[i] = Row{Logits: SyntheticLogits(vocab, uint64(i)), Params: p, EOS: -1, NoiseKey: uint64(i + 1)}
+		if pool {
+			rows[i].Noise = make([]float32, vocab)
+			noisepool.FillRow(uint64(i+1), 0, rows[i].Noise)
+		}
+	}
+	return rows
+}

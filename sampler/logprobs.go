@@ -1,0 +1,119 @@
+package sampler
+
+import (
+	"fmt"
+	"math"
+)
+
+// TokenLogprob is one token's log-probability.
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
+}
+
+// Logprobs is the log-probability of a sampled token and the row's top
+// tokens, for OpenAI-style logprobs output.
+type Logprobs struct {
+	Token   int32
+	Logprob float32
+	// Rank is 1 + the number of tokens strictly more likely than Token.
+	Rank int
+	// Top holds the n most likely tokens, most likely first (ties by index).
+	Top []TokenLogprob
+}
+
+// Logprobs computes the log-probability of token and the top n tokens of
+// row. The distribution is the log-softmax of the processed logits (steps 1
+// to 4, see the processing order) scaled by the temperature (1 for greedy
+// rows), before top-k, top-p and min-p truncation, in float64.
+//
+// It is meant to run after the token has been published, off the critical
+// path: it allocates the result and makes full passes over the row. It uses
+// the Sampler's scratch, so it must not run concurrently with Sample.
+func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
+	p := row.Params
+	if p == nil {
+		p = &defaultParams
+	}
+	vocab := row.Vocab()
+	if vocab == 0 {
+		return Logprobs{}, fmt.Errorf("sampler: empty logits row")
+	}
+	if token < 0 || int(token) >= vocab {
+		return Logprobs{}, fmt.Errorf("sampler: token %d out of range [0, %d)", token, vocab)
+	}
+	if n < 0 {
+		return Logprobs{}, fmt.Errorf("sampler: logprobs count %d < 0", n)
+	}
+	s.grow(vocab)
+	base := s.baseRow(&row)
+	if err := s.buildOverrides(&row, p, base); err != nil {
+		return Logprobs{}, err
+	}
+	nb := (vocab + blockSize - 1) / blockSize
+	if err := s.blockBounds(base, nb); err != nil {
+		return Logprobs{}, err
+	}
+	allowed := func(t int32) bool { return true }
+	if len(p.AllowedTokenIDs) > 0 {
+		set := make(map[int32]bool, len(p.AllowedTokenIDs))
+		for _, t := range p.AllowedTokenIDs {
+			set[t] = true
+		}
+		allowed = func(t int32) bool { return set[t] }
+	}
+	invT := 1.0
+	if p.Temperature >= GreedyBelow {
+		invT = float64(float32(1 / float64(p.Temperature)))
+	}
+	lp := make([]float64, vocab)
+	m := math.Inf(-1)
+	for b := range nb {
+		lo := b << blockShift
+		for j, l := range s.blockVals(base, b) {
+			v := math.Inf(-1)
+			if allowed(int32(lo + j)) {
+				v = float64(l) * invT
+			}
+			lp[lo+j] = v
+			m = max(m, v)
+		}
+	}
+	if math.IsInf(m, -1) {
+		return Logprobs{}, ErrNoCandidates
+	}
+	var z float64
+	for _, v := range lp {
+		z += math.Exp(v - m)
+	}
+	lz := m + math.Log(z)
+	for i := range lp {
+		lp[i] -= lz
+	}
+	out := Logprobs{Token: token, Logprob: float32(lp[token]), Rank: 1}
+	for _, v := range lp {
+		if v > lp[token] {
+			out.Rank++
+		}
+	}
+	n = min(n, vocab)
+	if n > 0 {
+		// Threshold by selection, then order the few survivors.
+		sel := make([]float32, vocab)
+		for i, v := range lp {
+			sel[i] = float32(v)
+		}
+		th := kthLargest(sel, n)
+		var c []cand
+		for i, v := range lp {
+			if float32(v) >= th {
+				c = append(c, cand{idx: int32(i), l: float32(v)})
+			}
+		}
+		sortCands(c)
+		for _, x := range c[:n] {
+			out.Top = append(out.Top, TokenLogprob{Token: x.idx, Logprob: float32(lp[x.idx])})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,27 @@
+package sampler
+
+import "fmt"
+
+// ModeParams returns the parameters of a named benchmark mode, the cases of
+// DESIGN.md's performance table: plain (T = 0.8), topk (k = 50), topp
+// (p = 0.9), topk_topp (k = 50, p = 0.9), minp (min_p = 0.05), greedy.
+func ModeParams(mode string) (Params, error) {
+	p := DefaultParams()
+	p.Temperature = 0.8
+	switch mode {
+	case "plain":
+	case "topk":
+		p.TopK = 50
+	case "topp":
+		p.TopP = 0.9
+	case "topk_topp":
+		p.TopK, p.TopP = 50, 0.9
+	case "minp":
+		p.MinP = 0.05
+	case "greedy":
+		p.Temperature = 0
+	default:
+		return Params{}, fmt.Errorf("unknown mode %q (want plain, topk, topp, topk_topp, minp or greedy)", mode)
+	}
+	return p, nil
+}

@@ -61,7 +61,12 @@ type Token struct {
 // Step is one decode step as rank 0 publishes it. Applying it means: append
 // Tokens to their sequences, drop Removed, append Admitted, in that order.
 type Step struct {
-	Epoch    uint32
+	Epoch uint32
+	// Leader identifies the rank 0 process that published the step (a
+	// random non-zero number it picks at start and advertises in its
+	// membership metadata), so followers refuse steps from any other
+	// publisher, such as a stale rank 0 of an earlier run of the job.
+	Leader   uint32
 	Step     uint64
 	Tokens   []Token
 	Removed  []uint64
@@ -143,7 +148,7 @@ func AppendStep(dst []byte, job uint64, s *Step) []byte {
 	binary.LittleEndian.PutUint32(h[28:], uint32(len(s.Tokens)))
 	binary.LittleEndian.PutUint32(h[32:], uint32(len(s.Removed)))
 	binary.LittleEndian.PutUint32(h[36:], uint32(len(s.Admitted)))
-	binary.LittleEndian.PutUint32(h[40:], 0) // reserved
+	binary.LittleEndian.PutUint32(h[40:], s.Leader)
 	for _, t := range s.Tokens {
 		dst = binary.LittleEndian.AppendUint64(dst, t.Seq)
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(t.Token))
@@ -184,10 +189,8 @@ func DecodeStep(b []byte, job uint64, s *Step) error {
 		return fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+checksumLen, len(b))
 	}
 	body := b[:len(b)-checksumLen]
-	if err := checkReserved(body[40:44]); err != nil {
-		return err
-	}
 	s.Epoch = binary.LittleEndian.Uint32(body[16:])
+	s.Leader = binary.LittleEndian.Uint32(body[40:])
 	s.Step = binary.LittleEndian.Uint64(body[20:])
 	nTok := binary.LittleEndian.Uint32(body[28:])
 	nRem := binary.LittleEndian.Uint32(body[32:])

@@ -17,6 +17,9 @@ type Meta struct {
 	NATS    string `json:"nats"`    // NATS URL the agent uses (credentials removed)
 	Version string `json:"version"` // tpcoord version
 	Started int64  `json:"started"` // unix ns; the older claimant of a rank keeps it
+	// Leader is rank 0's publisher ID, stamped on every step it publishes;
+	// followers accept steps with this ID only. Zero on other ranks.
+	Leader uint32 `json:"leader,omitempty"`
 	// State is MetaLeaving once the member has begun a graceful Leave. It
 	// is how peers tell a departure from a failure: memberlist v0.7 hands
 	// NotifyLeave a Node whose State field is never set.

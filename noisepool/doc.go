@@ -1,6 +1,12 @@
 // Package noisepool owns the sampler's Gumbel noise: a counter-based
-// generator (noise is a pure function of stream key, row counter and token
-// index) and an async ring buffer of pre-generated rows.
+// generator, in which noise is a pure function of (stream key, row counter,
+// token index) (Gumbel, FillRow, FillIndices, and the stages RowSeed, Bits,
+// GumbelFromBits), stream keys (StreamKey, NewBase), and Pool, an async ring
+// buffer of rows that background producers fill ahead of the consumer.
+//
+// Every path (scalar, portable block kernel, AVX-512 kernel, pool, inline)
+// gives the same bits on every architecture. Benchmarks and measured
+// accuracy: docs/benchmarks-noise.md.
 //
 // It does not own sampling (package sampler) and imports no I/O packages.
 package noisepool

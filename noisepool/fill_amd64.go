@@ -11,11 +11,12 @@ import (
 //go:generate go run gen_amd64.go -groups 6
 
 // useAVX512 selects the AVX-512 kernels (fill_amd64.s, written by
-// gen_amd64.go). They perform the
-// same IEEE float32 operations, in the same order and without fused
-// multiply-adds, as GumbelFromBits, so their output is bit-identical to the
-// portable kernels (checked by TestKernelsMatchScalar and TestGolden).
-// Tests switch it off to exercise the portable path on the same machine.
+// gen_amd64.go). They perform the same IEEE float32 operations as
+// GumbelFromBits, without fused multiply-adds, so their output is
+// bit-identical to the portable kernels: for all 2^32 inputs
+// (TestMonotoneExhaustive), for every length and tail
+// (TestKernelsMatchScalar, TestFillRowMatchesScalar) and for pinned rows
+// (TestGolden). Tests switch it off to run the portable path here too.
 var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ
 
 // kernelConsts is the constant table the assembly broadcasts; its layout is

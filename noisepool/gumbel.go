@@ -14,6 +14,9 @@ import "math"
 // rounded before it is added (explicit float32 conversions forbid the
 // compiler from fusing multiply-adds on arm64, ppc64le, s390x or GOAMD64=v3),
 // and bits are taken from integers with shifts, never from memory layout.
+// On amd64 CPUs with AVX-512, FillRow uses an assembly kernel (fill_amd64.s)
+// doing the same operations; it equals the portable kernel on all 2^32
+// inputs (TestMonotoneExhaustive) and on hashed rows (TestFillRowMatchesScalar).
 
 const golden = 0x9e3779b97f4a7c15 // SplitMix64 increment: 2^64 / golden ratio
 
@@ -30,6 +33,11 @@ func mix64(z uint64) uint64 {
 // test a token's raw bits against a bound before paying for the logs:
 //
 //	Gumbel(key, row, i) == GumbelFromBits(Bits(RowSeed(key, row), i))
+//
+// A row reads the counters seed, seed+golden, … (one per index pair). Seeds
+// are hashes, so two rows share values (shifted) only if their seeds fall
+// within vocab/2 steps of each other: probability about vocab/2^64 per pair
+// of rows.
 func RowSeed(key, row uint64) uint64 { return mix64(mix64(key) + row*golden) }
 
 // Bits returns the 32 random bits of token index (index >= 0) of the row

@@ -176,6 +176,11 @@ func TestRingWrapCounter(t *testing.T) {
 	}
 	seen := map[RowID]bool{}
 	for step := range steps {
+		if step%3 == 0 { // a mix of rows served by producers and inline rows
+			if err := p.Warm(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var held []Row
 		for _, k := range keys {
 			r, err := p.Take(k, step)

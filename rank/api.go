@@ -85,4 +85,6 @@ type RankStatus struct {
 	// Rejected counts messages refused by kind (malformed, stale epoch,
 	// wrong sender, …) and duplicates ignored.
 	Rejected map[string]uint64 `json:"rejected,omitempty"`
+	// Sampler holds rank 0's noise pool counters.
+	Sampler map[string]uint64 `json:"sampler,omitempty"`
 }

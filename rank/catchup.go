@@ -127,6 +127,9 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 			if err := broadcast.DecodeStep(b, d.job, &st); err != nil {
 				return fmt.Errorf("%w: rank %d: replayed step: %w", ErrAborted, d.cfg.Rank, err)
 			}
+			if d.cfg.Leader != 0 && st.Leader != d.cfg.Leader {
+				return fmt.Errorf("%w: rank %d: replayed step %d was published by leader %08x, rank 0 of this job is %08x", ErrAborted, d.cfg.Rank, st.Step, st.Leader, d.cfg.Leader)
+			}
 			if err := d.mirror.Check(&st); errors.Is(err, ErrDuplicate) {
 				continue
 			}

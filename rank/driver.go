@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"sync"
 	"time"
 
@@ -44,6 +48,13 @@ type DriverConfig struct {
 	MaxStepBytes int
 	// ReplayTimeout bounds one replay request (default 2s).
 	ReplayTimeout time.Duration
+	// Leader is rank 0's publisher ID: on rank 0 the ID it stamps on its
+	// steps, on followers the only ID they accept (0: accept any).
+	Leader uint32
+	// Tracer traces every TraceEvery-th step (0: none). Followers' spans
+	// join rank 0's trace through the traceparent header of the step.
+	Tracer     trace.Tracer
+	TraceEvery int
 }
 
 func (c *DriverConfig) defaults() {
@@ -58,6 +69,9 @@ func (c *DriverConfig) defaults() {
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 250 * time.Millisecond
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 }
 
@@ -77,7 +91,7 @@ type Driver struct {
 	times   map[uint64]*reqTimes
 	digests [digestRing]struct{ step, digest uint64 }
 
-	steps  chan []byte
+	steps  chan stepMsg
 	intake chan *Request
 	wake   chan struct{}
 	aborts chan error
@@ -127,7 +141,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		job:    broadcast.JobHash(cfg.Job),
 		mirror: NewMirror(cfg.Epoch),
 		times:  map[uint64]*reqTimes{},
-		steps:  make(chan []byte, 1024),
+		steps:  make(chan stepMsg, 1024),
 		intake: make(chan *Request, cfg.MaxQueue),
 		wake:   make(chan struct{}, 1),
 		aborts: make(chan error, 1),
@@ -162,11 +176,15 @@ func (d *Driver) Status() RankStatus {
 		rejected = maps.Clone(d.rejected)
 	}
 	d.mu.Unlock()
-	return RankStatus{
+	st := RankStatus{
 		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Epoch: d.cfg.Epoch,
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
 		Rejected: rejected,
 	}
+	if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok && d.cfg.Rank == 0 {
+		st.Sampler = sp.Stats()
+	}
+	return st
 }
 
 func digestString(d uint64) string { return fmt.Sprintf("%016x", d) }
@@ -279,7 +297,7 @@ func (d *Driver) onStep(m *broadcast.Msg) {
 		return
 	}
 	select {
-	case d.steps <- append([]byte(nil), m.Data...):
+	case d.steps <- stepMsg{data: append([]byte(nil), m.Data...), traceparent: m.Header[traceparentHeader], arrived: time.Now()}:
 	default:
 		// Dropping is safe: the gap it leaves is filled by replay.
 		d.reject("step_queue_full", fmt.Errorf("step %d dropped: %d steps already queued", k, cap(d.steps)))
@@ -409,6 +427,7 @@ func (d *Driver) heartbeatLoop(ctx context.Context) {
 func (d *Driver) follow(ctx context.Context) error {
 	var st broadcast.Step
 	for {
+		waitStart := time.Now()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -423,9 +442,13 @@ func (d *Driver) follow(ctx context.Context) error {
 					return err
 				}
 			}
-		case data := <-d.steps:
-			if err := broadcast.DecodeStep(data, d.job, &st); err != nil {
+		case msg := <-d.steps:
+			if err := broadcast.DecodeStep(msg.data, d.job, &st); err != nil {
 				d.reject("step", err)
+				continue
+			}
+			if d.cfg.Leader != 0 && st.Leader != d.cfg.Leader {
+				d.reject("sender", fmt.Errorf("step %d published by leader %08x, rank 0 of this job is %08x", st.Step, st.Leader, d.cfg.Leader))
 				continue
 			}
 			err := d.mirror.Check(&st)
@@ -446,7 +469,10 @@ func (d *Driver) follow(ctx context.Context) error {
 			case err != nil:
 				return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 			}
-			if err := d.applyAndRun(ctx, &st); err != nil {
+			sctx, end := d.followerSpans(ctx, msg, waitStart, &st)
+			err = d.applyAndRun(sctx, &st)
+			end()
+			if err != nil {
 				return err
 			}
 		}
@@ -458,7 +484,10 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 	}
-	if _, err := d.ex.Forward(ctx, Batch{Step: st.Step, Rows: d.mirror.Rows()}); err != nil {
+	fctx, span := d.span(ctx, "forward")
+	_, err := d.ex.Forward(fctx, Batch{Step: st.Step, Rows: d.mirror.Rows()})
+	span.End()
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -508,19 +537,29 @@ func (d *Driver) lead(ctx context.Context) error {
 			}
 			return err
 		}
+		st.Leader = d.cfg.Leader
+		sctx, stepSpan := d.leaderSpan(ctx, k)
 		buf = broadcast.AppendStep(buf[:0], d.job, st)
 		d.window.Add(st.Epoch, k, buf)
-		if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf}); err != nil {
+		_, pub := d.span(sctx, "publish")
+		err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf, Header: traceHeader(sctx)})
+		pub.End()
+		if err != nil {
+			stepSpan.End()
 			return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
 		}
 		if err := d.mirror.Apply(st); err != nil {
+			stepSpan.End()
 			return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
 		}
 		d.digests[k%digestRing] = struct{ step, digest uint64 }{k, d.mirror.Digest()}
 		rows := d.mirror.Rows()
 		if len(rows) > 0 {
-			logits, err := d.ex.Forward(ctx, Batch{Step: k, Rows: rows})
+			fctx, fwd := d.span(sctx, "forward")
+			logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
+			fwd.End()
 			if err != nil {
+				stepSpan.End()
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -531,9 +570,12 @@ func (d *Driver) lead(ctx context.Context) error {
 				tokens, errs = append(tokens, NoToken), append(errs, nil)
 				reqs = append(reqs, d.sched.Request(r.ID))
 			}
+			_, smp := d.span(sctx, "sample", attribute.Int("rows", len(rows)))
 			d.pick.Pick(rows, reqs, logits, vocab, tokens, errs)
+			smp.End()
 			d.stream(d.sched.Sampled(rows, tokens, errs))
 		}
+		stepSpan.End()
 		d.publishState()
 		if err := d.checkDigests(); err != nil {
 			return err

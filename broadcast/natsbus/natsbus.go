@@ -3,6 +3,7 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -159,7 +160,7 @@ func (c *Conn) Publish(m *broadcast.Msg) error {
 			nm.Header.Set(k, v)
 		}
 	}
-	return c.nc.PublishMsg(nm)
+	return closedErr(c.nc.PublishMsg(nm))
 }
 
 func (c *Conn) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
@@ -174,7 +175,7 @@ func (c *Conn) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error,
 		fn(&m)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+		return nil, fmt.Errorf("subscribe %s: %w", subject, closedErr(err))
 	}
 	if err := sub.SetPendingLimits(c.pending, 256<<20); err != nil {
 		_ = sub.Unsubscribe()
@@ -193,17 +194,48 @@ func (c *Conn) Flush(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
-	return c.nc.FlushWithContext(ctx)
+	return closedErr(c.nc.FlushWithContext(ctx))
+}
+
+// closedErr makes nats.go's "connection closed" match broadcast.ErrClosed,
+// which callers treat as a normal shutdown (broadcast.Transport's contract).
+func closedErr(err error) error {
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("%w: %w", broadcast.ErrClosed, err)
+	}
+	return err
 }
 
 // Close drains nothing: the decode loop has already stopped when it is
 // called, and a closed agent must not keep publishing.
 func (c *Conn) Close() { c.nc.Close() }
 
-// Redact hides a token or password in a URL for logs and errors.
+// Redact hides a token or password in a URL for logs and errors. raw may
+// be a comma-separated list of servers, as nats.go accepts.
 func Redact(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		parts[i] = redactOne(strings.TrimSpace(p))
+	}
+	return strings.Join(parts, ",")
+}
+
+func redactOne(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil || (u.User == nil && strings.Contains(raw, "@")) {
+		// Not a URL Go can parse (nats.go may still try it): drop whatever
+		// precedes the last "@" rather than echo a secret.
+		i := strings.LastIndexByte(raw, '@')
+		if i < 0 {
+			return raw
+		}
+		scheme := ""
+		if j := strings.Index(raw, "://"); j >= 0 && j < i {
+			scheme = raw[:j+3]
+		}
+		return scheme + "REDACTED@" + raw[i+1:]
+	}
+	if u.User == nil {
 		return raw
 	}
 	if _, ok := u.User.Password(); !ok {

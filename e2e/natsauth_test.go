@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The job and users of configs/nats/nats-server.conf.
+const (
+	authJob      = "llm-granite"
+	authStepSubj = "tpc.llm-granite.step"
+)
+
+// authServer is Debian's nats-server running the shipped config, moved to
+// a free loopback port.
+type authServer struct {
+	url string
+	pw  map[string]string // user → password file
+}
+
+func startAuthNATSServer(t *testing.T) *authServer {
+	t.Helper()
+	const bin = "/usr/sbin/nats-server"
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("%s is missing (Debian's nats-server package; scripts/deps.sh installs it): %v", bin, err)
+	}
+	conf, err := os.ReadFile("../configs/nats/nats-server.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := regexp.MustCompile(`(?m)^listen:.*$`)
+	if !listen.Match(conf) {
+		t.Fatal("configs/nats/nats-server.conf has no top-level listen: line")
+	}
+	port := freeTCPPort(t)
+	conf = listen.ReplaceAll(conf, fmt.Appendf(nil, "listen: 127.0.0.1:%d", port))
+	dir := t.TempDir()
+	confPath := filepath.Join(dir, "nats-server.conf")
+	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &authServer{url: fmt.Sprintf("nats://127.0.0.1:%d", port), pw: map[string]string{}}
+	for _, user := range []string{"rank0", "rank", "client"} {
+		p := filepath.Join(dir, user+".pw")
+		if err := os.WriteFile(p, []byte("CHANGE-ME-"+user+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.pw[user] = p
+	}
+
+	log := &syncBuffer{}
+	cmd := exec.Command(bin, "-c", confPath)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("nats-server output:\n%s", log.String())
+		}
+	})
+	waitFor(t, 30*time.Second, "nats-server accepting the client user", func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("nats-server exited:\n%s", log.String())
+		default:
+		}
+		nc, err := nats.Connect(s.url, nats.UserInfo("client", "CHANGE-ME-client"), nats.Timeout(time.Second))
+		if err != nil {
+			return false, err.Error()
+		}
+		nc.Close()
+		return true, ""
+	})
+	return s
+}
+
+// connect dials as user, reporting the server's asynchronous errors (such
+// as permission violations) on the returned channel.
+func (s *authServer) connect(t *testing.T, user string) (*nats.Conn, <-chan error) {
+	t.Helper()
+	errs := make(chan error, 16)
+	nc, err := nats.Connect(s.url, nats.UserInfo(user, "CHANGE-ME-"+user), nats.Name("e2e-"+user),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+// clientArgs are the flags generate and status need as user client.
+func (s *authServer) clientArgs() []string {
+	return []string{"--nats", s.url, "--nats-user", "client", "--nats-password-file", s.pw["client"], "--job", authJob}
+}
+
+// agent is one `tpcoord agent` process started by hand.
+type agent struct {
+	rank   int
+	cmd    *exec.Cmd
+	log    *syncBuffer // JSON log lines from stderr
+	exited chan struct{}
+	err    error // valid after exited is closed
+}
+
+func startAgent(t *testing.T, rank int, args ...string) *agent {
+	t.Helper()
+	a := &agent{rank: rank, log: &syncBuffer{}, exited: make(chan struct{})}
+	a.cmd = exec.Command(tpcoordBin, append([]string{"agent", "--rank", strconv.Itoa(rank)}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-a.exited:
+		default:
+			_ = a.cmd.Process.Kill()
+			<-a.exited
+		}
+		if t.Failed() {
+			t.Logf("rank %d log:\n%s", rank, a.log.String())
+		}
+	})
+	return a
+}
+
+func (a *agent) running() error {
+	select {
+	case <-a.exited:
+		return fmt.Errorf("rank %d exited: %v", a.rank, a.err)
+	default:
+		return nil
+	}
+}
+
+// authStatus runs `tpcoord status --json` as user client.
+func authStatus(s *authServer) ([]rankStatus, error) {
+	cmd := exec.Command(tpcoordBin, append([]string{"status", "--json"}, s.clientArgs()...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("status: %v: %s", err, stderr.String())
+	}
+	var st struct {
+		Ranks []rankStatus `json:"ranks"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("status output %q: %v", out, err)
+	}
+	return st.Ranks, nil
+}
+
+// authGenerate runs `tpcoord generate --json` as user client.
+func authGenerate(t *testing.T, s *authServer, args ...string) generated {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tpcoordBin, append(append([]string{"generate", "--json"}, s.clientArgs()...), args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("generate %v: %v: %s", args, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var g generated
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &g); err != nil {
+		t.Fatalf("generate output %q: %v", out, err)
+	}
+	return g
+}
+
+// expectPermissionViolation publishes on subject as nc and waits for the
+// server to refuse it.
+func expectPermissionViolation(t *testing.T, nc *nats.Conn, errs <-chan error, subject string) {
+	t.Helper()
+	if err := nc.Publish(subject, []byte("forged step")); err != nil {
+		t.Fatalf("publish %s: %v", subject, err)
+	}
+	// The server answers the publish with -ERR before the flush's PONG, so
+	// the violation is already on its way once Flush returns.
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Fatalf("publish on %s: async error %v, want a permissions violation", subject, err)
+		}
+		if !strings.Contains(err.Error(), subject) {
+			t.Errorf("permissions violation %q does not name %s", err, subject)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("publish on %s by %s was not refused", subject, nc.Opts.User)
+	}
+}
+
+// TestNATSAuthPermissions runs a two-rank job against nats-server with the
+// shipped configs/nats/nats-server.conf: the ranks and the client work
+// with their own users, and neither a client nor a follower may forge a
+// step.
+func TestNATSAuthPermissions(t *testing.T) {
+	srv := startAuthNATSServer(t)
+	memberPort := freeTCPPort(t)
+	common := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
+	r0 := startAgent(t, 0, append(common, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort),
+		"--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])...)
+	r1 := startAgent(t, 1, append(common, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
+		"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])...)
+	agents := []*agent{r0, r1}
+
+	// lockstep waits until both ranks answer status, are up ("ready"
+	// before the first step, "running" after it) and agree.
+	lockstep := func(what string) []rankStatus {
+		t.Helper()
+		var ranks []rankStatus
+		waitFor(t, 90*time.Second, what, func() (bool, string) {
+			for _, a := range agents {
+				if err := a.running(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			ranks, err = authStatus(srv)
+			if err != nil || len(ranks) != 2 {
+				return false, fmt.Sprintf("%+v %v", ranks, err)
+			}
+			for _, r := range ranks {
+				if (r.State != "ready" && r.State != "running") || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest {
+					return false, fmt.Sprintf("%+v", ranks)
+				}
+			}
+			return true, ""
+		})
+		return ranks
+	}
+	lockstep("both ranks running and answering status as user client")
+
+	checkGenerated := func(g generated) {
+		t.Helper()
+		if !(len(g.Tokens) == 8 || (g.FinishReason == "stop" && len(g.Tokens) <= 8)) {
+			t.Fatalf("generate: %d tokens, finish %q; want 8 tokens or a stop", len(g.Tokens), g.FinishReason)
+		}
+	}
+	checkGenerated(authGenerate(t, srv, "--prompt", "1,2,3", "--max-tokens", "8"))
+	before := lockstep("ranks in lockstep after the first request")
+
+	client, clientErrs := srv.connect(t, "client")
+	expectPermissionViolation(t, client, clientErrs, authStepSubj)
+	follower, followerErrs := srv.connect(t, "rank")
+	expectPermissionViolation(t, follower, followerErrs, authStepSubj)
+	// A follower may not pose as rank 0's heartbeat either.
+	expectPermissionViolation(t, follower, followerErrs, "tpc.llm-granite.hb.0")
+
+	// The forged steps never reached rank 1: it saw no malformed step and
+	// stays in lockstep, and the job goes on serving.
+	checkGenerated(authGenerate(t, srv, "--prompt", "4,5,6", "--max-tokens", "8", "--seed", "7"))
+	after := lockstep("ranks in lockstep after the refused publishes")
+	if after[0].Step <= before[0].Step {
+		t.Errorf("step did not advance across the second request: %d then %d", before[0].Step, after[0].Step)
+	}
+	for _, r := range after {
+		if n := r.Rejected["step"]; n != 0 {
+			t.Errorf("rank %d rejected %d malformed steps: a forged step got through (%v)", r.Rank, n, r.Rejected)
+		}
+	}
+
+	for _, a := range agents {
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range agents {
+		select {
+		case <-a.exited:
+			if a.err != nil {
+				t.Errorf("rank %d exited with %v after SIGTERM", a.rank, a.err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("rank %d did not exit within 60s of SIGTERM", a.rank)
+		}
+	}
+}

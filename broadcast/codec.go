@@ -29,7 +29,7 @@ const (
 	stepHeaderLen  = 44
 	heartbeatLen   = 56
 	checksumLen    = 4
-	admissionFixed = 12
+	admissionFixed = 16
 	tokenLen       = 12
 )
 
@@ -46,10 +46,13 @@ var (
 	ErrTrailing = errors.New("trailing bytes")
 )
 
-// Admission brings a new sequence into the batch.
+// Admission brings a sequence into the batch. Output is empty for a new
+// request; a request re-admitted after the world re-formed (a new epoch)
+// brings the tokens it already had, so it continues where it stopped.
 type Admission struct {
 	Seq    uint64
 	Prompt []int32
+	Output []int32
 }
 
 // Token is the token sampled for one sequence at the previous step.
@@ -129,12 +132,13 @@ func seal(dst []byte, start int) []byte {
 func StepSize(s *Step) int {
 	n := stepHeaderLen + checksumLen + len(s.Tokens)*tokenLen + 8*len(s.Removed)
 	for _, a := range s.Admitted {
-		n += AdmissionSize(len(a.Prompt))
+		n += AdmissionSize(len(a.Prompt) + len(a.Output))
 	}
 	return n
 }
 
-// AdmissionSize is the encoded size of an admission with a prompt of n tokens.
+// AdmissionSize is the encoded size of an admission carrying n tokens
+// (prompt and output together).
 func AdmissionSize(n int) int { return admissionFixed + 4*n }
 
 // AppendStep appends the encoding of s to dst and returns it.
@@ -159,8 +163,12 @@ func AppendStep(dst []byte, job uint64, s *Step) []byte {
 	for _, a := range s.Admitted {
 		dst = binary.LittleEndian.AppendUint64(dst, a.Seq)
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(a.Prompt)))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(a.Output)))
 		for _, p := range a.Prompt {
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(p))
+		}
+		for _, t := range a.Output {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(t))
 		}
 	}
 	return seal(dst, start)
@@ -218,20 +226,27 @@ func DecodeStep(b []byte, job uint64, s *Step) error {
 		if len(p) < admissionFixed {
 			return fmt.Errorf("%w: admission %d header", ErrShort, i)
 		}
-		seq, n := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
+		seq, n, nOut := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:]), binary.LittleEndian.Uint32(p[12:])
 		p = p[admissionFixed:]
-		if n > MaxPromptLen {
-			return fmt.Errorf("%w: admission %d prompt length %d (max %d)", ErrBounds, i, n, MaxPromptLen)
+		if n > MaxPromptLen || nOut > MaxPromptLen {
+			return fmt.Errorf("%w: admission %d prompt length %d, output length %d (max %d each)", ErrBounds, i, n, nOut, MaxPromptLen)
 		}
-		if uint64(len(p)) < uint64(n)*4 {
-			return fmt.Errorf("%w: admission %d prompt needs %d bytes, have %d", ErrShort, i, n*4, len(p))
+		if uint64(len(p)) < (uint64(n)+uint64(nOut))*4 {
+			return fmt.Errorf("%w: admission %d tokens need %d bytes, have %d", ErrShort, i, (n+nOut)*4, len(p))
 		}
-		prompt := make([]int32, n)
-		for j := range prompt {
-			prompt[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
+		a := Admission{Seq: seq, Prompt: make([]int32, n)}
+		for j := range a.Prompt {
+			a.Prompt[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
 		}
 		p = p[4*n:]
-		s.Admitted = append(s.Admitted, Admission{Seq: seq, Prompt: prompt})
+		if nOut > 0 {
+			a.Output = make([]int32, nOut)
+			for j := range a.Output {
+				a.Output[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
+			}
+			p = p[4*nOut:]
+		}
+		s.Admitted = append(s.Admitted, a)
 	}
 	if len(p) != 0 {
 		return fmt.Errorf("%w: %d bytes after the last admission", ErrTrailing, len(p))

@@ -51,7 +51,7 @@ func sampleSteps() map[string]*Step {
 			Epoch: 1, Step: 2,
 			Tokens:   []Token{{Seq: 1, Token: 42}},
 			Removed:  []uint64{1},
-			Admitted: []Admission{{Seq: 2, Prompt: []int32{5, 6, 7}}},
+			Admitted: []Admission{{Seq: 2, Prompt: []int32{5, 6, 7}}, {Seq: 3, Prompt: []int32{8}, Output: []int32{9, 10}}},
 		},
 		"many":           many,
 		"negative token": {Epoch: 1, Step: 9, Tokens: []Token{{Seq: 4, Token: -1}, {Seq: 5, Token: math.MinInt32}}},

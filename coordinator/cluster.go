@@ -8,6 +8,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,14 @@ type Config struct {
 	Local bool
 	// Transport overrides the network (memberlist's MockNetwork in tests).
 	Transport memberlist.Transport
+	// ClaimWait is how long a member whose rank is held by another keeps
+	// trying before it gives up with ErrRankTaken: the holder may be a
+	// dead process that membership has not declared dead yet (a rank
+	// restarted quickly after a crash). Default 15s.
+	ClaimWait time.Duration
+	// GossipKey (16, 24 or 32 bytes) encrypts and authenticates gossip;
+	// members without the same key cannot join.
+	GossipKey []byte
 	Logger    *slog.Logger
 }
 
@@ -65,18 +74,21 @@ type Cluster struct {
 	ml   *memberlist.Memberlist
 	meta []byte
 
-	joined chan struct{} // signalled (cap 1) when a member joins
-	events chan Event
+	joined  chan struct{} // signalled (cap 1) when a member joins
+	changes chan struct{} // the same, for Changes
+	events  chan Event
 
 	name string // this member's unique name
 	addr string // host:port peers reach this member at
 
-	mu       sync.Mutex
-	alive    map[string]Member // live members by name, kept by the delegate
-	formed   bool              // rendezvous complete: losses become events
-	refusal  error             // fatal: this member may not be part of the job
-	refusals map[string]bool
-	world    map[int]Member // ranks of the formed world
+	mu         sync.Mutex
+	alive      map[string]Member // live members by name, kept by the delegate
+	formed     bool              // rendezvous complete: losses become events
+	didJoin    bool              // a Join reached at least one peer
+	refusalLog []string          // the first members refused, for error messages
+	refusal    error             // fatal: this member may not be part of the job
+	refusals   map[string]bool
+	world      map[int]Member // ranks of the formed world
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -88,6 +100,9 @@ func Start(cfg Config) (*Cluster, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ClaimWait <= 0 {
+		cfg.ClaimWait = 15 * time.Second
+	}
 	if cfg.Meta.Started == 0 {
 		cfg.Meta.Started = time.Now().UnixNano()
 	}
@@ -97,7 +112,7 @@ func Start(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{
 		cfg: cfg, log: logger.With("component", "membership"), meta: meta,
-		joined: make(chan struct{}, 1), events: make(chan Event, 64),
+		joined: make(chan struct{}, 1), changes: make(chan struct{}, 1), events: make(chan Event, 64),
 		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Member{},
 	}
 	mc := memberlist.DefaultLANConfig()
@@ -112,6 +127,15 @@ func Start(cfg Config) (*Cluster, error) {
 	mc.Alive = (*delegate)(c)
 	mc.Logger = log.New(levelWriter{c.log}, "", 0)
 	mc.DeadNodeReclaimTime = time.Second
+	if len(cfg.GossipKey) > 0 {
+		switch len(cfg.GossipKey) {
+		case 16, 24, 32:
+		default:
+			return nil, fmt.Errorf("gossip-key-file: key is %d bytes, want 16, 24 or 32", len(cfg.GossipKey))
+		}
+		mc.SecretKey = cfg.GossipKey
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
 	if cfg.Transport != nil {
 		mc.Transport = cfg.Transport
 	} else {
@@ -155,6 +179,10 @@ func (c *Cluster) Addr() string { return c.addr }
 // Name is this member's unique name.
 func (c *Cluster) Name() string { return c.name }
 
+// Changes is signalled (coalesced) whenever a member joins, changes its
+// metadata or leaves.
+func (c *Cluster) Changes() <-chan struct{} { return c.changes }
+
 // Events reports peers of the formed world that died or left. It is
 // buffered; the cluster never blocks on it.
 func (c *Cluster) Events() <-chan Event { return c.events }
@@ -184,48 +212,105 @@ func (c *Cluster) Members() []Member {
 // 0..W-1 are all present, logging progress. On timeout (ctx) the error
 // names the missing ranks and the peers reached.
 func (c *Cluster) Rendezvous(ctx context.Context) ([]Member, error) {
+	return c.form(ctx, nil)
+}
+
+// Reform waits, after a peer was lost, until ranks 0..W-1 are all present
+// again (a restarted rank rejoins under a new name) and cond, if not nil,
+// holds for them; the world is then formed anew and later losses are
+// events again.
+func (c *Cluster) Reform(ctx context.Context, cond func([]Member) bool) ([]Member, error) {
+	c.mu.Lock()
+	c.formed = false
+	clear(c.world)
+	c.mu.Unlock()
+	return c.form(ctx, cond)
+}
+
+func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member, error) {
 	world := c.cfg.Meta.World
 	backoff := 100 * time.Millisecond
-	joined := len(c.cfg.Join) == 0
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	start := time.Now()
+	var joinErr, lastRefusal error
 	for {
 		if err := c.refused(); err != nil {
-			return nil, err
+			if !errors.Is(err, ErrRankTaken) || time.Since(start) >= c.cfg.ClaimWait {
+				return nil, err
+			}
+			// The holder may be dead but not yet declared so: try again.
+			lastRefusal = err
+			c.log.Warn("rank is held by another member; retrying in case it is a dead one", "err", err, "gives_up_in", (c.cfg.ClaimWait - time.Since(start)).Round(time.Second))
+			c.mu.Lock()
+			c.refusal, c.didJoin = nil, false
+			c.mu.Unlock()
+			retry.Reset(time.Second)
 		}
 		present := c.Members()
-		if missing := missingRanks(present, world); len(missing) == 0 && joined {
+		missing := missingRanks(present, world)
+		if len(missing) == 0 && c.hasJoined() && (cond == nil || cond(present)) {
 			c.mu.Lock()
 			c.formed = true
 			for _, m := range present {
 				c.world[m.Meta.Rank] = m
 			}
 			c.mu.Unlock()
-			c.log.Info("rendezvous complete", "world_size", world, "took", time.Since(start).Round(time.Millisecond))
+			c.log.Info("world formed", "world_size", world, "took", time.Since(start).Round(time.Millisecond))
 			return present, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, c.timeoutError(present, world)
+			if lastRefusal != nil {
+				return nil, lastRefusal
+			}
+			return nil, c.timeoutError(present, world, joinErr)
 		case <-c.joined:
 		case <-retry.C:
-			if !joined {
+			if !c.hasJoined() {
 				n, err := c.ml.Join(c.cfg.Join)
 				if err == nil && n > 0 {
-					joined = true
+					c.mu.Lock()
+					c.didJoin = true
+					c.mu.Unlock()
 				} else {
+					joinErr = err
 					c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", backoff)
 					retry.Reset(backoff)
 					backoff = min(2*backoff, 2*time.Second)
 				}
 			}
 		case <-progress.C:
-			c.log.Info("waiting for ranks", "present", len(present), "expected", world, "missing", missingRanks(present, world))
+			if len(missing) > 0 {
+				c.log.Info("waiting for ranks", "present", len(present), "expected", world, "missing", missing)
+			} else {
+				c.log.Info("waiting for the world to re-form", "present", len(present))
+			}
 		}
 	}
+}
+
+func (c *Cluster) hasJoined() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.didJoin || len(c.cfg.Join) == 0
+}
+
+// UpdateMeta changes this member's metadata and gossips it.
+func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
+	c.mu.Lock()
+	update(&c.cfg.Meta)
+	b, err := c.cfg.Meta.encode()
+	if err == nil {
+		c.meta = b
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.ml.UpdateNode(timeout)
 }
 
 func missingRanks(present []Member, world int) []int {
@@ -244,13 +329,27 @@ func missingRanks(present []Member, world int) []int {
 	return missing
 }
 
-func (c *Cluster) timeoutError(present []Member, world int) error {
+func (c *Cluster) timeoutError(present []Member, world int, joinErr error) error {
 	var reached []string
 	for _, m := range present {
 		reached = append(reached, fmt.Sprintf("rank %d at %s", m.Meta.Rank, m.Addr))
 	}
-	return fmt.Errorf("%w: missing ranks %v of world size %d; reached: %s; joined via %v",
+	err := fmt.Errorf("%w: missing ranks %v of world size %d; reached: %s; joined via %v",
 		ErrRendezvousTimeout, missingRanks(present, world), world, strings.Join(reached, ", "), c.cfg.Join)
+	c.mu.Lock()
+	refused := slices.Clone(c.refusalLog)
+	c.mu.Unlock()
+	if len(refused) > 0 {
+		err = fmt.Errorf("%w; members refused: %s", err, strings.Join(refused, "; "))
+	}
+	if joinErr != nil {
+		hint := ""
+		if strings.Contains(joinErr.Error(), "decrypt") || strings.Contains(joinErr.Error(), "encryption") || strings.Contains(joinErr.Error(), "label") {
+			hint = " (do all members use the same --gossip-key-file and job?)"
+		}
+		err = fmt.Errorf("%w; last join error: %v%s", err, joinErr, hint)
+	}
+	return err
 }
 
 func (c *Cluster) refused() error {
@@ -380,6 +479,9 @@ func (c *Cluster) refuse(peer *memberlist.Node, err error) error {
 	c.mu.Lock()
 	first := !c.refusals[peer.Name]
 	c.refusals[peer.Name] = true
+	if first && len(c.refusalLog) < 8 {
+		c.refusalLog = append(c.refusalLog, fmt.Sprintf("%s at %s: %v", peer.Name, peer.Address(), err))
+	}
 	c.mu.Unlock()
 	if first {
 		c.log.Warn("refusing member", "peer", peer.Name, "addr", peer.Address(), "reason", err)
@@ -390,6 +492,10 @@ func (c *Cluster) refuse(peer *memberlist.Node, err error) error {
 func (c *Cluster) signalJoin() {
 	select {
 	case c.joined <- struct{}{}:
+	default:
+	}
+	select {
+	case c.changes <- struct{}{}:
 	default:
 	}
 }

@@ -20,6 +20,9 @@ type Meta struct {
 	// Leader is rank 0's publisher ID, stamped on every step it publishes;
 	// followers accept steps with this ID only. Zero on other ranks.
 	Leader uint32 `json:"leader,omitempty"`
+	// Epoch is rank 0's current epoch: it grows each time the world
+	// re-forms after a loss, and followers run the epoch rank 0 advertises.
+	Epoch uint32 `json:"epoch,omitempty"`
 	// State is MetaLeaving once the member has begun a graceful Leave. It
 	// is how peers tell a departure from a failure: memberlist v0.7 hands
 	// NotifyLeave a Node whose State field is never set.

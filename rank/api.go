@@ -70,6 +70,15 @@ type Timings struct {
 	TotalMs      float64 `json:"total_ms"`
 }
 
+// PeerStatus is rank 0's view of one follower.
+type PeerStatus struct {
+	Rank           int     `json:"rank"`
+	Epoch          uint32  `json:"epoch"`
+	Step           uint64  `json:"step"`
+	State          string  `json:"state"`
+	HeartbeatAgeMs float64 `json:"heartbeat_age_ms"` // -1: never heard from
+}
+
 // RankStatus is one rank's reply on tpc.<job>.status.
 type RankStatus struct {
 	Rank    int    `json:"rank"`
@@ -85,6 +94,9 @@ type RankStatus struct {
 	// Rejected counts messages refused by kind (malformed, stale epoch,
 	// wrong sender, …) and duplicates ignored.
 	Rejected map[string]uint64 `json:"rejected,omitempty"`
+	// Peers is rank 0's view of the followers: what each last reported
+	// and how long ago.
+	Peers []PeerStatus `json:"peers,omitempty"`
 	// Sampler holds rank 0's noise pool counters.
 	Sampler map[string]uint64 `json:"sampler,omitempty"`
 }

@@ -55,6 +55,21 @@ type DriverConfig struct {
 	// join rank 0's trace through the traceparent header of the step.
 	Tracer     trace.Tracer
 	TraceEvery int
+	// HeartbeatTimeout declares a peer lost when nothing was heard from it
+	// for this long (0: only membership detects losses). Rank 0 watches
+	// every follower, followers watch rank 0.
+	HeartbeatTimeout time.Duration
+	// LivenessGrace is how long peers get to speak after this rank starts
+	// or its own connection comes back, before silence counts (default 10s).
+	LivenessGrace time.Duration
+	// HoldOnPeerLoss keeps rank 0's open requests when Run ends with
+	// ErrPeerLost, for InFlight and the next epoch, instead of answering
+	// them with an error.
+	HoldOnPeerLoss bool
+	// Resume are the requests in flight when the previous epoch stopped
+	// (Driver.InFlight of its rank 0): they are admitted first, with the
+	// tokens they already have, and go on streaming to their requesters.
+	Resume []*Request
 }
 
 func (c *DriverConfig) defaults() {
@@ -69,6 +84,9 @@ func (c *DriverConfig) defaults() {
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 250 * time.Millisecond
+	}
+	if c.LivenessGrace <= 0 {
+		c.LivenessGrace = 10 * time.Second
 	}
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("")
@@ -88,7 +106,6 @@ type Driver struct {
 	// Owned by the Run goroutine.
 	mirror  *Mirror
 	sched   *Scheduler
-	times   map[uint64]*reqTimes
 	digests [digestRing]struct{ step, digest uint64 }
 
 	steps  chan stepMsg
@@ -105,6 +122,8 @@ type Driver struct {
 	leaderNow uint64 // followers: step rank 0 reported last
 	rejected  map[string]uint64
 	lastWarn  map[string]time.Time
+	heard     map[int]time.Time // last heartbeat heard per watched rank
+	quiet     time.Time         // start, or when our own connection last dropped
 }
 
 // position is what status replies and heartbeats report, guarded by mu.
@@ -115,8 +134,6 @@ type position struct {
 }
 
 const digestRing = 1024
-
-type reqTimes struct{ enqueued, first, last time.Time }
 
 // Picker chooses one token per row from rank 0's logits. errs[i] is set for
 // a row that cannot be sampled (for example NaN logits).
@@ -140,7 +157,6 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		subj:   broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
 		job:    broadcast.JobHash(cfg.Job),
 		mirror: NewMirror(cfg.Epoch),
-		times:  map[uint64]*reqTimes{},
 		steps:  make(chan stepMsg, 1024),
 		intake: make(chan *Request, cfg.MaxQueue),
 		wake:   make(chan struct{}, 1),
@@ -149,10 +165,12 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		behind: make(chan struct{}, 1),
 
 		rejected: map[string]uint64{},
+		heard:    map[int]time.Time{},
 		lastWarn: map[string]time.Time{},
 	}
 	if cfg.Rank == 0 {
 		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.MaxStepBytes})
+		d.sched.Resume(cfg.Resume)
 		d.window = broadcast.NewWindow(cfg.ReplayWindow)
 	}
 	return d
@@ -165,6 +183,17 @@ func (d *Driver) Abort(err error) {
 	case d.aborts <- err:
 	default:
 	}
+}
+
+// InFlight returns rank 0's unfinished requests, waiting or admitted, in
+// sequence order, with the tokens they have. Call it after Run returned,
+// to resume them in the next epoch.
+func (d *Driver) InFlight() []*Request {
+	if d.sched == nil {
+		return nil
+	}
+	d.admit()
+	return d.sched.InFlight()
 }
 
 // Status returns this rank's current status.
@@ -181,8 +210,11 @@ func (d *Driver) Status() RankStatus {
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
 		Rejected: rejected,
 	}
-	if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok && d.cfg.Rank == 0 {
-		st.Sampler = sp.Stats()
+	if d.cfg.Rank == 0 {
+		if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok {
+			st.Sampler = sp.Stats()
+		}
+		st.Peers = d.peerStatus(time.Now())
 	}
 	return st
 }
@@ -209,6 +241,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("flush subscriptions: %w", err)
 	}
 
+	d.startLiveness(time.Now())
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { d.heartbeatLoop(hbCtx) })
@@ -221,11 +254,16 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		}
 		d.setPhase(phase)
 		d.sendHeartbeat()
-		if d.sched != nil {
+		hold := d.cfg.HoldOnPeerLoss && errors.Is(err, ErrPeerLost)
+		if d.sched != nil && !hold {
 			d.drain(err)
 		}
 		if err != nil && d.cfg.Rank == 0 {
-			d.publishControl(control{Kind: "abort", Reason: err.Error()})
+			kind := "abort"
+			if errors.Is(err, ErrPeerLost) {
+				kind = "peer_lost"
+			}
+			d.publishControl(control{Kind: kind, Reason: err.Error()})
 		}
 		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = d.tr.Flush(fctx)
@@ -240,10 +278,15 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	return d.follow(ctx)
 }
 
-type control struct {
-	Kind   string `json:"kind"`
+// Control is a message on tpc.<job>.control: rank 0 (or a supervisor
+// such as launch, which sets From) tells every rank to stop.
+type Control struct {
+	Kind   string `json:"kind"` // "abort" or "peer_lost"
 	Reason string `json:"reason,omitempty"`
+	From   string `json:"from,omitempty"` // empty: rank 0
 }
+
+type control = Control
 
 func (d *Driver) subscribe() ([]func() error, error) {
 	var unsubs []func() error
@@ -265,7 +308,11 @@ func (d *Driver) subscribe() ([]func() error, error) {
 		if err := sub(d.subj.Generate(), d.onGenerate); err != nil {
 			return unsubs, err
 		}
-		return unsubs, sub(d.subj.Replay(), d.onReplay)
+		if err := sub(d.subj.Replay(), d.onReplay); err != nil {
+			return unsubs, err
+		}
+		// A supervisor (launch) reports ranks it saw die.
+		return unsubs, sub(d.subj.Control(), d.onControl)
 	}
 	if err := sub(d.subj.Step(), d.onStep); err != nil {
 		return unsubs, err
@@ -310,8 +357,18 @@ func (d *Driver) onControl(m *broadcast.Msg) {
 		d.reject("control", err)
 		return
 	}
-	if c.Kind == "abort" {
-		d.Abort(fmt.Errorf("%w by rank 0: %s", ErrAborted, c.Reason))
+	from := c.From
+	if from == "" {
+		from = "rank 0"
+	}
+	if d.cfg.Rank == 0 && from == "rank 0" {
+		return // our own announcement
+	}
+	switch c.Kind {
+	case "abort":
+		d.Abort(fmt.Errorf("%w by %s: %s", ErrAborted, from, c.Reason))
+	case "peer_lost":
+		d.Abort(fmt.Errorf("%w (reported by %s): %s", ErrPeerLost, from, c.Reason))
 	}
 }
 
@@ -330,6 +387,7 @@ func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 	}
 	d.mu.Lock()
 	d.peers[int(hb.Rank)] = hb
+	d.heard[int(hb.Rank)] = time.Now()
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -416,8 +474,9 @@ func (d *Driver) heartbeatLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
 			d.sendHeartbeat()
+			d.checkLiveness(now)
 		}
 	}
 }
@@ -600,7 +659,7 @@ func (d *Driver) enqueue(r *Request) {
 		d.reply(r.Tag, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
 		return
 	}
-	d.times[r.Seq] = &reqTimes{enqueued: time.Now()}
+	r.times.enqueued = time.Now()
 }
 
 // awaitFollowers blocks until every follower has reported this epoch and
@@ -665,7 +724,7 @@ func (d *Driver) stream(events []Event) {
 	now := time.Now()
 	for _, ev := range events {
 		r := ev.Req
-		t := d.times[r.Seq]
+		t := &r.times
 		if ev.Token != NoToken && r.Err == nil {
 			if t.first.IsZero() {
 				t.first = now
@@ -688,7 +747,7 @@ func (d *Driver) finish(r *Request, now time.Time) {
 	if r.Err != nil {
 		rep.Error = r.Err.Error()
 	}
-	if t := d.times[r.Seq]; t != nil {
+	if t := r.times; !t.enqueued.IsZero() {
 		tm := &Timings{TotalMs: ms(now.Sub(t.enqueued))}
 		if !t.first.IsZero() {
 			tm.FirstTokenMs = ms(t.first.Sub(t.enqueued))
@@ -697,7 +756,6 @@ func (d *Driver) finish(r *Request, now time.Time) {
 			}
 		}
 		rep.Timings = tm
-		delete(d.times, r.Seq)
 	}
 	d.reply(r.Tag, rep)
 }

@@ -500,7 +500,9 @@ func TestDriverLeaderStops(t *testing.T) {
 			if abort && !strings.Contains(rep.Error, "rank 1 failed") {
 				t.Fatalf("reply %q does not carry the abort's reason", rep.Error)
 			}
-			if abort != strings.Contains(string(control), "abort") {
+			// A peer loss is announced as such, so followers stop for the
+			// same reason (and, under the wait policy, wait to re-form).
+			if abort != strings.Contains(string(control), `"kind":"peer_lost","reason":"peer lost: rank 1 failed"`) {
 				t.Fatalf("control messages %q (abort=%v)", control, abort)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 )
@@ -141,7 +142,7 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 		m.rows = kept
 	}
 	for _, a := range s.Admitted {
-		m.rows = append(m.rows, &Seq{ID: a.Seq, Prompt: a.Prompt})
+		m.rows = append(m.rows, &Seq{ID: a.Seq, Prompt: a.Prompt, Output: slices.Clone(a.Output)})
 	}
 	clear(m.index)
 	for i, r := range m.rows {

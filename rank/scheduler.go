@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/sampler"
@@ -34,6 +35,8 @@ type Request struct {
 	// Tag is the driver's handle for the requester (its reply subject);
 	// the scheduler does not look at it.
 	Tag string
+
+	times struct{ enqueued, first, last time.Time } // the driver's
 }
 
 // Event is something a requester must hear about after a step: a new
@@ -111,13 +114,14 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	size := broadcast.StepSize(st)
 	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
 		r := s.waiting[0]
-		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+broadcast.AdmissionSize(len(r.Prompt)) > s.cfg.MaxStepBytes {
+		n := broadcast.AdmissionSize(len(r.Prompt) + len(r.Output))
+		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
 			break // the rest go in later steps
 		}
-		size += broadcast.AdmissionSize(len(r.Prompt))
+		size += n
 		s.waiting = s.waiting[1:]
 		s.active[r.Seq] = r
-		st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt})
+		st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt, Output: r.Output})
 	}
 	return st
 }
@@ -170,6 +174,30 @@ func (s *Scheduler) isStop(r *Request, tok int32) bool {
 		return true
 	}
 	return slices.Contains(r.Params.StopTokenIDs, tok)
+}
+
+// Resume queues requests carried over from the previous epoch ahead of
+// everything else, keeping their sequence IDs and the tokens they have.
+// Call it before any Submit.
+func (s *Scheduler) Resume(reqs []*Request) {
+	for _, r := range reqs {
+		s.nextSeq = max(s.nextSeq, r.Seq+1)
+	}
+	s.waiting = append(slices.Clone(reqs), s.waiting...)
+}
+
+// InFlight returns the unfinished requests, admitted or waiting, in
+// sequence order.
+func (s *Scheduler) InFlight() []*Request {
+	var out []*Request
+	for _, r := range s.active {
+		if r.Finish == "" {
+			out = append(out, r)
+		}
+	}
+	out = append(out, s.waiting...)
+	slices.SortFunc(out, func(a, b *Request) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
 }
 
 // Drain ends every request, waiting or active, with reason and err, and

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/tpcoord/tpcoord/noisepool"
@@ -78,6 +79,9 @@ type Sampler struct {
 
 	conv     []float32
 	blockMax []float32
+	hmask    []uint16 // top-p head bitmap, blockSize/16 words per block
+	expArgs  expSumArgs
+	expAcc   [16]float64
 	ovStart  []int32 // overrides of block b are ov[ovStart[b]:ovStart[b+1]]
 	ov       []override
 	flags    []uint8
@@ -120,6 +124,7 @@ func (s *Sampler) grow(vocab int) {
 	s.flags = make([]uint8, vocab)
 	s.counts = make([]int32, vocab)
 	s.blockMax = make([]float32, nb)
+	s.hmask = make([]uint16, nb*blockSize/16)
 	s.ovStart = make([]int32, nb+1)
 }
 
@@ -311,14 +316,11 @@ func (s *Sampler) resetMarks() {
 }
 
 // blockBounds sets blockMax[b] to the maximum processed logit of block b and
-// rejects rows with NaN or +Inf.
+// rejects rows with NaN or +Inf. A zero maximum is +0 (see kernels.go).
 func (s *Sampler) blockBounds(base []float32, nb int) error {
-	bad := false
-	for b := range nb {
-		blk := base[b<<blockShift : min((b+1)<<blockShift, len(base))]
-		m := blockMaxOf(blk)
-		s.blockMax[b] = m
-		bad = bad || !(m <= math.MaxFloat32) && m == m || m != m
+	bad := active.blockMaxesRow(base, s.blockMax[:nb])
+	for _, m := range s.blockMax[:nb] {
+		bad = bad || m > math.MaxFloat32
 	}
 	if bad {
 		for i, v := range base {
@@ -342,53 +344,10 @@ func (s *Sampler) blockBounds(base []float32, nb int) error {
 	s.ovStart[nb] = int32(oi)
 	for b := range nb {
 		if s.ovStart[b] != s.ovStart[b+1] {
-			s.blockMax[b] = blockMaxOf(s.blockVals(base, b))
+			s.blockMax[b], _ = blockMaxGo(s.blockVals(base, b)) // overrides are finite or −Inf
 		}
 	}
 	return nil
-}
-
-// blockMaxOf returns the maximum of v; NaN if v holds a NaN.
-//
-// NaN detection rides on a running sum: any NaN makes it NaN (so does
-// +Inf meeting −Inf, or an overflow to +Inf; those rare false alarms fall
-// back to an exact scan), which is cheaper than testing every value.
-func blockMaxOf(v []float32) float32 {
-	inf := float32(math.Inf(-1))
-	m0, m1, m2, m3 := inf, inf, inf, inf
-	var s0, s1 float32
-	i := 0
-	for ; i+4 <= len(v); i += 4 {
-		a, b, c, d := v[i], v[i+1], v[i+2], v[i+3]
-		if a > m0 {
-			m0 = a
-		}
-		if b > m1 {
-			m1 = b
-		}
-		if c > m2 {
-			m2 = c
-		}
-		if d > m3 {
-			m3 = d
-		}
-		s0 += a + b
-		s1 += c + d
-	}
-	for ; i < len(v); i++ {
-		if v[i] > m0 {
-			m0 = v[i]
-		}
-		s0 += v[i]
-	}
-	if s := s0 + s1; s != s || s > math.MaxFloat32 {
-		for _, x := range v {
-			if x != x {
-				return x
-			}
-		}
-	}
-	return max(m0, m1, m2, m3)
 }
 
 // blockVals returns the processed logits of block b: the base row itself, or
@@ -457,8 +416,11 @@ func (s *Sampler) keyThreshold(sb, tau float32) uint32 {
 // block with max logit bm holds no winner if float32(bm·invT + gMax) < tau
 // (noise bound pruning). With inline noise, a surviving block computes only
 // each token's 32 random bits and compares them with the block's key
-// threshold; only tokens that pass pay for the logs (lazy noise). Every
-// skip is exact, so the result equals the full-row argmax.
+// threshold; only tokens that pass pay for the logs (lazy noise). With pool
+// noise and a vector kernel, a surviving block is first reduced to its best
+// kept score (scoreMax), and only a block whose best reaches tau is scanned
+// token by token. Every skip is exact, so the result equals the full-row
+// argmax.
 func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32, invT, floor float32) int32 {
 	seed := noisepool.RowSeed(r.NoiseKey, r.NoiseRow)
 	noise := r.Noise
@@ -483,6 +445,9 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 		lo := b << blockShift
 		if noise != nil {
 			nz := noise[lo : lo+len(vals)]
+			if active.vector && active.scoreMaxOf(vals, nz, invT, floor) < tau {
+				continue // no kept token of the block reaches tau
+			}
 			for j, l := range vals {
 				sc := float32(float32(l*invT) + nz[j])
 				if sc >= tau && l >= floor {
@@ -515,6 +480,92 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 
 // nucleusFloor returns l* such that the top-p nucleus is {i : l_i >= l*}.
 //
+// One vector pass (expSum) sums every weight w = fastExp(s - s_max) and
+// marks the head: the tokens whose d = M - l lies in the histogram buckets
+// 0..Bh (see nucleusFloorFull for the buckets), Bh chosen so that the tail
+// cannot hold more than a (1-p)/e share of the mass. The histogram is then
+// built from the head alone; every bucket up to Bh is complete, so if the
+// cumulative mass reaches p·total within the head the boundary is exactly
+// the one the full histogram gives. If it does not (rounding, or a bound
+// that was too tight), nucleusFloorFull decides.
+func (s *Sampler) nucleusFloor(base []float32, nb int, M, invT, topP float32) float32 {
+	smax := float32(M * invT)
+	// Tail tokens have s - smax < -G, so weight < e^-G each, and total >= 1
+	// (the maximum's weight): with G = ln(vocab/(1-p)) + 1 the tail holds
+	// less than (1-p)/e of the total.
+	G := math.Log(float64(len(base))/(1-float64(topP))) + 1
+	bh := math.Float32bits(float32(G/float64(invT))) >> massShift
+	dh := float32(math.Inf(1))
+	if (bh+1)<<massShift < 0x7f800000 {
+		dh = math.Float32frombits((bh + 1) << massShift)
+	}
+	// args and acc live in s: passed through the kernel's func value they
+	// would escape to the heap on every call.
+	args, acc := &s.expArgs, &s.expAcc
+	*args = expSumArgs{invT: invT, smax: smax, M: M, dh: dh}
+	clear(acc[:])
+	for b := range nb {
+		if !(float32(float32(s.blockMax[b]*invT)-smax) >= -86) {
+			continue // every weight in the block is 0
+		}
+		active.expSumOf(s.blockVals(base, b), args, acc, s.hmask[b*blockSize/16:])
+	}
+	var total float64
+	for _, a := range acc {
+		total += a
+	}
+	target := float64(topP) * total
+
+	clear(s.mass[:])
+	s.cands = s.cands[:0]
+	for b := range nb {
+		if !(float32(float32(s.blockMax[b]*invT)-smax) >= -86) {
+			continue
+		}
+		vals := s.blockVals(base, b)
+		lo := b << blockShift
+		for k, word := range s.hmask[b*blockSize/16 : b*blockSize/16+(len(vals)+15)/16] {
+			for word != 0 {
+				j := k*16 + bits.TrailingZeros16(word)
+				word &= word - 1
+				l := vals[j]
+				w := fastExp(float32(float32(l*invT) - smax))
+				s.mass[math.Float32bits(float32(M-l))>>massShift] += float64(w)
+				s.cands = append(s.cands, cand{idx: int32(lo + j), l: l, w: w})
+			}
+		}
+	}
+	var cum float64
+	B := uint32(0)
+	for ; ; B++ {
+		if B > bh || B >= massBuckets {
+			return s.nucleusFloorFull(base, nb, M, invT, topP)
+		}
+		if cum+s.mass[B] >= target {
+			break
+		}
+		cum += s.mass[B]
+	}
+	n := 0
+	for _, c := range s.cands {
+		if math.Float32bits(float32(M-c.l))>>massShift == B {
+			s.cands[n] = c
+			n++
+		}
+	}
+	s.cands = s.cands[:n]
+	sortCands(s.cands)
+	for _, c := range s.cands {
+		cum += float64(c.w)
+		if cum >= target {
+			return c.l
+		}
+	}
+	return s.cands[len(s.cands)-1].l
+}
+
+// nucleusFloorFull returns l* such that the top-p nucleus is {i : l_i >= l*}.
+//
 // It finds the nucleus without sorting the vocabulary: one fused pass
 // computes each weight w = fastExp(s - s_max) and adds it to a histogram
 // bucket keyed by the float32 bits of d = M - l. Those bits are monotone in
@@ -523,7 +574,7 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 // and sorted. The set is the one a full sort plus float64 cumsum of the same
 // weights gives; only the float64 summation order differs (relative error
 // ~1e-16 · bucket count, far below the float32 weights' own error).
-func (s *Sampler) nucleusFloor(base []float32, nb int, M, invT, topP float32) float32 {
+func (s *Sampler) nucleusFloorFull(base []float32, nb int, M, invT, topP float32) float32 {
 	clear(s.mass[:])
 	smax := float32(M * invT)
 	var total float64

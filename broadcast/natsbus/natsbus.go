@@ -244,5 +244,8 @@ func redactOne(raw string) string {
 	return u.Redacted()
 }
 
+// Connected reports whether the connection is up (not reconnecting).
+func (c *Conn) Connected() bool { return c.nc.IsConnected() }
+
 // MaxPayload is the largest message the server accepts.
 func (c *Conn) MaxPayload() int { return int(c.nc.MaxPayload()) }

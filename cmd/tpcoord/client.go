@@ -181,18 +181,48 @@ func newStatusCmd() *cobra.Command {
 
 func printStatus(w io.Writer, ranks []rank.RankStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tSTATE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING")
+	fmt.Fprintln(tw, "RANK\tSTATE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING\tHEARTBEAT\tNOTE")
 	world := 0
-	seen := map[int]bool{}
-	for _, r := range ranks {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\t%d\n", r.Rank, r.State, r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting)
+	answered := map[int]rank.RankStatus{}
+	var leader *rank.RankStatus
+	for i, r := range ranks {
 		world = max(world, r.World)
-		seen[r.Rank] = true
+		answered[r.Rank] = r
+		if r.Rank == 0 {
+			leader = &ranks[i]
+		}
+	}
+	seenBy0 := map[int]rank.PeerStatus{}
+	if leader != nil {
+		for _, p := range leader.Peers {
+			seenBy0[p.Rank] = p
+		}
 	}
 	for i := 0; i < world; i++ {
-		if !seen[i] {
-			fmt.Fprintf(tw, "%d\tNO ANSWER\t\t\t\t\t\n", i)
+		r, ok := answered[i]
+		p, known := seenBy0[i]
+		hb := "-"
+		if known && p.HeartbeatAgeMs >= 0 {
+			hb = fmt.Sprintf("%.0fms ago", p.HeartbeatAgeMs)
 		}
+		if !ok {
+			note := "MISSING: no status answer"
+			if known && p.HeartbeatAgeMs >= 0 {
+				note += fmt.Sprintf("; rank 0 last saw step %d", p.Step)
+			}
+			fmt.Fprintf(tw, "%d\t-\t\t\t\t\t\t%s\t%s\n", i, hb, note)
+			continue
+		}
+		note := ""
+		switch {
+		case known && p.HeartbeatAgeMs > 1000:
+			note = "STUCK? no heartbeat for over 1s"
+		case leader != nil && r.Epoch == leader.Epoch && r.Step+3 < leader.Step:
+			note = fmt.Sprintf("BEHIND rank 0 by %d steps", leader.Step-r.Step)
+		case leader != nil && r.Epoch == leader.Epoch && r.Digest != leader.Digest && r.Step == leader.Step:
+			note = "DIGEST DIFFERS from rank 0"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Rank, r.State, r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting, hb, note)
 	}
 	tw.Flush()
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/rank"
 )
 
 type launchConfig struct {
@@ -152,6 +153,7 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 	}
 
 	exits := make(chan childExit, cfg.NProc)
+	gone := map[int]bool{} // ranks whose exit this goroutine has received
 	var children []*child
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -167,7 +169,7 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		c.Stdout, c.Stderr = stderr, stderr
 		c.SysProcAttr = childProcAttr()
 		if err := c.Start(); err != nil {
-			stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+			stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 			return fmt.Errorf("start rank %d: %w", r, err)
 		}
 		ch := &child{rank: r, cmd: c}
@@ -189,9 +191,19 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		if e.err != nil {
 			how = e.err.Error()
 		}
+		reason := fmt.Sprintf("rank %d (pid %d) died: %s", e.rank, e.pid, how)
 		log.Error("rank died; stopping the others", "failed_rank", e.rank, "pid", e.pid, "how", how)
-		stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
-		return fmt.Errorf("rank %d (pid %d) died: %s", e.rank, e.pid, how)
+		// Tell the ranks why first, so rank 0's error replies to open
+		// requests and every rank's exit name the dead rank; then stop
+		// whatever is left.
+		gone[e.rank] = true
+		data, _ := json.Marshal(rank.Control{Kind: "peer_lost", Reason: reason, From: "launch"})
+		_ = nc.Publish(&broadcast.Msg{Subject: subj.Control(), Data: data})
+		_ = nc.Flush(context.Background())
+		// The ranks stop by themselves on that message (exit 3); stragglers
+		// get SIGTERM after a moment.
+		_ = stopChildren(children, gone, exits, syscall.SIGTERM, 2*time.Second, cfg.StopGrace, log)
+		return errors.New(reason)
 	}
 
 	timeout := time.NewTimer(cfg.agent.RendezvousTimeout + 30*time.Second)
@@ -201,11 +213,11 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 	for !ready.done() {
 		select {
 		case <-ctx.Done():
-			return stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+			return stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 		case e := <-exits:
 			return failed(e)
 		case <-timeout.C:
-			stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+			stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 			return fmt.Errorf("ranks not ready after %v: missing %v", cfg.agent.RendezvousTimeout+30*time.Second, ready.missing())
 		case <-ready.changed:
 		case <-progress.C:
@@ -216,7 +228,7 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 	log.Info("job ready", "nats_url", natsURL, "pids", pids)
 	if cfg.ReadyFile != "" {
 		if err := writeReadyFile(cfg.ReadyFile, info); err != nil {
-			stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+			stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 			return err
 		}
 	}
@@ -230,13 +242,13 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		case <-ctx.Done():
 			cancel()
 			<-demoDone
-			return stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+			return stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 		case e := <-exits:
 			cancel()
 			<-demoDone
 			return failed(e)
 		case err := <-demoDone:
-			serr := stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+			serr := stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
@@ -247,48 +259,57 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 	select {
 	case <-ctx.Done():
 		log.Info("signal received; stopping ranks")
-		return stopChildren(children, exits, syscall.SIGTERM, cfg.StopGrace, log)
+		return stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 	case e := <-exits:
 		return failed(e)
 	}
 }
 
-// stopChildren signals every rank still running, waits up to grace, then
-// kills what is left. It consumes the remaining exits. It returns an error
-// if a rank had to be killed or exited with an error.
-func stopChildren(children []*child, exits <-chan childExit, sig syscall.Signal, grace time.Duration, log *slog.Logger) error {
+// stopChildren stops every rank not in gone (ranks whose exit was already
+// received): it first waits up to quiet for them to exit on their own,
+// then signals them, waits up to grace, and kills what is left. It
+// consumes their exits and returns an error if a rank had to be killed or
+// exited with an error after the signal.
+func stopChildren(children []*child, gone map[int]bool, exits <-chan childExit, sig syscall.Signal, quiet, grace time.Duration, log *slog.Logger) error {
 	running := map[int]*child{}
 	for _, c := range children {
-		if c.cmd.ProcessState == nil {
+		if !gone[c.rank] {
 			running[c.rank] = c
-			_ = c.cmd.Process.Signal(sig)
 		}
 	}
-	// Exits already queued before the signal count as stopped.
 	var errs []error
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	for len(running) > 0 {
-		select {
-		case e := <-exits:
-			if _, ok := running[e.rank]; !ok {
-				continue
-			}
-			delete(running, e.rank)
-			if e.err != nil {
-				errs = append(errs, fmt.Errorf("rank %d (pid %d): %w", e.rank, e.pid, e.err))
-			}
-		case <-timer.C:
-			for r, c := range running {
-				log.Warn("rank did not stop in time; killing it", "stuck_rank", r, "pid", c.cmd.Process.Pid, "grace", grace)
-				_ = c.cmd.Process.Kill()
-				errs = append(errs, fmt.Errorf("rank %d (pid %d) killed after %v", r, c.cmd.Process.Pid, grace))
-			}
-			for len(running) > 0 {
-				e := <-exits
+	wait := func(limit time.Duration, collect bool) {
+		timer := time.NewTimer(limit)
+		defer timer.Stop()
+		for len(running) > 0 {
+			select {
+			case e := <-exits:
+				if _, ok := running[e.rank]; !ok {
+					continue
+				}
 				delete(running, e.rank)
+				if collect && e.err != nil {
+					errs = append(errs, fmt.Errorf("rank %d (pid %d): %w", e.rank, e.pid, e.err))
+				}
+			case <-timer.C:
+				return
 			}
 		}
+	}
+	if quiet > 0 {
+		wait(quiet, false)
+	}
+	for _, c := range running {
+		_ = c.cmd.Process.Signal(sig) // one that has just exited: harmless
+	}
+	wait(grace, true)
+	for r, c := range running {
+		log.Warn("rank did not stop in time; killing it", "stuck_rank", r, "pid", c.cmd.Process.Pid, "grace", grace)
+		_ = c.cmd.Process.Kill()
+		errs = append(errs, fmt.Errorf("rank %d (pid %d) killed after %v", r, c.cmd.Process.Pid, grace))
+	}
+	for len(running) > 0 {
+		delete(running, (<-exits).rank)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("stopping ranks: %w", errors.Join(errs...))

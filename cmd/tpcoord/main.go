@@ -48,8 +48,8 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks (JSON lines with the machine, the configuration and medians)"}
-	bench.AddCommand(newBenchSamplerCmd())
-	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newVersionCmd())
+	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastFollowerCmd())
+	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newWorkerCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// `bench broadcast` spawns its followers from os.Executable(), which under
+// go test is this test binary, not tpcoord: it would run the tests instead
+// of following. The bench therefore sets TPC_BENCH_FOLLOWER (benchFollowerEnv)
+// in every follower's environment, and this hook, seeing it, runs the
+// follower command with the arguments after "broadcast-follower" and exits
+// before any test starts. It is an init rather than a TestMain so that it
+// cannot clash with a TestMain that another file of package main may add.
+func init() {
+	if os.Getenv(benchFollowerEnv) == "" {
+		return
+	}
+	args := os.Args[1:]
+	if i := slices.Index(args, "broadcast-follower"); i >= 0 {
+		args = args[i+1:]
+	}
+	cmd := newBenchBroadcastFollowerCmd()
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "broadcast-follower:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func runBenchBroadcastCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newBenchBroadcastCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(t.Context())
+	return out.String(), err
+}
+
+// TestBenchBroadcastJSON runs the real thing with tiny sizes: follower
+// processes, embedded NATS and the TCP fan-out. It checks counts and
+// consistency only, never a time.
+func TestBenchBroadcastJSON(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const msgs, warm = 50, 2 // warm-up is 5%, at least 1
+	out, err := runBenchBroadcastCmd(t, "--followers", "1,2", "--messages", "50", "--interval", "1ms",
+		"--payload", "64", "--json")
+	if err != nil {
+		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []struct {
+		transport string
+		followers int
+	}{{"tcp", 1}, {"nats", 1}, {"tcp", 2}, {"nats", 2}}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	var rs []benchBroadcastResult
+	for i, line := range lines {
+		var r benchBroadcastResult
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, line)
+		}
+		w := want[i]
+		if r.Transport != w.transport || r.Followers != w.followers {
+			t.Errorf("line %d: case %s/%d, want %s/%d", i, r.Transport, r.Followers, w.transport, w.followers)
+		}
+		if r.Messages != msgs || r.Warmup != warm || r.Payload != 64 || r.IntervalUS != 1000 {
+			t.Errorf("line %d: configuration %+v", i, r)
+		}
+		if r.Lost != 0 {
+			t.Errorf("line %d: lost %d", i, r.Lost)
+		}
+		if r.Samples != w.followers*(msgs-warm) {
+			t.Errorf("line %d: %d samples, want %d", i, r.Samples, w.followers*(msgs-warm))
+		}
+		if !(r.P50US > 0 && r.P50US <= r.P90US && r.P90US <= r.P99US && r.P99US <= r.MaxUS) {
+			t.Errorf("line %d: percentiles out of order: p50 %v p90 %v p99 %v max %v", i, r.P50US, r.P90US, r.P99US, r.MaxUS)
+		}
+		if r.SentIntervalUS <= 0 {
+			t.Errorf("line %d: sent_interval_us %v", i, r.SentIntervalUS)
+		}
+		if r.CPU == "" || r.Cores < 1 || !strings.HasPrefix(r.Go, "go") {
+			t.Errorf("line %d: machine %q %d %q", i, r.CPU, r.Cores, r.Go)
+		}
+		if r.TargetP50Ratio != bcTargetP50Ratio || r.TargetP99Ratio != bcTargetP99Ratio {
+			t.Errorf("line %d: targets %v %v", i, r.TargetP50Ratio, r.TargetP99Ratio)
+		}
+		rs = append(rs, r)
+	}
+	for i := 0; i < len(rs); i += 2 {
+		tcp, nr := rs[i], rs[i+1]
+		p50, p99 := nr.P50US/tcp.P50US, nr.P99US/tcp.P99US
+		for _, r := range []benchBroadcastResult{tcp, nr} {
+			if r.P50RatioNATSTCP != p50 || r.P99RatioNATSTCP != p99 {
+				t.Errorf("%s/%d: ratios %v %v, want %v %v", r.Transport, r.Followers, r.P50RatioNATSTCP, r.P99RatioNATSTCP, p50, p99)
+			}
+			if met := p50 <= bcTargetP50Ratio && p99 <= bcTargetP99Ratio; r.TargetsMet != met {
+				t.Errorf("%s/%d: targets_met %v, want %v", r.Transport, r.Followers, r.TargetsMet, met)
+			}
+		}
+	}
+}
+
+func TestBenchBroadcastTable(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	out, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms")
+	if err != nil {
+		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], "p99_us") ||
+		!strings.HasPrefix(lines[2], "tcp ") || !strings.HasPrefix(lines[3], "nats ") {
+		t.Fatalf("unexpected table:\n%s", out)
+	}
+}
+
+func TestBenchBroadcastBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--followers", "0"}, "--followers"},
+		{[]string{"--followers", "1,65"}, "--followers"},
+		{[]string{"--followers", "x"}, "--followers"},
+		{[]string{"--payload", "15"}, "--payload"},
+		{[]string{"--payload", "1048577"}, "--payload"},
+		{[]string{"--messages", "9"}, "--messages"},
+		{[]string{"--interval", "0s"}, "--interval"},
+		{[]string{"--interval", "fast"}, "--interval"},
+	} {
+		_, err := runBenchBroadcastCmd(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.flag)
+		}
+	}
+}
+
+func TestBenchBroadcastFollowerBadFlags(t *testing.T) {
+	ok := benchBroadcastFollowerOptions{transport: "tcp", addr: "127.0.0.1:1", messages: 10, deadline: 1}
+	for _, tc := range []struct {
+		edit func(*benchBroadcastFollowerOptions)
+		flag string
+	}{
+		{func(o *benchBroadcastFollowerOptions) { o.transport = "udp" }, "--transport"},
+		{func(o *benchBroadcastFollowerOptions) { o.addr = "" }, "--addr"},
+		{func(o *benchBroadcastFollowerOptions) { o.transport = "nats" }, "--subject"},
+		{func(o *benchBroadcastFollowerOptions) { o.messages = 0 }, "--messages"},
+		{func(o *benchBroadcastFollowerOptions) { o.deadline = 0 }, "--deadline"},
+	} {
+		o := ok
+		tc.edit(&o)
+		err := runBenchBroadcastFollower(io.Discard, o)
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%+v: error %v, want one naming %s", o, err, tc.flag)
+		}
+	}
+}
+
+func TestBcRecorder(t *testing.T) {
+	r := newBcRecorder(3)
+	msg := make([]byte, bcHeaderLen)
+	put := func(seq uint64, sentAt int64) []byte {
+		for i := range 8 {
+			msg[i] = byte(seq >> (8 * i))
+			msg[8+i] = byte(uint64(sentAt) >> (8 * i))
+		}
+		return msg
+	}
+	if r.record(150, put(0, 100)) {
+		t.Fatal("over after one message")
+	}
+	if r.record(170, put(0, 100)) { // a duplicate counts once
+		t.Fatal("over after a duplicate")
+	}
+	if r.record(10, short(msg)) {
+		t.Fatal("over after a short message")
+	}
+	if !r.record(400, put(bcEndSeq, 390)) {
+		t.Fatal("end marker did not end the run")
+	}
+	if got := r.snapshot(); !slices.Equal(got, []int64{50, -1, -1}) {
+		t.Fatalf("latencies %v", got)
+	}
+	select {
+	case <-r.done:
+	default:
+		t.Fatal("done not closed")
+	}
+}
+
+func short(b []byte) []byte { return b[:bcHeaderLen-1] }
+
+func TestPct(t *testing.T) {
+	v := []int64{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}
+	for _, tc := range []struct {
+		q    float64
+		want int64
+	}{{0.5, 50}, {0.9, 90}, {0.99, 100}, {0.01, 10}, {1, 100}} {
+		if got := pct(v, tc.q); got != tc.want {
+			t.Errorf("pct(%v) = %d, want %d", tc.q, got, tc.want)
+		}
+	}
+	if got := pct([]int64{7}, 0.99); got != 7 {
+		t.Errorf("single value: %d", got)
+	}
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+// workerOpts are the agent's flags for --executor worker.
+type workerOpts struct {
+	WorkerCmd      string
+	WorkerSocket   string
+	WorkerDType    string
+	ForwardTimeout time.Duration
+}
+
+func (o *workerOpts) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.WorkerCmd, "worker-cmd", "", `worker executor: command that starts this card's model worker (split like a shell, no shell run); "{socket}" and "{rank}" are replaced by the socket the agent listens on and the rank (also in $TPCOORD_WORKER_SOCKET, $TPCOORD_WORKER_RANK)`)
+	fs.StringVar(&o.WorkerSocket, "worker-socket", "", `worker executor: connect to a running worker listening on this Unix socket ("{rank}" is replaced by the rank)`)
+	fs.StringVar(&o.WorkerDType, "worker-dtype", "float32", "worker executor: logits type the worker writes: float32, float16 or bfloat16 (16-bit types are widened to float32 on the agent)")
+	fs.DurationVar(&o.ForwardTimeout, "forward-timeout", 30*time.Second, "worker executor: deadline of one forward step; a worker that does not answer in time aborts the job")
+}
+
+func (o *workerOpts) validate(executor string) error {
+	if executor != "worker" {
+		return nil
+	}
+	switch {
+	case o.WorkerCmd == "" && o.WorkerSocket == "":
+		return configError("worker-cmd: --executor worker needs --worker-cmd or --worker-socket")
+	case o.WorkerCmd != "" && o.WorkerSocket != "":
+		return configError("worker-cmd: give --worker-cmd or --worker-socket, not both")
+	case o.ForwardTimeout <= 0:
+		return configError("forward-timeout: must be > 0, got %v", o.ForwardTimeout)
+	}
+	if _, err := rank.ParseWorkerDType(o.WorkerDType); err != nil {
+		return configError("worker-dtype: %v", err)
+	}
+	if o.WorkerCmd != "" {
+		if _, err := splitCommand(o.WorkerCmd); err != nil {
+			return configError("worker-cmd: %v", err)
+		}
+	}
+	return nil
+}
+
+// newExecutor builds the agent's executor. ctx bounds a worker's start.
+func newExecutor(ctx context.Context, cfg agentConfig, log *slog.Logger) (rank.Executor, error) {
+	if cfg.Executor != "worker" {
+		ex, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: cfg.Vocab, EOS: int32(cfg.EOS), ForwardTime: cfg.ForwardTime, Logits: cfg.Rank == 0})
+		if err != nil {
+			return nil, configError("%v", err)
+		}
+		return ex, nil
+	}
+	dt, err := rank.ParseWorkerDType(cfg.WorkerDType)
+	if err != nil {
+		return nil, configError("worker-dtype: %v", err)
+	}
+	wc := rank.WorkerConfig{
+		Rank: cfg.Rank, World: cfg.WorldSize, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
+		DType: dt, Logits: cfg.Rank == 0, ForwardTimeout: cfg.ForwardTimeout,
+		Stdout: os.Stderr, Stderr: os.Stderr, Logger: log,
+	}
+	if cfg.WorkerCmd != "" {
+		if wc.Command, err = splitCommand(cfg.WorkerCmd); err != nil {
+			return nil, configError("worker-cmd: %v", err)
+		}
+	} else {
+		wc.Socket = strings.ReplaceAll(cfg.WorkerSocket, "{rank}", strconv.Itoa(cfg.Rank))
+	}
+	w, err := rank.StartWorker(ctx, wc)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// splitCommand splits a command line into arguments: blanks separate them,
+// single quotes keep everything, double quotes keep all but \" and \\, a
+// backslash outside quotes escapes the next character.
+func splitCommand(s string) ([]string, error) {
+	var (
+		args  []string
+		cur   strings.Builder
+		inArg bool
+		quote rune
+	)
+	rs := []rune(s)
+	for i := 0; i < len(rs); i++ {
+		c := rs[i]
+		switch {
+		case quote == '\'':
+			if c == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(c)
+			}
+		case quote == '"':
+			switch {
+			case c == '"':
+				quote = 0
+			case c == '\\' && i+1 < len(rs) && (rs[i+1] == '"' || rs[i+1] == '\\'):
+				i++
+				cur.WriteRune(rs[i])
+			default:
+				cur.WriteRune(c)
+			}
+		case c == '\'' || c == '"':
+			quote, inArg = c, true
+		case c == '\\':
+			if i+1 == len(rs) {
+				return nil, errors.New("ends with a backslash")
+			}
+			i++
+			cur.WriteRune(rs[i])
+			inArg = true
+		case c == ' ' || c == '\t' || c == '\n':
+			if inArg {
+				args = append(args, cur.String())
+				cur.Reset()
+				inArg = false
+			}
+		default:
+			cur.WriteRune(c)
+			inArg = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated %c quote", quote)
+	}
+	if inArg {
+		args = append(args, cur.String())
+	}
+	if len(args) == 0 {
+		return nil, errors.New("empty command")
+	}
+	return args, nil
+}
+
+// workerCmdConfig configures `tpcoord worker`.
+type workerCmdConfig struct {
+	Socket      string
+	Listen      string
+	Vocab       int
+	MaxBatch    int
+	EOS         int
+	DType       string
+	ForwardTime time.Duration
+	LogLevel    string
+	LogFormat   string
+}
+
+func newWorkerCmd() *cobra.Command {
+	var cfg workerCmdConfig
+	cmd := &cobra.Command{
+		Use:   "worker --socket PATH | --listen PATH",
+		Short: "Run a model worker with the synthetic model (the Go twin of examples/worker/worker.py)",
+		Long: `Run a model worker that speaks the worker protocol (docs/worker-protocol.md)
+and computes the synthetic executor's logits, bit for bit. With --socket it
+connects to the agent that started it (--worker-cmd "tpcoord worker --socket
+{socket}"); with --listen it serves agents that connect to it
+(--worker-socket), one at a time, until stopped.
+
+--vocab, --max-batch, --eos and --dtype, when given, are what the worker
+reports in the handshake (the agent refuses a mismatch); by default it
+takes the agent's values.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			if (cfg.Socket == "") == (cfg.Listen == "") {
+				if cfg.Socket == "" && os.Getenv("TPCOORD_WORKER_SOCKET") != "" {
+					cfg.Socket = os.Getenv("TPCOORD_WORKER_SOCKET")
+				} else {
+					return configError("socket: give --socket or --listen (one of them)")
+				}
+			}
+			sc := rank.WorkerServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, Name: "tpcoord worker " + version + " (synthetic model)"}
+			if fs.Changed("eos") {
+				eos := int32(cfg.EOS)
+				sc.EOS = &eos
+			}
+			if cfg.DType != "" {
+				dt, err := rank.ParseWorkerDType(cfg.DType)
+				if err != nil {
+					return configError("dtype: %v", err)
+				}
+				sc.DType = dt
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), cfg.LogLevel, cfg.LogFormat)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runWorker(ctx, cfg, sc, log)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&cfg.Socket, "socket", "", "connect to the agent listening on this Unix socket (default $TPCOORD_WORKER_SOCKET)")
+	fs.StringVar(&cfg.Listen, "listen", "", "listen on this Unix socket and serve agents one at a time")
+	fs.IntVar(&cfg.Vocab, "vocab", 0, "report this vocabulary size (default: the agent's)")
+	fs.IntVar(&cfg.MaxBatch, "max-batch", 0, "report this max batch (default: the agent's)")
+	fs.IntVar(&cfg.EOS, "eos", 0, "report this EOS token, -1 for none (default: the agent's)")
+	fs.StringVar(&cfg.DType, "dtype", "", "report this logits dtype: float32, float16, bfloat16 (default: the agent's)")
+	fs.DurationVar(&cfg.ForwardTime, "forward-time", 0, "wall time of one forward pass")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
+	return cmd
+}
+
+func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConfig, log *slog.Logger) error {
+	if cfg.Socket != "" {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", cfg.Socket)
+		if err != nil {
+			return err
+		}
+		log.Debug("worker connected", "socket", cfg.Socket)
+		if err := rank.ServeWorker(ctx, conn, sc); err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil
+	}
+	ln, err := net.Listen("unix", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	log.Info("worker listening", "socket", cfg.Listen)
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		// One agent at a time: a card has one owner.
+		if err := rank.ServeWorker(ctx, conn, sc); err != nil && ctx.Err() == nil {
+			log.Warn("agent connection ended", "err", err)
+		}
+	}
+}

@@ -1,0 +1,368 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// These tests start agents by hand (no launch), so what they see is the
+// agents' own detection: NATS heartbeats and memberlist, not launch's
+// process supervision.
+
+// embeddedNATS starts a NATS server in the test process.
+func embeddedNATS(t *testing.T) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv.ClientURL()
+}
+
+type manualAgent struct {
+	t      *testing.T
+	rank   int
+	args   []string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+// startManualAgent runs `tpcoord agent` with text logs.
+func startManualAgent(t *testing.T, rank int, args ...string) *manualAgent {
+	t.Helper()
+	a := &manualAgent{t: t, rank: rank, args: args, log: &syncBuffer{}, exited: make(chan struct{})}
+	a.cmd = exec.Command(tpcoordBin, append([]string{"agent", "--rank", strconv.Itoa(rank), "--log-format", "text"}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-a.exited:
+		default:
+			_ = a.cmd.Process.Kill()
+			<-a.exited
+		}
+		if t.Failed() {
+			t.Logf("rank %d output:\n%s", a.rank, a.log.String())
+		}
+	})
+	return a
+}
+
+func (a *manualAgent) running() bool {
+	select {
+	case <-a.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// wait waits up to limit for the agent to exit and returns its exit code.
+func (a *manualAgent) wait(limit time.Duration) int {
+	a.t.Helper()
+	select {
+	case <-a.exited:
+	case <-time.After(limit):
+		a.t.Fatalf("rank %d did not exit within %v\n%s", a.rank, limit, a.log.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(a.err, &ee) {
+		return ee.ExitCode()
+	}
+	if a.err != nil {
+		a.t.Fatalf("rank %d: %v", a.rank, a.err)
+	}
+	return 0
+}
+
+// manualJob is a job whose agents the test starts itself.
+type manualJob struct {
+	t      *testing.T
+	nats   string
+	job    string
+	rank0  string // memberlist address of rank 0
+	common []string
+	agents map[int]*manualAgent
+}
+
+func newManualJob(t *testing.T, job string, world int, extra ...string) *manualJob {
+	t.Helper()
+	m := &manualJob{t: t, nats: embeddedNATS(t), job: job, agents: map[int]*manualAgent{}}
+	m.rank0 = fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	m.common = append([]string{"--job", job, "--world-size", strconv.Itoa(world), "--nats", m.nats, "--local"}, extra...)
+	return m
+}
+
+func (m *manualJob) start(rank int, extra ...string) *manualAgent {
+	m.t.Helper()
+	args := slices.Clone(m.common)
+	if rank == 0 {
+		args = append(args, "--bind", m.rank0)
+	} else {
+		args = append(args, "--bind", "127.0.0.1:0", "--join", m.rank0)
+	}
+	a := startManualAgent(m.t, rank, append(args, extra...)...)
+	m.agents[rank] = a
+	return a
+}
+
+func (m *manualJob) startAll(world int, extra ...string) {
+	m.t.Helper()
+	for r := range world {
+		m.start(r, extra...)
+	}
+}
+
+// client returns a job handle for the generate and status helpers.
+func (m *manualJob) client() *job {
+	return &job{t: m.t, info: readyInfo{NATSURL: m.nats, Job: m.job}}
+}
+
+func (m *manualJob) waitRunning(world int) {
+	m.t.Helper()
+	c := m.client()
+	waitFor(m.t, 90*time.Second, "every rank answering status", func() (bool, string) {
+		ranks, err := c.status()
+		return err == nil && len(ranks) == world, fmt.Sprintf("%+v %v", ranks, err)
+	})
+}
+
+// TestKillRankDetected: SIGKILL rank 2 of 4 mid-generation with no
+// supervisor: every survivor stops by itself (exit 3, peer lost), the logs
+// and the requester's error name rank 2. The time from the kill to the
+// last survivor's exit is measured and reported (not asserted).
+func TestKillRankDetected(t *testing.T) {
+	took := killAndMeasure(t, "e2e-detect")
+	t.Logf("SIGKILL of rank 2 to the exit of every survivor: %v", took.Round(time.Millisecond))
+}
+
+func killAndMeasure(t *testing.T, jobName string) time.Duration {
+	t.Helper()
+	m := newManualJob(t, jobName, 4, "--forward-time", "5ms")
+	m.startAll(4)
+	m.waitRunning(4)
+	c := m.client()
+
+	genErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := c.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "5000", "--ignore-eos", "--timeout", "90s")
+		genErr <- err
+	}()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := c.status()
+		return err == nil && len(ranks) == 4 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	victim := m.agents[2]
+	killed := time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var last time.Time
+	var wg sync.WaitGroup
+	for _, r := range []int{0, 1, 3} {
+		a := m.agents[r]
+		wg.Go(func() {
+			<-a.exited
+			now := time.Now()
+			mu.Lock()
+			if now.After(last) {
+				last = now
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	took := last.Sub(killed)
+	for _, r := range []int{0, 1, 3} {
+		if code := m.agents[r].wait(time.Minute); code != 3 {
+			t.Errorf("rank %d exited %d, want 3 (peer lost)", r, code)
+		}
+		if out := m.agents[r].log.String(); !strings.Contains(out, "rank 2") {
+			t.Errorf("rank %d's log does not name rank 2", r)
+		}
+	}
+	if err := <-genErr; err == nil || !strings.Contains(err.Error(), "rank 2") {
+		t.Errorf("requester's error %v does not name rank 2", err)
+	}
+	return took
+}
+
+// TestDetectionTimes repeats the kill TPC_DETECTION_RUNS times and reports
+// the median and maximum detection time (for docs/benchmarks.md).
+func TestDetectionTimes(t *testing.T) {
+	runs, _ := strconv.Atoi(os.Getenv("TPC_DETECTION_RUNS"))
+	if runs <= 0 {
+		t.Skip("set TPC_DETECTION_RUNS=20 to measure the detection time distribution")
+	}
+	var times []time.Duration
+	for i := range runs {
+		ok := t.Run(fmt.Sprint(i), func(t *testing.T) {
+			times = append(times, killAndMeasure(t, fmt.Sprintf("e2e-detect-%d", i)))
+		})
+		if !ok {
+			t.FailNow()
+		}
+	}
+	slices.Sort(times)
+	t.Logf("detection over %d kills: median %v, min %v, max %v, all %v", runs,
+		times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), times)
+}
+
+// TestDuplicateRankRefused: a second agent claiming a taken rank exits 2
+// naming both claimants; the job goes on.
+func TestDuplicateRankRefused(t *testing.T) {
+	m := newManualJob(t, "e2e-dup", 2, "--forward-time", "2ms")
+	m.startAll(2)
+	m.waitRunning(2)
+	dup := startManualAgent(t, 1, append(slices.Clone(m.common), "--bind", "127.0.0.1:0", "--join", m.rank0, "--rank-claim-wait", "2s")...)
+	if code := dup.wait(2 * time.Minute); code != 2 {
+		t.Fatalf("duplicate exited %d, want 2", code)
+	}
+	if out := dup.log.String(); !regexp.MustCompile(`rank 1 is held by e2e-dup-r1-\w+`).MatchString(out) || !strings.Contains(out, "gives way") {
+		t.Errorf("duplicate's error does not name the holder and itself:\n%s", out)
+	}
+	got, err := m.client().generate(context.Background(), "--prompt", "1,2", "--max-tokens", "4")
+	if err != nil || len(got.Tokens) == 0 {
+		t.Fatalf("job after the refusal: %+v %v", got, err)
+	}
+	for r, a := range m.agents {
+		if !a.running() {
+			t.Errorf("rank %d stopped", r)
+		}
+	}
+}
+
+// TestWorldSizeMismatchRefused: an agent configured for another world size
+// is refused; its error names both sides.
+func TestWorldSizeMismatchRefused(t *testing.T) {
+	m := newManualJob(t, "e2e-world", 2, "--forward-time", "2ms")
+	m.startAll(2)
+	m.waitRunning(2)
+	odd := startManualAgent(t, 2, "--job", "e2e-world", "--world-size", "3", "--nats", m.nats, "--local",
+		"--bind", "127.0.0.1:0", "--join", m.rank0, "--rendezvous-timeout", "3s")
+	if code := odd.wait(time.Minute); code == 0 {
+		t.Fatal("mismatched agent exited 0")
+	}
+	if out := odd.log.String(); !strings.Contains(out, "world size mismatch") || !strings.Contains(out, "world size 2") {
+		t.Errorf("refusal does not name both world sizes:\n%s", out)
+	}
+	for r, a := range m.agents {
+		if !a.running() {
+			t.Errorf("rank %d stopped", r)
+		}
+	}
+}
+
+// TestWrongGossipKeyRefused: with encrypted gossip, an agent with another
+// key cannot join, and says why.
+func TestWrongGossipKeyRefused(t *testing.T) {
+	dir := t.TempDir()
+	key := func(name string, b byte) string {
+		p := filepath.Join(dir, name)
+		k := make([]byte, 32)
+		for i := range k {
+			k[i] = b + byte(i)
+		}
+		if err := os.WriteFile(p, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, bad := key("good.key", 1), key("bad.key", 100)
+	m := newManualJob(t, "e2e-key", 3, "--forward-time", "2ms")
+	m.start(0, "--gossip-key-file", good)
+	m.start(1, "--gossip-key-file", good)
+	intruder := m.start(2, "--gossip-key-file", bad, "--rendezvous-timeout", "4s")
+	if code := intruder.wait(time.Minute); code == 0 {
+		t.Fatal("agent with the wrong key exited 0")
+	}
+	if out := intruder.log.String(); !strings.Contains(out, "missing ranks [0 1]") || !strings.Contains(out, "gossip-key-file") {
+		t.Errorf("wrong-key agent does not explain its failure:\n%s", out)
+	}
+	// The right key joins the two that are waiting.
+	m.start(2, "--gossip-key-file", good)
+	m.waitRunning(3)
+}
+
+// TestWaitPolicyResumes: with --on-peer-loss wait, kill a follower
+// mid-generation and restart it; every request submitted before the kill
+// completes with the same tokens as an undisturbed run.
+func TestWaitPolicyResumes(t *testing.T) {
+	reqs := workload(4)
+	for i := range reqs {
+		reqs[i].maxTokens = 60
+	}
+	flags := []string{"--forward-time", "10ms", "--on-peer-loss", "wait"}
+
+	ref := launch(t, append([]string{"--nproc", "4", "--job", "e2e-wait-ref"}, flags...)...)
+	want := runAll(t, ref, reqs)
+	if err, _ := ref.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatalf("reference job: %v", err)
+	}
+
+	m := newManualJob(t, "e2e-wait", 4, flags...)
+	m.startAll(4)
+	m.waitRunning(4)
+	c := m.client()
+	done := make(chan []generated, 1)
+	go func() { done <- runAll(t, c, reqs) }()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := c.status()
+		return err == nil && len(ranks) == 4 && ranks[0].Step > 5, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	victim := m.agents[2]
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-victim.exited
+	m.start(2)
+
+	var got []generated
+	select {
+	case got = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("requests did not complete after the rank came back")
+	}
+	for i := range reqs {
+		if fmt.Sprint(got[i]) != fmt.Sprint(want[i]) {
+			t.Errorf("request %d: got %v, undisturbed run %v", i, got[i], want[i])
+		}
+	}
+	ranks, err := c.status()
+	if err != nil || len(ranks) != 4 || ranks[0].Epoch == 0 {
+		t.Errorf("after the re-formation: %+v %v (want 4 ranks in epoch > 0)", ranks, err)
+	}
+	for r, a := range m.agents {
+		if !a.running() {
+			t.Errorf("rank %d stopped", r)
+		}
+	}
+}

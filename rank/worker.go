@@ -1,0 +1,471 @@
+package rank
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// WorkerConfig configures the worker executor: the agent's side of a model
+// worker process (docs/worker-protocol.md).
+type WorkerConfig struct {
+	Rank, World     int
+	Vocab, MaxBatch int
+	EOS             int32 // -1 for none
+	// DType is the logits element type the worker must write (rank 0).
+	DType WorkerDType
+	// Logits: this rank receives logits (rank 0). Only then is the
+	// shared-memory region created.
+	Logits bool
+
+	// Command starts the worker (argv, no shell). "{socket}" and "{rank}"
+	// in any argument are replaced by the socket path the agent listens on
+	// and the rank; the worker also finds them in TPCOORD_WORKER_SOCKET
+	// and TPCOORD_WORKER_RANK. The worker connects to the socket.
+	Command []string
+	// Env is added to the worker's environment (Command only).
+	Env []string
+	// Socket, when Command is empty, is the path of a running worker's
+	// listening socket; the agent connects to it.
+	Socket string
+
+	ForwardTimeout time.Duration // one step's deadline (default 30s)
+	StartTimeout   time.Duration // start, connect and handshake (default 5m)
+	StopTimeout    time.Duration // Close: time for the worker to exit before SIGKILL (default 5s)
+	// ShmDir holds the logits file (default /dev/shm, else os.TempDir()).
+	ShmDir string
+	// Stdout and Stderr receive the worker process's output (nil: discarded).
+	Stdout, Stderr io.Writer
+	Logger         *slog.Logger
+}
+
+func (c *WorkerConfig) defaults() {
+	if c.ForwardTimeout <= 0 {
+		c.ForwardTimeout = 30 * time.Second
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 5 * time.Minute
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 5 * time.Second
+	}
+	if c.DType == 0 {
+		c.DType = DTypeFloat32
+	}
+	if c.ShmDir == "" {
+		c.ShmDir = os.TempDir()
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			c.ShmDir = "/dev/shm"
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate checks the configuration; errors name the field.
+func (c *WorkerConfig) Validate() error {
+	switch {
+	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
+		return fmt.Errorf("rank: %d is not in [0, %d)", c.Rank, c.World)
+	case c.Vocab < 1:
+		return fmt.Errorf("vocab: must be >= 1, got %d", c.Vocab)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("max-batch: must be >= 1, got %d", c.MaxBatch)
+	case c.DType != 0 && c.DType.Size() == 0:
+		return fmt.Errorf("worker-dtype: unknown %v", c.DType)
+	case len(c.Command) == 0 && c.Socket == "":
+		return errors.New("worker-cmd or worker-socket: one is needed")
+	case len(c.Command) > 0 && c.Socket != "":
+		return errors.New("worker-cmd and worker-socket: give one, not both")
+	}
+	return nil
+}
+
+// Worker is the executor backed by a model worker process. Forward sends
+// FORWARD over the socket and waits for FORWARD_OK; rank 0's logits are
+// then in the shared-memory region, which Forward returns in place
+// (float32) or widened into a buffer of its own (float16, bfloat16).
+// Forward and Close must not run concurrently (the driver calls Forward
+// from its loop and Close after Run returns).
+type Worker struct {
+	cfg  WorkerConfig
+	log  *slog.Logger
+	conn net.Conn
+	shm  *shmRegion
+	dir  string // private directory of the listening socket
+
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the process has been reaped
+	waitErr error         // valid after exited is closed
+	pid     int
+	name    string // worker identity reported in HELLO_OK
+
+	out    []byte
+	in     []byte
+	wide   []float32
+	broken error // set by the first failed step: the stream is out of sync
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ Executor = (*Worker)(nil)
+
+// errWorkerHung marks a step that hit its deadline.
+var errWorkerHung = errors.New("worker did not answer in time")
+
+// StartWorker starts (or connects to) the worker and completes the
+// handshake. Every field HELLO_OK reports differently from cfg is refused,
+// naming the field and both values. ctx bounds the start only.
+func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_rank", cfg.Rank)}
+	defer func() {
+		if err != nil {
+			// A worker that failed its start gets no SHUTDOWN: kill it.
+			w.broken = err
+			w.kill()
+			_ = w.Close()
+			err = fmt.Errorf("rank %d: worker: %w", cfg.Rank, err)
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+
+	if cfg.Logits {
+		size := cfg.MaxBatch * cfg.Vocab * cfg.DType.Size()
+		if w.shm, err = createShm(cfg.ShmDir, fmt.Sprintf("tpcoord-r%d-*.logits", cfg.Rank), size); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Command) > 0 {
+		err = w.spawn(sctx)
+	} else {
+		var d net.Dialer
+		w.conn, err = d.DialContext(sctx, "unix", cfg.Socket)
+		if err != nil {
+			err = fmt.Errorf("connect to worker-socket: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := w.handshake(sctx); err != nil {
+		return nil, err
+	}
+	if w.shm != nil {
+		// The worker opened the file before answering; unlinking now
+		// leaves nothing behind in /dev/shm whatever happens later.
+		if err := w.shm.unlink(); err != nil {
+			return nil, fmt.Errorf("unlink %s: %w", w.shm.path, err)
+		}
+		w.shm.path = ""
+	}
+	w.log.Info("worker ready", "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch)
+	return w, nil
+}
+
+// spawn listens on a socket in a private directory, starts the command and
+// accepts its connection. The process is reaped by a goroutine owned by
+// the Worker; Close waits for it.
+func (w *Worker) spawn(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "tpcoord-worker-")
+	if err != nil {
+		return err
+	}
+	w.dir = dir
+	sock := filepath.Join(dir, "worker.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listen for the worker: %w", err)
+	}
+	defer ln.Close()
+	rankStr := strconv.Itoa(w.cfg.Rank)
+	argv := make([]string, len(w.cfg.Command))
+	for i, a := range w.cfg.Command {
+		argv[i] = strings.NewReplacer("{socket}", sock, "{rank}", rankStr).Replace(a)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), w.cfg.Env...), "TPCOORD_WORKER_SOCKET="+sock, "TPCOORD_WORKER_RANK="+rankStr)
+	cmd.Stdout, cmd.Stderr = w.cfg.Stdout, w.cfg.Stderr
+	cmd.SysProcAttr = workerProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start worker-cmd %q: %w", argv[0], err)
+	}
+	w.cmd, w.pid, w.exited = cmd, cmd.Process.Pid, make(chan struct{})
+	w.log.Info("worker process started", "pid", w.pid, "argv", argv)
+	go func() {
+		w.waitErr = cmd.Wait()
+		close(w.exited)
+		_ = ln.Close() // a worker that dies before connecting ends Accept
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = ln.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	conn, err := ln.Accept()
+	if err != nil {
+		select {
+		case <-w.exited:
+			return fmt.Errorf("process %d exited before connecting: %v", w.pid, exitString(w.waitErr))
+		default:
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("process %d did not connect: %w", w.pid, context.Cause(ctx))
+		}
+		return fmt.Errorf("accept the worker's connection: %w", err)
+	}
+	w.conn = conn
+	return nil
+}
+
+func (w *Worker) handshake(ctx context.Context) error {
+	want := hello{
+		Version: WorkerProtocolVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
+		Vocab: uint32(w.cfg.Vocab), MaxBatch: uint32(w.cfg.MaxBatch), EOS: w.cfg.EOS,
+		DType: w.cfg.DType, Order: nativeOrder, Logits: w.cfg.Logits,
+	}
+	if w.shm != nil {
+		want.ShmPath, want.ShmSize = w.shm.path, uint64(len(w.shm.mem))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = w.conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	typ, body, err := w.roundTrip(appendHello(w.out[:0], &want))
+	if err != nil {
+		err = w.explain(err, ctx)
+		if errors.Is(err, errWorkerHung) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errWorkerHung, w.cfg.StartTimeout)
+		}
+		return fmt.Errorf("handshake: %w", err)
+	}
+	switch typ {
+	case frameError:
+		return fmt.Errorf("handshake refused by the worker: %s", workerMessage(body))
+	case frameHelloOK:
+	default:
+		return fmt.Errorf("handshake: %w: %s in reply to HELLO", errGarbage, frameName(typ))
+	}
+	var got hello
+	if err := decodeHelloOK(body, &got); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if err := helloMismatch(&want, &got); err != nil {
+		return err
+	}
+	if w.pid == 0 {
+		w.pid = int(got.PID)
+	}
+	w.name = got.Name
+	_ = w.conn.SetDeadline(time.Time{})
+	return nil
+}
+
+// helloMismatch names every field where the worker differs from the agent.
+func helloMismatch(a, b *hello) error {
+	var diffs []string
+	add := func(field string, av, bv any) {
+		if av != bv {
+			diffs = append(diffs, fmt.Sprintf("%s: agent has %v, worker has %v", field, av, bv))
+		}
+	}
+	add("protocol version", a.Version, b.Version)
+	add("rank", a.Rank, b.Rank)
+	add("world size", a.World, b.World)
+	add("vocab", a.Vocab, b.Vocab)
+	add("max batch", a.MaxBatch, b.MaxBatch)
+	add("eos", a.EOS, b.EOS)
+	add("dtype", a.DType.String(), b.DType.String())
+	add("byte order", orderName(a.Order), orderName(b.Order))
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("handshake mismatch, refusing to start: %s", strings.Join(diffs, "; "))
+}
+
+func (w *Worker) roundTrip(frame []byte) (uint16, []byte, error) {
+	w.out = frame
+	if _, err := w.conn.Write(frame); err != nil {
+		return 0, nil, err
+	}
+	typ, body, err := readFrame(w.conn, w.in, maxReplyBody)
+	w.in = body
+	return typ, body, err
+}
+
+// explain turns an I/O error of a step or the handshake into what happened
+// to the worker.
+func (w *Worker) explain(err error, ctx context.Context) error {
+	var ne net.Error
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.As(err, &ne) && ne.Timeout():
+		return errWorkerHung
+	case errors.Is(err, errGarbage):
+		return err
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isConnReset(err):
+		if w.exited != nil {
+			// The process is most likely gone; say how, if it is reaped soon.
+			t := time.NewTimer(time.Second)
+			defer t.Stop()
+			select {
+			case <-w.exited:
+				return fmt.Errorf("worker closed the connection and exited: %s", exitString(w.waitErr))
+			case <-t.C:
+			}
+		}
+		return fmt.Errorf("worker closed the connection: %w", err)
+	}
+	return err
+}
+
+func isConnReset(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connection reset") || strings.Contains(s, "broken pipe")
+}
+
+func exitString(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+func (w *Worker) Vocab() int { return w.cfg.Vocab }
+
+// PID is the worker process's ID (as the worker reported it when the agent
+// connected to a running one).
+func (w *Worker) PID() int { return w.pid }
+
+// Forward runs one step on the worker. Any failure (an ERROR reply, garbage,
+// a closed connection, no answer within ForwardTimeout) names the rank and
+// leaves the worker broken: every later Forward fails the same way.
+func (w *Worker) Forward(ctx context.Context, b Batch) ([]float32, error) {
+	if w.broken != nil {
+		return nil, w.broken
+	}
+	logits, err := w.forward(ctx, b)
+	if err != nil {
+		w.broken = fmt.Errorf("rank %d: worker (pid %d): step %d: %w", w.cfg.Rank, w.pid, b.Step, err)
+		_ = w.conn.Close()
+		return nil, w.broken
+	}
+	return logits, nil
+}
+
+func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
+	if len(b.Rows) > w.cfg.MaxBatch {
+		return nil, fmt.Errorf("%d rows, the worker was set up for at most %d", len(b.Rows), w.cfg.MaxBatch)
+	}
+	_ = w.conn.SetDeadline(time.Now().Add(w.cfg.ForwardTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	typ, body, err := w.roundTrip(appendForward(w.out[:0], b.Step, b.Rows))
+	if err != nil {
+		err = w.explain(err, ctx)
+		if errors.Is(err, errWorkerHung) {
+			return nil, fmt.Errorf("%w: no reply within --forward-timeout %v", err, w.cfg.ForwardTimeout)
+		}
+		return nil, err
+	}
+	switch typ {
+	case frameError:
+		return nil, fmt.Errorf("worker reported an error: %s", workerMessage(body))
+	case frameForwardOK:
+	default:
+		return nil, fmt.Errorf("%w: %s in reply to FORWARD", errGarbage, frameName(typ))
+	}
+	if len(body) != forwardOKSize {
+		return nil, fmt.Errorf("%w: FORWARD_OK of %d bytes (want %d)", errGarbage, len(body), forwardOKSize)
+	}
+	step, rows := leUint64(body), leUint32(body[8:])
+	want := uint32(0)
+	if w.cfg.Logits {
+		want = uint32(len(b.Rows))
+	}
+	if step != b.Step || rows != want {
+		return nil, fmt.Errorf("%w: FORWARD_OK for step %d with %d rows, want step %d with %d rows", errGarbage, step, rows, b.Step, want)
+	}
+	if !w.cfg.Logits {
+		return nil, nil
+	}
+	n := len(b.Rows) * w.cfg.Vocab
+	if w.cfg.DType == DTypeFloat32 {
+		return w.shm.float32s(n), nil
+	}
+	// The sampler takes float32 rows: widen the 16-bit logits into a
+	// buffer of ours (one pass; exact).
+	if cap(w.wide) < n {
+		w.wide = make([]float32, n)
+	}
+	w.wide = w.wide[:n]
+	widen(w.wide, w.shm.uint16s(n), w.cfg.DType)
+	return w.wide, nil
+}
+
+// kill ends the process now (used when it cannot be trusted to stop).
+func (w *Worker) kill() {
+	if w.cmd == nil {
+		return
+	}
+	select {
+	case <-w.exited:
+	default:
+		_ = w.cmd.Process.Kill()
+	}
+}
+
+// Close asks the worker to shut down, kills it if it does not exit within
+// StopTimeout (at once if it stopped answering), reaps it and releases the
+// socket and the shared memory. It is idempotent.
+func (w *Worker) Close() error {
+	w.closeOnce.Do(func() {
+		if w.conn != nil {
+			if w.broken == nil {
+				_ = w.conn.SetDeadline(time.Now().Add(time.Second))
+				_, _ = w.conn.Write(appendFrame(nil, frameShutdown, nil))
+			}
+			_ = w.conn.Close()
+		}
+		if w.cmd != nil {
+			if errors.Is(w.broken, errWorkerHung) {
+				w.kill()
+			}
+			t := time.NewTimer(w.cfg.StopTimeout)
+			select {
+			case <-w.exited:
+			case <-t.C:
+				w.log.Warn("worker did not exit after SHUTDOWN; killing it", "pid", w.pid, "waited", w.cfg.StopTimeout)
+				w.kill()
+				<-w.exited
+			}
+			t.Stop()
+			w.log.Info("worker process stopped", "pid", w.pid, "exit", exitString(w.waitErr))
+		}
+		if w.shm != nil {
+			if w.shm.path != "" {
+				_ = w.shm.unlink()
+			}
+			w.closeErr = w.shm.close()
+		}
+		if w.dir != "" {
+			_ = os.RemoveAll(w.dir)
+		}
+	})
+	return w.closeErr
+}

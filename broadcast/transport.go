@@ -57,6 +57,7 @@ func (s Subjects) Heartbeats() string        { return s.base() + ".hb.*" }
 func (s Subjects) Generate() string          { return s.base() + ".generate" }
 func (s Subjects) Status() string            { return s.base() + ".status" }
 func (s Subjects) Control() string           { return s.base() + ".control" }
+func (s Subjects) Client() string            { return s.base() + ".client" }
 
 // ValidateToken checks that v can be one token of a NATS subject: the
 // prefix and the job ID end up in subjects, so dots, wildcards and spaces

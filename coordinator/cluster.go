@@ -35,6 +35,9 @@ type Config struct {
 	Local bool
 	// Transport overrides the network (memberlist's MockNetwork in tests).
 	Transport memberlist.Transport
+	// Failure detector tuning; zero keeps the LAN or local default.
+	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
+	SuspicionMult                               int
 	// ClaimWait is how long a member whose rank is held by another keeps
 	// trying before it gives up with ErrRankTaken: the holder may be a
 	// dead process that membership has not declared dead yet (a rank
@@ -118,6 +121,18 @@ func Start(cfg Config) (*Cluster, error) {
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		mc = memberlist.DefaultLocalConfig()
+	}
+	if cfg.ProbeInterval > 0 {
+		mc.ProbeInterval = cfg.ProbeInterval
+	}
+	if cfg.ProbeTimeout > 0 {
+		mc.ProbeTimeout = cfg.ProbeTimeout
+	}
+	if cfg.SuspicionMult > 0 {
+		mc.SuspicionMult = cfg.SuspicionMult
+	}
+	if cfg.GossipInterval > 0 {
+		mc.GossipInterval = cfg.GossipInterval
 	}
 	mc.Name = fmt.Sprintf("%s-r%d-%x", cfg.Meta.Job, cfg.Meta.Rank, uint32(cfg.Meta.Started))
 	c.name = mc.Name
@@ -269,12 +284,23 @@ func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member,
 			return nil, c.timeoutError(present, world, joinErr)
 		case <-c.joined:
 		case <-retry.C:
+			if c.hasJoined() && len(missing) > 0 && len(c.cfg.Join) > 0 {
+				// Joined, but some ranks are still unknown here: gossip
+				// about them may have been lost. A push/pull with the join
+				// peers brings their full member lists.
+				if _, err := c.ml.Join(c.cfg.Join); err != nil {
+					c.log.Debug("resync with join peers failed", "err", err)
+				}
+				retry.Reset(time.Second)
+				continue
+			}
 			if !c.hasJoined() {
 				n, err := c.ml.Join(c.cfg.Join)
 				if err == nil && n > 0 {
 					c.mu.Lock()
 					c.didJoin = true
 					c.mu.Unlock()
+					retry.Reset(time.Second) // resync while ranks are missing
 				} else {
 					joinErr = err
 					c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", backoff)
@@ -372,6 +398,18 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	return c.leaveErr
 }
 
+// Abandon leaves without announcing a graceful departure: peers see this
+// member as failed. Used when the agent stops because of an error.
+func (c *Cluster) Abandon(timeout time.Duration) error {
+	c.leaveOnce.Do(func() {
+		c.leaveErr = c.ml.Leave(timeout)
+		if serr := c.ml.Shutdown(); c.leaveErr == nil {
+			c.leaveErr = serr
+		}
+	})
+	return c.leaveErr
+}
+
 // announceLeaving re-advertises this member's metadata with State
 // MetaLeaving and waits (up to timeout) for the update to be gossiped, so
 // that peers see the departure that follows as a leave, not a failure.
@@ -430,6 +468,9 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	switch {
 	case m.Job != own.Job:
 		return c.refuse(peer, fmt.Errorf("it serves job %q, this member serves job %q", m.Job, own.Job))
+	case m.Proto != own.Proto:
+		return c.refuse(peer, fmt.Errorf("incompatible protocol version: %s (rank %d, tpcoord %s) speaks wire protocol %d, this member (rank %d, tpcoord %s) speaks %d",
+			peer.Name, m.Rank, m.Version, m.Proto, own.Rank, own.Version, own.Proto))
 	case m.World != own.World:
 		return c.refuse(peer, fmt.Errorf("world size mismatch: %s has world size %d, this member (rank %d) has %d", peer.Name, m.World, own.Rank, own.World))
 	case m.Digest != own.Digest:

@@ -492,3 +492,15 @@ func TestEventString(t *testing.T) {
 	}
 	_ = fmt.Sprint(ev)
 }
+
+// TestProtocolVersionRefused: a member speaking another wire protocol is
+// refused with a message naming both versions.
+func TestProtocolVersionRefused(t *testing.T) {
+	m0 := start(t, 0, nil)
+	other := start(t, 1, nil, func(m *Meta) { m.Proto = 99; m.Version = "future" })
+	err := (*delegate)(m0.Cluster).NotifyAlive(other.node(t))
+	if err == nil || !strings.Contains(err.Error(), "incompatible protocol version") ||
+		!strings.Contains(err.Error(), "speaks wire protocol 99") || !strings.Contains(err.Error(), "speaks 0") {
+		t.Fatalf("refusal: %v", err)
+	}
+}

@@ -16,6 +16,7 @@ type Meta struct {
 	Digest  string `json:"digest"`  // config digest: members must agree
 	NATS    string `json:"nats"`    // NATS URL the agent uses (credentials removed)
 	Version string `json:"version"` // tpcoord version
+	Proto   int    `json:"proto"`   // wire protocol version
 	Started int64  `json:"started"` // unix ns; the older claimant of a rank keeps it
 	// Leader is rank 0's publisher ID, stamped on every step it publishes;
 	// followers accept steps with this ID only. Zero on other ranks.

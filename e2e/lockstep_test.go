@@ -106,6 +106,17 @@ func TestLockstepFourRanks(t *testing.T) {
 // non-zero naming that rank.
 func TestKilledRankStopsJob(t *testing.T) {
 	j := launch(t, "--nproc", "4", "--job", "e2e-kill", "--forward-time", "5ms")
+	genErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := contextWithTimeout(2 * time.Minute)
+		defer cancel()
+		_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", "90s")
+		genErr <- err
+	}()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := j.status()
+		return err == nil && len(ranks) == 4 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
+	})
 	victim := j.info.PIDs[2]
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -117,6 +128,9 @@ func TestKilledRankStopsJob(t *testing.T) {
 	}
 	if want := fmt.Sprintf("rank 2 (pid %d) died", victim); !strings.Contains(j.log.String(), want) {
 		t.Errorf("launch output does not name the dead rank (%q)", want)
+	}
+	if err := <-genErr; err == nil || !strings.Contains(err.Error(), "rank 2") {
+		t.Errorf("requester's error %v does not name rank 2", err)
 	}
 	for _, pid := range j.info.PIDs {
 		if alive(pid) {

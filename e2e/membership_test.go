@@ -161,9 +161,9 @@ func TestKillRankDetected(t *testing.T) {
 	t.Logf("SIGKILL of rank 2 to the exit of every survivor: %v", took.Round(time.Millisecond))
 }
 
-func killAndMeasure(t *testing.T, jobName string) time.Duration {
+func killAndMeasure(t *testing.T, jobName string, extra ...string) time.Duration {
 	t.Helper()
-	m := newManualJob(t, jobName, 4, "--forward-time", "5ms")
+	m := newManualJob(t, jobName, 4, append([]string{"--forward-time", "5ms"}, extra...)...)
 	m.startAll(4)
 	m.waitRunning(4)
 	c := m.client()
@@ -216,7 +216,9 @@ func killAndMeasure(t *testing.T, jobName string) time.Duration {
 }
 
 // TestDetectionTimes repeats the kill TPC_DETECTION_RUNS times and reports
-// the median and maximum detection time (for docs/benchmarks.md).
+// the median and maximum detection time (for docs/benchmarks.md). Extra
+// agent flags come from TPC_DETECTION_FLAGS (e.g. "--heartbeat-timeout 0"
+// for memberlist alone).
 func TestDetectionTimes(t *testing.T) {
 	runs, _ := strconv.Atoi(os.Getenv("TPC_DETECTION_RUNS"))
 	if runs <= 0 {
@@ -225,7 +227,7 @@ func TestDetectionTimes(t *testing.T) {
 	var times []time.Duration
 	for i := range runs {
 		ok := t.Run(fmt.Sprint(i), func(t *testing.T) {
-			times = append(times, killAndMeasure(t, fmt.Sprintf("e2e-detect-%d", i)))
+			times = append(times, killAndMeasure(t, fmt.Sprintf("e2e-detect-%d", i), strings.Fields(os.Getenv("TPC_DETECTION_FLAGS"))...))
 		})
 		if !ok {
 			t.FailNow()

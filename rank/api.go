@@ -99,4 +99,13 @@ type RankStatus struct {
 	Peers []PeerStatus `json:"peers,omitempty"`
 	// Sampler holds rank 0's noise pool counters.
 	Sampler map[string]uint64 `json:"sampler,omitempty"`
+	// Phase is where the decode loop is now (idle, await, publish,
+	// forward, sample, reply) and PhaseMs how long it has been there, so
+	// a stuck rank is named at a glance.
+	Phase   string  `json:"phase,omitempty"`
+	PhaseMs float64 `json:"phase_ms"`
+	// RecentSteps are the flight recorder's last few steps, oldest first.
+	RecentSteps []StepTiming `json:"recent_steps,omitempty"`
+	// MetricsAddr is where this rank serves /metrics (empty: off).
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 }

@@ -12,7 +12,10 @@ import (
 
 // Generate submits req to rank 0 and calls onToken for each streamed token
 // (it may be nil). It returns the final reply; a reply carrying an error is
-// returned as an error too.
+// returned as an error too. While waiting it sends keepalives, so rank 0
+// drops the request if this client goes away; if ctx ends first it asks
+// rank 0 to cancel the request and returns the cancelled reply (or ctx's
+// error if none comes within a few seconds).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -50,10 +53,27 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: inbox, Data: data}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)
 	}
+	send := func(op string) {
+		b, _ := json.Marshal(ClientMessage{Reply: inbox, Op: op})
+		_ = tr.Publish(&broadcast.Msg{Subject: subj.Client(), Data: b})
+	}
+	keepalive := time.NewTicker(KeepaliveInterval)
+	defer keepalive.Stop()
+	var cancelled <-chan time.Time // set once a cancel was sent
+	done := ctx.Done()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-done:
+			send("cancel")
+			_ = tr.Flush(context.Background())
+			done = nil
+			t := time.NewTimer(3 * time.Second)
+			defer t.Stop()
+			cancelled = t.C
+		case <-cancelled:
 			return nil, fmt.Errorf("waiting for tokens: %w", ctx.Err())
+		case <-keepalive.C:
+			send("keepalive")
 		case <-overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
 		case <-noResponders:

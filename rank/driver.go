@@ -28,18 +28,24 @@ var (
 
 // DriverConfig configures one rank's decode loop.
 type DriverConfig struct {
-	Job       string
-	Prefix    string
-	Rank      int
-	World     int
-	Epoch     uint32
-	MaxBatch  int
-	MaxQueue  int
-	MaxLag    int           // steps rank 0 may publish beyond the slowest follower's last applied step + 1
-	Heartbeat time.Duration // periodic heartbeat interval
-	EOS       int32
-	Version   string
-	Logger    *slog.Logger
+	Job      string
+	Prefix   string
+	Rank     int
+	World    int
+	Epoch    uint32
+	MaxBatch int
+	MaxQueue int
+	MaxLag   int // steps rank 0 may publish beyond the slowest follower's last applied step + 1
+	// ClientTimeout cancels a request whose client stopped sending
+	// keepalives (default DefaultClientTimeout).
+	ClientTimeout time.Duration
+	// MaxBatchTokens bounds the prompt and output tokens of the batch's
+	// rows (0: none); see SchedulerConfig.
+	MaxBatchTokens int
+	Heartbeat      time.Duration // periodic heartbeat interval
+	EOS            int32
+	Version        string
+	Logger         *slog.Logger
 	// ReplayWindow is how many published steps rank 0 keeps for followers
 	// that missed some (default 1024).
 	ReplayWindow int
@@ -55,6 +61,10 @@ type DriverConfig struct {
 	// join rank 0's trace through the traceparent header of the step.
 	Tracer     trace.Tracer
 	TraceEvery int
+	// Flight records the last steps' phase timings (one is made if nil);
+	// Metrics, if set, receive them (see metrics.go). Both outlive epochs.
+	Flight  *FlightRecorder
+	Metrics *Metrics
 	// HeartbeatTimeout declares a peer lost when nothing was heard from it
 	// for this long (0: only membership detects losses). Rank 0 watches
 	// every follower, followers watch rank 0.
@@ -85,6 +95,9 @@ func (c *DriverConfig) defaults() {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 250 * time.Millisecond
 	}
+	if c.ClientTimeout <= 0 {
+		c.ClientTimeout = DefaultClientTimeout
+	}
 	if c.LivenessGrace <= 0 {
 		c.LivenessGrace = 10 * time.Second
 	}
@@ -108,12 +121,15 @@ type Driver struct {
 	sched   *Scheduler
 	digests [digestRing]struct{ step, digest uint64 }
 
-	steps  chan stepMsg
-	intake chan *Request
-	wake   chan struct{}
-	aborts chan error
-	window *broadcast.Window // rank 0: recent steps for replay
-	behind chan struct{}     // followers: rank 0 reported a step we lack
+	steps     chan stepMsg
+	intake    chan *Request
+	wake      chan struct{}
+	aborts    chan error
+	window    *broadcast.Window    // rank 0: recent steps for replay
+	ops       chan clientOp        // rank 0: cancels and keepalives from clients
+	alive     map[string]time.Time // rank 0 loop: last keepalive per reply subject
+	nextSweep time.Time
+	behind    chan struct{} // followers: rank 0 reported a step we lack
 
 	mu        sync.Mutex
 	pos       position
@@ -124,6 +140,8 @@ type Driver struct {
 	lastWarn  map[string]time.Time
 	heard     map[int]time.Time // last heartbeat heard per watched rank
 	quiet     time.Time         // start, or when our own connection last dropped
+
+	reqSpans map[*Request]trace.Span // rank 0: open request spans, owned by Run
 }
 
 // position is what status replies and heartbeats report, guarded by mu.
@@ -163,16 +181,19 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		aborts: make(chan error, 1),
 		peers:  map[int]broadcast.Heartbeat{},
 		behind: make(chan struct{}, 1),
+		ops:    make(chan clientOp, 4096),
+		alive:  map[string]time.Time{},
 
 		rejected: map[string]uint64{},
 		heard:    map[int]time.Time{},
 		lastWarn: map[string]time.Time{},
 	}
 	if cfg.Rank == 0 {
-		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.MaxStepBytes})
+		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.MaxStepBytes, MaxBatchTokens: cfg.MaxBatchTokens})
 		d.sched.Resume(cfg.Resume)
 		d.window = broadcast.NewWindow(cfg.ReplayWindow)
 	}
+	d.attachTelemetry()
 	return d
 }
 
@@ -216,6 +237,7 @@ func (d *Driver) Status() RankStatus {
 		}
 		st.Peers = d.peerStatus(time.Now())
 	}
+	d.fillTelemetry(&st)
 	return st
 }
 
@@ -311,6 +333,9 @@ func (d *Driver) subscribe() ([]func() error, error) {
 		if err := sub(d.subj.Replay(), d.onReplay); err != nil {
 			return unsubs, err
 		}
+		if err := sub(d.subj.Client(), d.onClient); err != nil {
+			return unsubs, err
+		}
 		// A supervisor (launch) reports ranks it saw die.
 		return unsubs, sub(d.subj.Control(), d.onControl)
 	}
@@ -343,8 +368,10 @@ func (d *Driver) onStep(m *broadcast.Msg) {
 		d.count("duplicate")
 		return
 	}
+	arrived := time.Now()
+	d.cfg.Metrics.observeBroadcast(m.Header, arrived)
 	select {
-	case d.steps <- stepMsg{data: append([]byte(nil), m.Data...), traceparent: m.Header[traceparentHeader], arrived: time.Now()}:
+	case d.steps <- stepMsg{data: append([]byte(nil), m.Data...), traceparent: m.Header[traceparentHeader], arrived: arrived}:
 	default:
 		// Dropping is safe: the gap it leaves is filled by replay.
 		d.reject("step_queue_full", fmt.Errorf("step %d dropped: %d steps already queued", k, cap(d.steps)))
@@ -487,6 +514,7 @@ func (d *Driver) follow(ctx context.Context) error {
 	var st broadcast.Step
 	for {
 		waitStart := time.Now()
+		d.cfg.Flight.enter(PhaseAwait, waitStart)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -540,6 +568,7 @@ func (d *Driver) follow(ctx context.Context) error {
 
 // applyAndRun applies the next step on a follower and runs its forward.
 func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
+	d.cfg.Flight.enter(PhaseForward, time.Now())
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 	}
@@ -553,6 +582,7 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 		return fmt.Errorf("%w: rank %d: forward of step %d: %w", ErrAborted, d.cfg.Rank, st.Step, err)
 	}
 	d.publishState()
+	d.cfg.Flight.stepDone(st.Step, len(d.mirror.Rows()), time.Now())
 	d.sendHeartbeat()
 	return nil
 }
@@ -578,8 +608,10 @@ func (d *Driver) lead(ctx context.Context) error {
 		default:
 		}
 		d.admit()
+		d.clientOps(time.Now())
 		st := d.sched.Next(d.cfg.Epoch, k)
 		if st == nil {
+			d.cfg.Flight.enter(PhaseIdle, time.Now())
 			select {
 			case <-ctx.Done():
 				return nil
@@ -590,6 +622,7 @@ func (d *Driver) lead(ctx context.Context) error {
 			}
 			continue
 		}
+		d.cfg.Flight.enter(PhaseAwait, time.Now())
 		if err := d.awaitFollowers(ctx, k); err != nil {
 			if ctx.Err() != nil {
 				return nil // cancelled while waiting: a clean stop
@@ -598,10 +631,11 @@ func (d *Driver) lead(ctx context.Context) error {
 		}
 		st.Leader = d.cfg.Leader
 		sctx, stepSpan := d.leaderSpan(ctx, k)
+		d.cfg.Flight.enter(PhasePublish, time.Now())
 		buf = broadcast.AppendStep(buf[:0], d.job, st)
 		d.window.Add(st.Epoch, k, buf)
 		_, pub := d.span(sctx, "publish")
-		err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf, Header: traceHeader(sctx)})
+		err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf, Header: stampSent(traceHeader(sctx))})
 		pub.End()
 		if err != nil {
 			stepSpan.End()
@@ -614,6 +648,7 @@ func (d *Driver) lead(ctx context.Context) error {
 		d.digests[k%digestRing] = struct{ step, digest uint64 }{k, d.mirror.Digest()}
 		rows := d.mirror.Rows()
 		if len(rows) > 0 {
+			d.cfg.Flight.enter(PhaseForward, time.Now())
 			fctx, fwd := d.span(sctx, "forward")
 			logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
 			fwd.End()
@@ -630,12 +665,15 @@ func (d *Driver) lead(ctx context.Context) error {
 				reqs = append(reqs, d.sched.Request(r.ID))
 			}
 			_, smp := d.span(sctx, "sample", attribute.Int("rows", len(rows)))
+			d.cfg.Flight.enter(PhaseSample, time.Now())
 			d.pick.Pick(rows, reqs, logits, vocab, tokens, errs)
+			d.cfg.Flight.enter(PhaseReply, time.Now())
 			smp.End()
 			d.stream(d.sched.Sampled(rows, tokens, errs))
 		}
 		stepSpan.End()
 		d.publishState()
+		d.cfg.Flight.stepDone(k, len(rows), time.Now())
 		if err := d.checkDigests(); err != nil {
 			return err
 		}
@@ -660,6 +698,7 @@ func (d *Driver) enqueue(r *Request) {
 		return
 	}
 	r.times.enqueued = time.Now()
+	d.requestStarted(r)
 }
 
 // awaitFollowers blocks until every follower has reported this epoch and
@@ -740,6 +779,8 @@ func (d *Driver) stream(events []Event) {
 }
 
 func (d *Driver) finish(r *Request, now time.Time) {
+	delete(d.alive, r.Tag)
+	d.requestFinished(r, now)
 	rep := GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
 	if rep.Tokens == nil {
 		rep.Tokens = []int32{}

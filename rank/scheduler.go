@@ -56,6 +56,11 @@ type SchedulerConfig struct {
 	// MaxStepBytes bounds a step's encoding; admissions that would exceed
 	// it wait for a later step (0: no bound).
 	MaxStepBytes int
+	// MaxBatchTokens bounds the tokens (prompt and output) of all rows in
+	// the batch; the head of the queue waits until it fits, so nobody is
+	// overtaken and nobody waits forever. A request alone in the batch is
+	// always admitted. 0: no bound.
+	MaxBatchTokens int
 }
 
 // Scheduler is rank 0's pure scheduling logic: a FIFO queue, the set of
@@ -112,8 +117,19 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 		delete(s.active, id)
 	}
 	size := broadcast.StepSize(st)
+	tokens := 0
+	if s.cfg.MaxBatchTokens > 0 {
+		for _, r := range s.active {
+			tokens += len(r.Prompt) + len(r.Output)
+		}
+	}
 	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
 		r := s.waiting[0]
+		if need := len(r.Prompt) + len(r.Output); s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
+			break // the head waits until rows finish; nobody overtakes it
+		} else {
+			tokens += need
+		}
 		n := broadcast.AdmissionSize(len(r.Prompt) + len(r.Output))
 		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
 			break // the rest go in later steps
@@ -174,6 +190,28 @@ func (s *Scheduler) isStop(r *Request, tok int32) bool {
 		return true
 	}
 	return slices.Contains(r.Params.StopTokenIDs, tok)
+}
+
+// Cancel ends the request whose Tag is tag, if it is still open: a waiting
+// one leaves the queue, an admitted one is removed by the next step (its
+// last sampled token still travels with that step, as for any finished
+// row). It returns the request, or nil if none is open under tag.
+func (s *Scheduler) Cancel(tag string, why error) *Request {
+	for i, r := range s.waiting {
+		if r.Tag == tag {
+			s.waiting = slices.Delete(s.waiting, i, i+1)
+			r.Finish, r.Err = FinishCancelled, why
+			return r
+		}
+	}
+	for _, r := range s.active {
+		if r.Tag == tag && r.Finish == "" {
+			r.Finish, r.Err = FinishCancelled, why
+			s.removals = append(s.removals, r.Seq)
+			return r
+		}
+	}
+	return nil
 }
 
 // Resume queues requests carried over from the previous epoch ahead of

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond Go: qemu-user-static, to run the
+# Installs what the test suite needs beyond Go: Jaeger (see jaeger.sh) for
+# the tracing e2e test, and qemu-user-static, to run the
 # byte-level and numeric packages' tests on s390x (big-endian). Idempotent;
 # needs root (or sudo) only when something is missing.
 set -euo pipefail
+
+# The Jaeger e2e test's all-in-one binary: built from the Go module proxy
+# once (about 7 minutes on 2 cores), then cached under $HOME/.cache/tpcoord.
+"$(dirname "$0")/jaeger.sh" --build >/dev/null ||
+  echo "deps.sh: could not build Jaeger; the Jaeger e2e test will be skipped" >&2
 
 missing=()
 command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -83,7 +86,10 @@ func newGenerateCmd() *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cc.Timeout)
+			// SIGINT/SIGTERM or the timeout cancel the request at rank 0.
+			sctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := context.WithTimeout(sctx, cc.Timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
 			rep, err := rank.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
@@ -91,6 +97,12 @@ func newGenerateCmd() *cobra.Command {
 					fmt.Fprintf(out, "%d ", tok)
 				}
 			})
+			if rep != nil && rep.FinishReason == rank.FinishCancelled && cc.JSON {
+				_ = json.NewEncoder(out).Encode(struct {
+					Tokens       []int32 `json:"tokens"`
+					FinishReason string  `json:"finish_reason"`
+				}{rep.Tokens, rep.FinishReason})
+			}
 			if err != nil {
 				return err
 			}

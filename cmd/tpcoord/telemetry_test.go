@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+func TestSetupTracingOffWithoutEndpoint(t *testing.T) {
+	env := map[string]string{"OTEL_SERVICE_NAME": "x"}
+	tr, err := setupTracing(context.Background(), telemetryOpts{}, "j", 0, func(k string) string { return env[k] })
+	if err != nil || tr != nil {
+		t.Fatalf("setupTracing without endpoint = %v, %v; want nil, nil", tr, err)
+	}
+	env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["OTEL_TRACES_EXPORTER"] = "http://127.0.0.1:1", "none"
+	if tr, err := setupTracing(context.Background(), telemetryOpts{}, "j", 0, func(k string) string { return env[k] }); err != nil || tr != nil {
+		t.Fatalf("setupTracing with OTEL_TRACES_EXPORTER=none = %v, %v; want nil, nil", tr, err)
+	}
+}
+
+func TestSplitEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		in, host, path string
+		insecure, err  bool
+	}{
+		{in: "127.0.0.1:4317", host: "127.0.0.1:4317"},
+		{in: "http://collector:4318", host: "collector:4318", insecure: true},
+		{in: "https://collector:4318/custom/traces", host: "collector:4318", path: "/custom/traces"},
+		{in: "collector", err: true},
+		{in: "ftp://collector:1", err: true},
+	} {
+		host, insecure, path, err := splitEndpoint(c.in)
+		if (err != nil) != c.err || host != c.host || insecure != c.insecure || path != c.path {
+			t.Errorf("splitEndpoint(%q) = %q, %v, %q, %v", c.in, host, insecure, path, err)
+		}
+	}
+}
+
+// received collects OTLP export requests.
+type received struct {
+	mu   sync.Mutex
+	reqs []*coltracepb.ExportTraceServiceRequest
+}
+
+func (r *received) add(req *coltracepb.ExportTraceServiceRequest) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+}
+
+// spans returns span name → its resource attributes.
+func (r *received) spans() map[string]map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]map[string]string{}
+	for _, req := range r.reqs {
+		for _, rs := range req.ResourceSpans {
+			attrs := map[string]string{}
+			for _, kv := range rs.Resource.GetAttributes() {
+				attrs[kv.Key] = anyString(kv.Value)
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					out[s.Name] = attrs
+				}
+			}
+		}
+	}
+	return out
+}
+
+func anyString(v *commonpb.AnyValue) string {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return strconv.FormatInt(x.IntValue, 10)
+	}
+	return v.String()
+}
+
+// exportOne creates a span through tr's provider and shuts it down,
+// which flushes the span to the receiver.
+func exportOne(t *testing.T, tr *tracing, name string) {
+	t.Helper()
+	if tr == nil {
+		t.Fatal("setupTracing returned no provider")
+	}
+	_, span := tr.Provider.Tracer("test").Start(context.Background(), name)
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+// TestSetupTracingHTTPFromEnv: the endpoint comes from
+// OTEL_EXPORTER_OTLP_ENDPOINT (read by the SDK's exporter itself), the
+// protocol from the flag; the resource carries the defaults overridden
+// by OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+func TestSetupTracingHTTPFromEnv(t *testing.T) {
+	var got received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "unexpected "+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got.add(&req)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_SERVICE_NAME", "tpc-test")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci,tpc.job=overridden")
+	tr, err := setupTracing(context.Background(), telemetryOpts{OTLPProtocol: "http"}, "j1", 2, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exportOne(t, tr, "probe")
+	res, ok := got.spans()["probe"]
+	if !ok {
+		t.Fatalf("receiver got no span named probe: %v", got.spans())
+	}
+	host, _ := os.Hostname()
+	for k, want := range map[string]string{"service.name": "tpc-test", "tpc.rank": "2", "tpc.job": "overridden", "deployment.environment": "ci", "host.name": host} {
+		if res[k] != want {
+			t.Errorf("resource %s = %q, want %q (all: %v)", k, res[k], want, res)
+		}
+	}
+}
+
+type traceService struct {
+	coltracepb.UnimplementedTraceServiceServer
+	got *received
+}
+
+func (s traceService) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	s.got.add(req)
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestSetupTracingGRPCFlags: --otlp-endpoint host:port with
+// --otlp-insecure exports over gRPC; the service name defaults to tpcoord.
+func TestSetupTracingGRPCFlags(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		t.Setenv(k, "")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got received
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, traceService{got: &got})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(ln) }()
+	defer func() { gs.Stop(); <-served }()
+
+	tr, err := setupTracing(context.Background(), telemetryOpts{OTLPEndpoint: ln.Addr().String(), OTLPInsecure: true}, "j2", 1, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Protocol != "grpc" {
+		t.Errorf("protocol %q, want grpc by default", tr.Protocol)
+	}
+	exportOne(t, tr, "probe")
+	res, ok := got.spans()["probe"]
+	if !ok {
+		t.Fatalf("receiver got no span named probe")
+	}
+	if res["service.name"] != "tpcoord" || res["tpc.job"] != "j2" || res["tpc.rank"] != "1" {
+		t.Errorf("resource %v, want service.name tpcoord, tpc.job j2, tpc.rank 1", res)
+	}
+}
+
+func TestMetricsServer(t *testing.T) {
+	reg, m, err := newMetricsRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := startMetricsServer("127.0.0.1:0", reg, m.Ready, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz: %d, want 200", code)
+	}
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before any decode loop: %d, want 503", code)
+	}
+	code, body := get("/metrics")
+	if code != 200 || !strings.Contains(body, `tpcoord_rank_state{state="joining"} 1`) || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics: %d\n%s", code, body)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestFlightDumpOnSignal: a value on the signal channel writes a dump to
+// the log and to a file in the flight directory.
+func TestFlightDumpOnSignal(t *testing.T) {
+	dir := t.TempDir()
+	var logBuf strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logBuf.Write(p)
+	}), nil))
+	fr := rank.NewFlightRecorder(4)
+	d := &flightDumper{fr: fr, label: "job j rank 3", dir: dir, log: log, now: time.Now}
+	sigs := make(chan os.Signal, 1)
+	stop := d.watch(sigs)
+	sigs <- syscall.SIGUSR1
+	deadline := time.Now().Add(10 * time.Second)
+	var files []string
+	for len(files) == 0 && time.Now().Before(deadline) {
+		files, _ = filepath.Glob(filepath.Join(dir, "flight-job-j-rank-3-*.txt"))
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	stop()
+	stop() // idempotent
+	if len(files) != 1 {
+		t.Fatalf("dump files %v, want one", files)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(data), "flight recorder job j rank 3: phase idle") {
+		t.Errorf("dump file:\n%s", data)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logBuf.String(), "flight recorder dump") || !strings.Contains(logBuf.String(), "reason=\"signal user defined signal 1\"") {
+		t.Errorf("log:\n%s", logBuf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

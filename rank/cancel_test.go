@@ -1,0 +1,170 @@
+package rank
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+func TestSchedulerCancel(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
+	a := &Request{Prompt: []int32{1}, MaxTokens: 10, Tag: "a"}
+	b := &Request{Prompt: []int32{2}, MaxTokens: 10, Tag: "b"}
+	for _, r := range []*Request{a, b} {
+		if err := s.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewMirror(0)
+	st := s.Next(0, 1) // admits a; b waits
+	if err := m.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	s.Sampled(m.Rows(), []int32{5}, nil)
+
+	// Cancel the waiting one: it leaves the queue at once.
+	why := errors.New("client said so")
+	if r := s.Cancel("b", why); r != b || b.Finish != FinishCancelled || !errors.Is(b.Err, why) || s.Waiting() != 0 {
+		t.Fatalf("cancel waiting: %v %+v waiting=%d", r, b, s.Waiting())
+	}
+	// Cancel the admitted one: its token and its removal go in the next step.
+	if r := s.Cancel("a", why); r != a || a.Finish != FinishCancelled {
+		t.Fatalf("cancel active: %v %+v", r, a)
+	}
+	if r := s.Cancel("a", why); r != nil {
+		t.Fatalf("second cancel returned %v", r)
+	}
+	if r := s.Cancel("nobody", why); r != nil {
+		t.Fatalf("cancel of an unknown tag returned %v", r)
+	}
+	st = s.Next(0, 2)
+	if len(st.Tokens) != 1 || st.Tokens[0].Token != 5 || len(st.Removed) != 1 || st.Removed[0] != a.Seq {
+		t.Fatalf("step after the cancel: %+v", st)
+	}
+	if err := m.Apply(st); err != nil || len(m.Rows()) != 0 {
+		t.Fatalf("mirror after the cancel: %v, %d rows", err, len(m.Rows()))
+	}
+	if !s.Idle() {
+		t.Fatal("scheduler not idle")
+	}
+}
+
+// TestSchedulerTokenBudget: the batch's tokens stay within the budget, the
+// head of the queue is not overtaken by a smaller request behind it, and a
+// request larger than the budget still runs alone.
+func TestSchedulerTokenBudget(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{MaxBatch: 8, MaxQueue: 8, EOS: -1, MaxBatchTokens: 10})
+	big := &Request{Prompt: make([]int32, 8), MaxTokens: 1, Tag: "big"}
+	huge := &Request{Prompt: make([]int32, 20), MaxTokens: 1, Tag: "huge"}
+	small := &Request{Prompt: make([]int32, 1), MaxTokens: 1, Tag: "small"}
+	for _, r := range []*Request{big, huge, small} {
+		if err := s.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewMirror(0)
+	var order []string
+	for k := uint64(1); !s.Idle() && k < 20; k++ {
+		st := s.Next(0, k)
+		for _, a := range st.Admitted {
+			for _, r := range []*Request{big, huge, small} {
+				if r.Seq == a.Seq {
+					order = append(order, r.Tag)
+				}
+			}
+		}
+		if err := m.Apply(st); err != nil {
+			t.Fatal(err)
+		}
+		tokens := 0
+		for _, r := range m.Rows() {
+			tokens += len(r.Prompt) + len(r.Output)
+		}
+		if len(m.Rows()) > 1 && tokens > 10 {
+			t.Fatalf("step %d: %d tokens in a batch of %d rows, budget 10", k, tokens, len(m.Rows()))
+		}
+		toks := make([]int32, len(m.Rows()))
+		s.Sampled(m.Rows(), toks, nil)
+	}
+	if want := []string{"big", "huge", "small"}; len(order) != 3 || order[0] != want[0] || order[1] != want[1] || order[2] != want[2] {
+		t.Fatalf("admission order %v, want %v", order, want)
+	}
+}
+
+// TestDriverClientCancelAndTimeout: a client that cancels gets a final
+// "cancelled" reply; a client whose keepalives stop has its request
+// cancelled after the client timeout; the ranks stay in lockstep.
+func TestDriverClientCancelAndTimeout(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	var ranks []*runningRank
+	for r := range 2 {
+		cfg := driverConfig(r, 2)
+		cfg.ClientTimeout = 300 * time.Millisecond
+		ranks = append(ranks, startRank(t, ctx, hub, cfg))
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, r := range ranks {
+			_ = r.wait(t)
+		}
+	})
+	client := hub.Connect()
+	t.Cleanup(client.Close)
+	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
+	})
+
+	// Cancel through Generate's context.
+	gctx, gcancel := context.WithCancel(context.Background())
+	got := make(chan int, 64)
+	var rep *GenerateReply
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rep, err = Generate(gctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()}, func(i int, _ int32) { got <- i })
+	}()
+	<-got // streaming
+	gcancel()
+	<-done
+	if rep == nil || rep.FinishReason != FinishCancelled {
+		t.Fatalf("cancelled request: reply %+v, err %v", rep, err)
+	}
+
+	// A client that sent one keepalive and went silent.
+	reply := subscribeReplies(t, client)
+	data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
+	if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	ka, _ := json.Marshal(ClientMessage{Reply: reply.inbox, Op: "keepalive"})
+	if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: ka}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r := reply.next(t)
+		if r.Done {
+			if r.FinishReason != FinishCancelled {
+				t.Fatalf("silent client's request ended %+v, want cancelled", r)
+			}
+			break
+		}
+	}
+	eventually(t, 10*time.Second, "ranks not idle and in lockstep", func() bool {
+		a, b := ranks[0].d.Status(), ranks[1].d.Status()
+		return a.Rows == 0 && a.Step == b.Step && a.Digest == b.Digest
+	})
+}
+
+// greedyParams is vLLM's defaults at temperature 0, never stopping at EOS.
+func greedyParams() sampler.Params {
+	p := sampler.DefaultParams()
+	p.Temperature, p.IgnoreEOS = 0, true
+	return p
+}

@@ -1,0 +1,80 @@
+package rank
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+)
+
+// DefaultClientTimeout is how long rank 0 keeps a request whose client
+// sends keepalives but has gone silent (DriverConfig.ClientTimeout): the
+// client went away, so its sequence is removed. Clients that never send
+// keepalives are never timed out.
+const DefaultClientTimeout = 5 * time.Second
+
+// KeepaliveInterval is how often a client sends a keepalive.
+const KeepaliveInterval = time.Second
+
+// ClientMessage is a requester's message on tpc.<job>.client about its
+// request, which it names by the request's reply subject.
+type ClientMessage struct {
+	Reply string `json:"reply"`
+	Op    string `json:"op"` // "cancel" or "keepalive"
+}
+
+type clientOp struct {
+	reply  string
+	cancel bool
+}
+
+// onClient hands a client's cancel or keepalive to the loop.
+func (d *Driver) onClient(m *broadcast.Msg) {
+	var c ClientMessage
+	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" || (c.Op != "cancel" && c.Op != "keepalive") {
+		d.reject("client", fmt.Errorf("malformed client message %q", m.Data))
+		return
+	}
+	select {
+	case d.ops <- clientOp{reply: c.Reply, cancel: c.Op == "cancel"}:
+	default:
+		d.reject("client_queue_full", errors.New("client message dropped"))
+	}
+}
+
+// clientOps applies queued cancels and keepalives, and cancels requests
+// whose clients went silent. It runs on the loop at step boundaries.
+func (d *Driver) clientOps(now time.Time) {
+	for {
+		select {
+		case op := <-d.ops:
+			if !op.cancel {
+				d.alive[op.reply] = now
+				continue
+			}
+			if r := d.sched.Cancel(op.reply, errors.New("cancelled by the client")); r != nil {
+				d.finish(r, now)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if now.Before(d.nextSweep) {
+		return
+	}
+	timeout := d.cfg.ClientTimeout
+	d.nextSweep = now.Add(timeout / 10)
+	for reply, seen := range d.alive {
+		if now.Sub(seen) <= timeout {
+			continue
+		}
+		delete(d.alive, reply)
+		if r := d.sched.Cancel(reply, fmt.Errorf("client went away (no keepalive for %v)", timeout)); r != nil {
+			d.log.Info("client went away; request cancelled", "seq", r.Seq)
+			d.finish(r, now)
+		}
+	}
+}

@@ -60,6 +60,12 @@ type GenerateReply struct {
 	Tokens       []int32  `json:"tokens,omitempty"`
 	Error        string   `json:"error,omitempty"`
 	Timings      *Timings `json:"timings,omitempty"`
+	// Logprobs of the token at Index, sent after the token's own message
+	// when the request asked for logprobs.
+	Logprobs *sampler.Logprobs `json:"logprobs,omitempty"`
+	// TokenLogprobs is filled by the Generate client on the final reply:
+	// every token's logprobs, in order. Rank 0 does not send it.
+	TokenLogprobs []sampler.Logprobs `json:"token_logprobs,omitempty"`
 }
 
 // Timings of a finished request, in milliseconds.

@@ -168,3 +168,35 @@ func greedyParams() sampler.Params {
 	p.Temperature, p.IgnoreEOS = 0, true
 	return p
 }
+
+// TestDriverLogprobs: a request that asks for logprobs gets, for every
+// token, its logprob and the top N, after the token itself; a request that
+// does not ask gets none.
+func TestDriverLogprobs(t *testing.T) {
+	c := startCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := greedyParams()
+	n := 3
+	p.Logprobs = &n
+	rep, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 12, Params: p}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.TokenLogprobs) != len(rep.Tokens) {
+		t.Fatalf("%d logprobs for %d tokens", len(rep.TokenLogprobs), len(rep.Tokens))
+	}
+	for i, lp := range rep.TokenLogprobs {
+		if lp.Token != rep.Tokens[i] || len(lp.Top) != n || lp.Logprob > 0 {
+			t.Fatalf("token %d (%d): logprobs %+v", i, rep.Tokens[i], lp)
+		}
+		// Greedy: the sampled token is the most likely one.
+		if lp.Rank != 1 || lp.Top[0].Token != lp.Token {
+			t.Fatalf("token %d: greedy token has rank %d, top %+v", i, lp.Rank, lp.Top)
+		}
+	}
+	rep, err = Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 4, Params: greedyParams()}, nil)
+	if err != nil || rep.TokenLogprobs != nil {
+		t.Fatalf("request without logprobs: %v, %+v", err, rep.TokenLogprobs)
+	}
+}

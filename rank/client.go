@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // Generate submits req to rank 0 and calls onToken for each streamed token
@@ -60,6 +61,7 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	keepalive := time.NewTicker(KeepaliveInterval)
 	defer keepalive.Stop()
 	var cancelled <-chan time.Time // set once a cancel was sent
+	var logprobs []sampler.Logprobs
 	done := ctx.Done()
 	for {
 		select {
@@ -86,9 +88,16 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 			if r.Token != nil && onToken != nil {
 				onToken(r.Index, *r.Token)
 			}
+			if r.Logprobs != nil {
+				for len(logprobs) <= r.Index {
+					logprobs = append(logprobs, sampler.Logprobs{Token: -1})
+				}
+				logprobs[r.Index] = *r.Logprobs
+			}
 			if !r.Done {
 				continue
 			}
+			r.TokenLogprobs = logprobs
 			if r.Error != "" {
 				return &r, fmt.Errorf("rank 0: %s", r.Error)
 			}

@@ -127,6 +127,7 @@ type Driver struct {
 	aborts    chan error
 	window    *broadcast.Window    // rank 0: recent steps for replay
 	ops       chan clientOp        // rank 0: cancels and keepalives from clients
+	lp        *logprober           // rank 0: logprobs computed during the next forward
 	alive     map[string]time.Time // rank 0 loop: last keepalive per reply subject
 	nextSweep time.Time
 	behind    chan struct{} // followers: rank 0 reported a step we lack
@@ -192,6 +193,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.MaxStepBytes, MaxBatchTokens: cfg.MaxBatchTokens})
 		d.sched.Resume(cfg.Resume)
 		d.window = broadcast.NewWindow(cfg.ReplayWindow)
+		d.lp = newLogprober(ex.Vocab(), cfg.EOS)
 	}
 	d.attachTelemetry()
 	return d
@@ -276,6 +278,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		}
 		d.setPhase(phase)
 		d.sendHeartbeat()
+		d.sendLogprobs()
 		hold := d.cfg.HoldOnPeerLoss && errors.Is(err, ErrPeerLost)
 		if d.sched != nil && !hold {
 			d.drain(err)
@@ -610,6 +613,9 @@ func (d *Driver) lead(ctx context.Context) error {
 		d.admit()
 		d.clientOps(time.Now())
 		st := d.sched.Next(d.cfg.Epoch, k)
+		if st == nil || len(d.mirror.Rows())+len(st.Admitted)-len(st.Removed) == 0 {
+			d.sendLogprobs() // no forward pass to hide them behind
+		}
 		if st == nil {
 			d.cfg.Flight.enter(PhaseIdle, time.Now())
 			select {
@@ -650,8 +656,10 @@ func (d *Driver) lead(ctx context.Context) error {
 		if len(rows) > 0 {
 			d.cfg.Flight.enter(PhaseForward, time.Now())
 			fctx, fwd := d.span(sctx, "forward")
+			d.lp.start() // the previous step's logprobs, while the card works
 			logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
 			fwd.End()
+			d.sendLogprobs()
 			if err != nil {
 				stepSpan.End()
 				if ctx.Err() != nil {
@@ -669,6 +677,7 @@ func (d *Driver) lead(ctx context.Context) error {
 			d.pick.Pick(rows, reqs, logits, vocab, tokens, errs)
 			d.cfg.Flight.enter(PhaseReply, time.Now())
 			smp.End()
+			d.lp.capture(rows, reqs, logits, tokens, errs)
 			d.stream(d.sched.Sampled(rows, tokens, errs))
 		}
 		stepSpan.End()
@@ -773,7 +782,31 @@ func (d *Driver) stream(events []Event) {
 			d.reply(r.Tag, GenerateReply{Token: &tok, Index: ev.Index})
 		}
 		if ev.Done {
+			if j := d.lp.pending(r); j != nil {
+				j.finish = true // after its logprobs
+				continue
+			}
 			d.finish(r, now)
+		}
+	}
+}
+
+// sendLogprobs sends the logprobs computed for the last sampled tokens,
+// then the final replies that waited for them.
+func (d *Driver) sendLogprobs() {
+	if d.lp == nil {
+		return
+	}
+	now := time.Now()
+	for _, j := range d.lp.wait() {
+		if j.err == nil {
+			res := j.res
+			d.reply(j.req.Tag, GenerateReply{Index: j.index, Logprobs: &res})
+		} else {
+			d.log.Warn("logprobs failed", "seq", j.req.Seq, "err", j.err)
+		}
+		if j.finish {
+			d.finish(j.req, now)
 		}
 	}
 }

@@ -58,10 +58,11 @@ func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, 
 
 func newGenerateCmd() *cobra.Command {
 	var (
-		cc     clientConfig
-		prompt string
-		req    rank.GenerateRequest
-		seed   int64
+		cc       clientConfig
+		prompt   string
+		req      rank.GenerateRequest
+		seed     int64
+		logprobs int
 	)
 	cmd := &cobra.Command{
 		Use:   "generate --prompt 1,2,3 --max-tokens N",
@@ -77,6 +78,9 @@ func newGenerateCmd() *cobra.Command {
 				return configError("prompt: %v", err)
 			}
 			req.PromptTokenIDs = ids
+			if logprobs >= 0 {
+				req.Logprobs = &logprobs
+			}
 			if seed >= 0 {
 				s := uint64(seed)
 				req.Seed = &s
@@ -108,10 +112,11 @@ func newGenerateCmd() *cobra.Command {
 			}
 			if cc.JSON {
 				return json.NewEncoder(out).Encode(struct {
-					Tokens       []int32       `json:"tokens"`
-					FinishReason string        `json:"finish_reason"`
-					Timings      *rank.Timings `json:"timings,omitempty"`
-				}{rep.Tokens, rep.FinishReason, rep.Timings})
+					Tokens       []int32            `json:"tokens"`
+					FinishReason string             `json:"finish_reason"`
+					Timings      *rank.Timings      `json:"timings,omitempty"`
+					Logprobs     []sampler.Logprobs `json:"logprobs,omitempty"`
+				}{rep.Tokens, rep.FinishReason, rep.Timings, rep.TokenLogprobs})
 			}
 			fmt.Fprintf(out, "\nfinish_reason=%s tokens=%d\n", rep.FinishReason, len(rep.Tokens))
 			return nil
@@ -129,6 +134,7 @@ func newGenerateCmd() *cobra.Command {
 	fs.Float32Var(&req.MinP, "min-p", 0, "min-p (0 disables)")
 	fs.IntVar(&req.MinTokens, "min-tokens", 0, "stop tokens and EOS are blocked until this many tokens")
 	fs.BoolVar(&req.IgnoreEOS, "ignore-eos", false, "do not stop at EOS")
+	fs.IntVar(&logprobs, "logprobs", -1, "return each token's logprob and the top N (0..20; -1: none)")
 	return cmd
 }
 
@@ -193,7 +199,7 @@ func newStatusCmd() *cobra.Command {
 
 func printStatus(w io.Writer, ranks []rank.RankStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tSTATE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING\tHEARTBEAT\tNOTE")
+	fmt.Fprintln(tw, "RANK\tSTATE\tPHASE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING\tHEARTBEAT\tNOTE")
 	world := 0
 	answered := map[int]rank.RankStatus{}
 	var leader *rank.RankStatus
@@ -222,11 +228,13 @@ func printStatus(w io.Writer, ranks []rank.RankStatus) {
 			if known && p.HeartbeatAgeMs >= 0 {
 				note += fmt.Sprintf("; rank 0 last saw step %d", p.Step)
 			}
-			fmt.Fprintf(tw, "%d\t-\t\t\t\t\t\t%s\t%s\n", i, hb, note)
+			fmt.Fprintf(tw, "%d\t-\t\t\t\t\t\t\t%s\t%s\n", i, hb, note)
 			continue
 		}
 		note := ""
 		switch {
+		case stuckInPhase(r):
+			note = fmt.Sprintf("STUCK? in %s for %s", r.Phase, phaseTime(r.PhaseMs))
 		case known && p.HeartbeatAgeMs > 1000:
 			note = "STUCK? no heartbeat for over 1s"
 		case leader != nil && r.Epoch == leader.Epoch && r.Step+3 < leader.Step:
@@ -234,9 +242,37 @@ func printStatus(w io.Writer, ranks []rank.RankStatus) {
 		case leader != nil && r.Epoch == leader.Epoch && r.Digest != leader.Digest && r.Step == leader.Step:
 			note = "DIGEST DIFFERS from rank 0"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Rank, r.State, r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting, hb, note)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Rank, r.State, phaseCell(r), r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting, hb, note)
 	}
 	tw.Flush()
+}
+
+// phaseCell is the decode loop's phase and the time in it, e.g.
+// "forward 12ms" (older ranks report no phase).
+func phaseCell(r rank.RankStatus) string {
+	if r.Phase == "" {
+		return "-"
+	}
+	return r.Phase + " " + phaseTime(r.PhaseMs)
+}
+
+func phaseTime(ms float64) string {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond).String()
+}
+
+// stuckPhaseMs is how long a rank may stay in a working phase before
+// status flags it. Waiting (idle, await) is normal without traffic, and a
+// rank 0 awaiting its followers names the slow follower in its log.
+const stuckPhaseMs = 5000
+
+func stuckInPhase(r rank.RankStatus) bool {
+	switch r.Phase {
+	case "publish", "forward", "sample", "reply":
+		return r.State == "running" && r.PhaseMs > stuckPhaseMs
+	case "await": // rank 0 with work, held back by a follower
+		return r.Rank == 0 && r.State == "running" && r.Rows > 0 && r.PhaseMs > stuckPhaseMs
+	}
+	return false
 }
 
 // runDemo submits cfg.DemoRequests requests at once and prints their

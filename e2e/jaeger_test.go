@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// jaegerBin finds the Jaeger all-in-one binary: $TPCOORD_JAEGER, else the
+// cache scripts/jaeger.sh builds into (building it there if missing).
+func jaegerBin(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TPCOORD_JAEGER"); p != "" {
+		return p
+	}
+	cache := os.Getenv("TPCOORD_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Skipf("Jaeger: no home directory for the cache: %v", err)
+		}
+		cache = filepath.Join(home, ".cache", "tpcoord")
+	}
+	bin := filepath.Join(cache, "jaeger-v1.76.0", "jaeger")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if testing.Short() {
+		t.Skipf("Jaeger not built (%s missing) and -short: run scripts/jaeger.sh --build", bin)
+	}
+	t.Logf("building Jaeger with scripts/jaeger.sh --build (about 7 minutes on 2 cores)")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "../scripts/jaeger.sh", "--build").CombinedOutput()
+	if err != nil {
+		t.Skipf("Jaeger all-in-one cannot be built, skipping the tracing e2e test: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePort returns a loopback address with a port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startJaeger runs Jaeger v2 (in memory) with its OTLP gRPC receiver and
+// query API on free ports; it returns both addresses.
+func startJaeger(t *testing.T) (otlpGRPC, query string) {
+	t.Helper()
+	bin := jaegerBin(t)
+	otlpGRPC, otlpHTTP, query, queryGRPC := freePort(t), freePort(t), freePort(t), freePort(t)
+	config := fmt.Sprintf(`service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: %s
+    grpc:
+      endpoint: %s
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 100000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+      http:
+        endpoint: %s
+processors:
+  batch:
+    timeout: 100ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+`, query, queryGRPC, otlpGRPC, otlpHTTP)
+	path := filepath.Join(t.TempDir(), "jaeger.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	cmd := exec.Command(bin, "--config", path)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("jaeger output:\n%s", log.String())
+		}
+	})
+	waitFor(t, 60*time.Second, "jaeger query API", func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("jaeger exited:\n%s", log.String())
+		default:
+		}
+		resp, err := http.Get("http://" + query + "/api/services")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+	return otlpGRPC, query
+}
+
+// Jaeger's query API (api/traces) as far as the test reads it.
+type jaegerTraces struct {
+	Data []jaegerTrace `json:"data"`
+}
+
+type jaegerTrace struct {
+	TraceID   string `json:"traceID"`
+	Spans     []jaegerSpan
+	Processes map[string]struct {
+		ServiceName string `json:"serviceName"`
+		Tags        []jaegerTag
+	} `json:"processes"`
+}
+
+type jaegerSpan struct {
+	SpanID        string `json:"spanID"`
+	OperationName string `json:"operationName"`
+	ProcessID     string `json:"processID"`
+	References    []struct {
+		RefType string `json:"refType"`
+		SpanID  string `json:"spanID"`
+	} `json:"references"`
+	Tags []jaegerTag `json:"tags"`
+}
+
+type jaegerTag struct {
+	Key   string `json:"key"`
+	Value any    `json:"value"`
+}
+
+func tag(tags []jaegerTag, key string) string {
+	for _, t := range tags {
+		if t.Key == key {
+			return fmt.Sprint(t.Value)
+		}
+	}
+	return ""
+}
+
+func queryTraces(query, operation string) ([]jaegerTrace, error) {
+	q := url.Values{"service": {"tpcoord"}, "operation": {operation}, "limit": {"100"}, "lookback": {"1h"}}
+	resp, err := http.Get("http://" + query + "/api/traces?" + q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("api/traces: %s", resp.Status)
+	}
+	var out jaegerTraces
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	return out.Data, nil
+}
+
+// checkStepTrace reports whether tr is one step traced across all world
+// ranks: rank 0's step span (children publish, forward, sample) is the
+// parent of every follower's step span (children await_step, forward).
+func checkStepTrace(tr jaegerTrace, world int) (bool, string) {
+	rankOf := func(s jaegerSpan) string { return tag(tr.Processes[s.ProcessID].Tags, "tpc.rank") }
+	parent := func(s jaegerSpan) string {
+		for _, r := range s.References {
+			if r.RefType == "CHILD_OF" {
+				return r.SpanID
+			}
+		}
+		return ""
+	}
+	children := map[string]map[string]bool{}
+	steps := map[string]jaegerSpan{}
+	for _, s := range tr.Spans {
+		if p := parent(s); p != "" {
+			if children[p] == nil {
+				children[p] = map[string]bool{}
+			}
+			children[p][s.OperationName] = true
+		}
+		if s.OperationName == "step" {
+			steps[rankOf(s)] = s
+		}
+	}
+	root, ok := steps["0"]
+	if !ok {
+		return false, fmt.Sprintf("trace %s: no step span from rank 0", tr.TraceID)
+	}
+	for _, op := range []string{"publish", "forward", "sample"} {
+		if !children[root.SpanID][op] {
+			return false, fmt.Sprintf("trace %s: rank 0's step has no %s child", tr.TraceID, op)
+		}
+	}
+	for r := 1; r < world; r++ {
+		s, ok := steps[fmt.Sprint(r)]
+		if !ok {
+			return false, fmt.Sprintf("trace %s: no step span from rank %d (have ranks %v)", tr.TraceID, r, keys(steps))
+		}
+		if p := parent(s); p != root.SpanID {
+			return false, fmt.Sprintf("trace %s: rank %d's step span has parent %q, want rank 0's step %s", tr.TraceID, r, p, root.SpanID)
+		}
+		if pr := tr.Processes[s.ProcessID]; pr.ServiceName != "tpcoord" || tag(pr.Tags, "tpc.job") == "" {
+			return false, fmt.Sprintf("trace %s: rank %d's process is %+v", tr.TraceID, r, pr)
+		}
+		for _, op := range []string{"await_step", "forward"} {
+			if !children[s.SpanID][op] {
+				return false, fmt.Sprintf("trace %s: rank %d's step has no %s child", tr.TraceID, r, op)
+			}
+		}
+	}
+	return true, ""
+}
+
+func keys(m map[string]jaegerSpan) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestJaegerTraces: four ranks export their step spans over OTLP gRPC to a
+// real Jaeger; its query API shows a step trace joining all four ranks,
+// followers' step spans children of rank 0's, and rank 0's request span.
+func TestJaegerTraces(t *testing.T) {
+	otlp, query := startJaeger(t)
+	const world = 4
+	j := launch(t, "--nproc", fmt.Sprint(world), "--job", "jaeger", "--forward-time", "2ms",
+		"--trace-every", "1", "--otlp-endpoint", otlp, "--otlp-insecure")
+	ctx, cancel := contextWithTimeout(60 * time.Second)
+	defer cancel()
+	g, err := j.generate(ctx, "--prompt", "5,6,7", "--max-tokens", "6", "--seed", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A clean stop flushes every rank's spans before it exits.
+	if err, _ := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+		t.Fatalf("launch exited with %v", err)
+	}
+
+	waitFor(t, 60*time.Second, "a step trace with spans from all ranks", func() (bool, string) {
+		traces, err := queryTraces(query, "step")
+		if err != nil {
+			return false, err.Error()
+		}
+		last := fmt.Sprintf("%d step traces", len(traces))
+		for _, tr := range traces {
+			ok, why := checkStepTrace(tr, world)
+			if ok {
+				return true, ""
+			}
+			last = why
+		}
+		return false, last
+	})
+	waitFor(t, 30*time.Second, "rank 0's request span", func() (bool, string) {
+		traces, err := queryTraces(query, "request")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, tr := range traces {
+			for _, s := range tr.Spans {
+				if s.OperationName != "request" {
+					continue
+				}
+				if tag(s.Tags, "tpc.request.finish_reason") == g.FinishReason && tag(s.Tags, "tpc.request.output_tokens") == fmt.Sprint(len(g.Tokens)) &&
+					tag(s.Tags, "tpc.request.prompt_tokens") == "3" && tag(tr.Processes[s.ProcessID].Tags, "tpc.rank") == "0" {
+					return true, ""
+				}
+				return false, fmt.Sprintf("request span tags %v", s.Tags)
+			}
+		}
+		return false, fmt.Sprintf("%d request traces", len(traces))
+	})
+}

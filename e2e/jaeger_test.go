@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -314,4 +316,99 @@ func TestJaegerTraces(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d request traces", len(traces))
 	})
+}
+
+// TestMetricsStatusFlight: without Jaeger, ranks started with metrics on a
+// free port and a flight directory serve /metrics and /readyz, report their
+// phase, recent steps and metrics address in status, dump the flight
+// recorder on SIGUSR1, and rank 0 dumps it when a follower is lost.
+func TestMetricsStatusFlight(t *testing.T) {
+	dir := t.TempDir()
+	j := launch(t, "--nproc", "2", "--job", "obs", "--forward-time", "1ms",
+		"--metrics-addr", "127.0.0.1:0", "--flight-dir", dir, "--on-peer-loss", "fail")
+	ctx, cancel := contextWithTimeout(60 * time.Second)
+	defer cancel()
+	if _, err := j.generate(ctx, "--prompt", "5,6,7", "--max-tokens", "4"); err != nil {
+		t.Fatal(err)
+	}
+
+	type obsStatus struct {
+		Rank        int     `json:"rank"`
+		Phase       string  `json:"phase"`
+		PhaseMs     float64 `json:"phase_ms"`
+		MetricsAddr string  `json:"metrics_addr"`
+		RecentSteps []struct {
+			Step      uint64  `json:"step"`
+			ForwardMs float64 `json:"forward_ms"`
+		} `json:"recent_steps"`
+	}
+	var ranks []obsStatus
+	waitFor(t, 30*time.Second, "status with phases and recent steps from both ranks", func() (bool, string) {
+		out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
+		if err != nil {
+			return false, err.Error()
+		}
+		var s struct{ Ranks []obsStatus }
+		if err := json.Unmarshal(out, &s); err != nil {
+			return false, err.Error()
+		}
+		ranks = s.Ranks
+		if len(ranks) != 2 {
+			return false, string(out)
+		}
+		for _, r := range ranks {
+			if r.Phase == "" || len(r.RecentSteps) == 0 || r.MetricsAddr == "" {
+				return false, string(out)
+			}
+		}
+		return true, ""
+	})
+	for _, r := range ranks {
+		get := func(path string) (int, string) {
+			resp, err := http.Get("http://" + r.MetricsAddr + path)
+			if err != nil {
+				t.Fatalf("rank %d %s: %v", r.Rank, path, err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		if code, _ := get("/readyz"); code != 200 {
+			t.Errorf("rank %d /readyz: %d, want 200", r.Rank, code)
+		}
+		code, body := get("/metrics")
+		if code != 200 || !strings.Contains(body, `tpcoord_step_phase_seconds_count{phase="forward"}`) || !strings.Contains(body, `tpcoord_rank_state{state="running"} 1`) {
+			t.Errorf("rank %d /metrics: %d\n%s", r.Rank, code, body)
+		}
+		if r.Rank == 0 && !strings.Contains(body, `tpcoord_requests_total{finish_reason=`) {
+			t.Errorf("rank 0 /metrics has no requests_total:\n%s", body)
+		}
+	}
+
+	dumps := func(rank int) []string {
+		files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("flight-job-obs-rank-%d-*.txt", rank)))
+		return files
+	}
+	if err := syscall.Kill(j.info.PIDs[1], syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "rank 1's flight dump after SIGUSR1", func() (bool, string) {
+		return len(dumps(1)) == 1, fmt.Sprint(dumps(1))
+	})
+	data, err := os.ReadFile(dumps(1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(data), "flight recorder job obs rank 1: phase ") || !strings.Contains(string(data), "forward") {
+		t.Errorf("dump:\n%s", data)
+	}
+
+	// A lost follower ends rank 0's loop in error: it dumps too.
+	if err := syscall.Kill(j.info.PIDs[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "rank 0's flight dump after losing rank 1", func() (bool, string) {
+		return len(dumps(0)) == 1, fmt.Sprint(dumps(0))
+	})
+	_ = j.wait(60 * time.Second)
 }

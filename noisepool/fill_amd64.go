@@ -4,6 +4,7 @@ package noisepool
 
 import (
 	"math"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -12,54 +13,41 @@ import (
 
 // useAVX512 selects the AVX-512 kernels (fill_amd64.s, written by
 // gen_amd64.go). They perform the same IEEE float32 operations as
-// GumbelFromBits, without fused multiply-adds, so their output is
+// GumbelFromBits (VGETEXPPS, VGETMANTPS and VPERMT2PS table lookups are
+// exact; 1-q is rounded toward zero in both), without fused
+// multiply-adds, so their output is
 // bit-identical to the portable kernels: for all 2^32 inputs
 // (TestMonotoneExhaustive), for every length and tail
 // (TestKernelsMatchScalar, TestFillRowMatchesScalar) and for pinned rows
 // (TestGolden). Tests switch it off to run the portable path here too.
 var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ
 
-// kernelConsts is the constant table the assembly broadcasts; its layout is
-// fixed by the offsets in fill_amd64.s.
+// kernelConsts is the constant table the assembly reads; its layout is fixed
+// by the offsets in gen_amd64.go. The tables are read whole by VMOVUPS and
+// VPERMT2PS, so the block is 64-byte aligned (kconsts points into kbuf).
 type kernelConsts struct {
-	d [24]uint32 // 32-bit lanes; offsets named in gen_amd64.go
-	q [3]uint64  // 64-bit lanes: SplitMix64 multipliers and the 8-lane counter step
+	tab [6][32]float32 // tabT, tabI, tabNH, tabC2, tabI2, tabH2
+	d   [8]uint32      // 32-bit lanes: 1, 2^-33, -2, 1.0, p0, p1, -ln 2
+	q   [10]uint64     // 64-bit lanes: SplitMix64 multipliers, g·8·golden for g = 1..8
 }
 
-var kconsts = newKernelConsts()
+var (
+	kbuf    [unsafe.Sizeof(kernelConsts{}) + 64]byte
+	kconsts = newKernelConsts()
+)
 
-func newKernelConsts() kernelConsts {
-	var step8 uint64 = golden
-	step8 *= 8
+func newKernelConsts() *kernelConsts {
+	p := unsafe.Pointer(&kbuf[0])
+	k := (*kernelConsts)(unsafe.Add(p, (64-uintptr(p)%64)%64))
+	k.tab = [6][32]float32{tabT, tabI, tabNH, tabC2, tabI2, tabH2}
 	f := math.Float32bits
-	return kernelConsts{
-		d: [24]uint32{
-			0:  f(0x1p-33),
-			1:  0x3f800000 - 0x3f3504f3,
-			2:  0x007fffff,
-			3:  0x3f3504f3,
-			4:  0x7f,
-			5:  oneMinusSqrtHalfBits,
-			6:  0x80000000,
-			7:  1,
-			8:  f(1),
-			9:  f(logP0),
-			10: f(logP1),
-			11: f(logP2),
-			12: f(logP3),
-			13: f(logP4),
-			14: f(logP5),
-			15: f(logP6),
-			16: f(logP7),
-			17: f(logP8),
-			18: f(ln2Lo),
-			19: f(0.5),
-			20: f(ln2Hi),
-			21: 0x3f800000 - 0x3f3504f3 + 0x80000000,
-			22: oneMinusSqrtHalfBits + 1,
-		},
-		q: [3]uint64{0xbf58476d1ce4e5b9, 0x94d049bb133111eb, step8},
+	k.d = [8]uint32{1, f(0x1p-33), f(-2), f(1), f(logP0), f(logP1), f(negLn2)}
+	k.q[0], k.q[1] = 0xbf58476d1ce4e5b9, 0x94d049bb133111eb
+	for g := range uint64(8) {
+		var step uint64 = golden
+		k.q[2+g] = (g + 1) * 8 * step
 	}
+	return k
 }
 
 // fillAVX512 sets dst[16m+j] = GumbelFromBits of the j-th 32-bit half of
@@ -82,7 +70,7 @@ func fillRow(seed uint64, first int, dst []float32) {
 		for j := range ctr {
 			ctr[j] = seed + uint64(first>>1+j)*golden
 		}
-		fillAVX512(&ctr, &kconsts, &dst[0], n)
+		fillAVX512(&ctr, kconsts, &dst[0], n)
 		dst, first = dst[n:], first+n
 	}
 	fillRowGeneric(seed, first, dst)
@@ -92,7 +80,7 @@ func fillRow(seed uint64, first int, dst []float32) {
 func gumbelBits(src []uint32, dst []float32) {
 	dst = dst[:len(src)]
 	if n := len(src) &^ 15; useAVX512 && n > 0 {
-		gumbelBitsAVX512(&kconsts, &src[0], &dst[0], n)
+		gumbelBitsAVX512(kconsts, &src[0], &dst[0], n)
 		src, dst = src[n:], dst[n:]
 	}
 	gumbelBitsGeneric(src, dst)

@@ -3,9 +3,8 @@ package noisepool
 import "math"
 
 // blk is the block of values the portable kernel processes stage by stage.
-// Short stage loops over independent values let the CPU overlap the long
-// dependency chains of the two polynomial logs; one loop body holding the
-// whole computation was 1.6x slower.
+// Short stage loops over independent values let the CPU overlap the
+// dependency chains of the two logs.
 const blk = 32
 
 // fillRowGeneric is the portable FillRow kernel: it sets
@@ -33,64 +32,40 @@ func fillRowGeneric(seed uint64, first int, dst []float32) {
 	}
 }
 
-// gumbelBlock sets out[j] = GumbelFromBits(bits[j]), stage by stage.
+// gumbelBlock sets out[j] = GumbelFromBits(bits[j]), stage by stage and
+// without branches on the data.
 func gumbelBlock(bits *[blk]uint32, out *[blk]float32) {
-	var f, kf [blk]float32
-	for j := range blk {
-		b := bits[j]
+	var r, t [blk]float32
+	for i := range blk {
+		b := bits[i]
 		upper := uint32(int32(b) >> 31)
 		c := b ^ upper
 		q := float32(2*c+1) * 0x1p-33
 		qb := math.Float32bits(q)
-		xb := qb + (0x3f800000 - 0x3f3504f3)
-		k1 := uint32(int32(xb>>23) - 0x7f)
-		f1 := math.Float32bits(math.Float32frombits(xb&0x007fffff+0x3f3504f3) - 1)
-		big := uint32(int32(oneMinusSqrtHalfBits-qb) >> 31)
-		nq := qb | 0x80000000
-		f2 := nq ^ ((nq ^ math.Float32bits(1-float32(2*q))) & big)
-		f[j] = math.Float32frombits(f1 ^ ((f1 ^ f2) & upper))
-		kf[j] = float32(int32(k1 ^ ((k1 ^ big) & upper)))
+		// oneMinusRZ(q) without a branch: (1-y)-q is negative exactly
+		// when 1-y < q, and its sign bit is then 1.
+		y := 1 - q
+		yb := math.Float32bits(y) - math.Float32bits(float32(1-y)-q)>>31
+		fl := math.Float32bits(math.Float32frombits(qb&0x007fffff|0x3f800000) - 2)
+		fu := math.Float32bits(q * -2)
+		f := math.Float32frombits(fl ^ (fl^fu)&upper)
+		xb := qb ^ (qb^yb)&upper
+		j := xb >> 18 & 31
+		r[i] = float32(float32(f-tabT[j]) * tabI[j])
+		t[i] = tabNH[j] - getexp(xb)
 	}
-	for j := range blk {
-		f0, k0 := f[j], kf[j]
-		z := float32(f0 * f0)
-		y := float32(logP0)
-		y = float32(y*f0) + logP1
-		y = float32(y*f0) + logP2
-		y = float32(y*f0) + logP3
-		y = float32(y*f0) + logP4
-		y = float32(y*f0) + logP5
-		y = float32(y*f0) + logP6
-		y = float32(y*f0) + logP7
-		y = float32(y*f0) + logP8
-		y = float32(float32(y*f0) * z)
-		y += float32(k0 * ln2Lo)
-		y -= float32(0.5 * z)
-		r := f0 + y
-		out[j] = -(r + float32(k0*ln2Hi))
+	for i := range blk {
+		out[i] = t[i] - log2p1(r[i])
 	}
-	for j := range blk {
-		xb := math.Float32bits(out[j]) + (0x3f800000 - 0x3f3504f3)
-		kf[j] = float32(int32(xb>>23) - 0x7f)
-		f[j] = math.Float32frombits(xb&0x007fffff+0x3f3504f3) - 1
+	for i := range blk {
+		eb := math.Float32bits(out[i])
+		j := eb >> 18 & 31
+		m := math.Float32frombits(eb&0x007fffff | 0x3f800000)
+		r[i] = float32(float32(m-tabC2[j]) * tabI2[j])
+		t[i] = getexp(eb) + tabH2[j]
 	}
-	for j := range blk {
-		f0, k0 := f[j], kf[j]
-		z := float32(f0 * f0)
-		y := float32(logP0)
-		y = float32(y*f0) + logP1
-		y = float32(y*f0) + logP2
-		y = float32(y*f0) + logP3
-		y = float32(y*f0) + logP4
-		y = float32(y*f0) + logP5
-		y = float32(y*f0) + logP6
-		y = float32(y*f0) + logP7
-		y = float32(y*f0) + logP8
-		y = float32(float32(y*f0) * z)
-		y += float32(k0 * ln2Lo)
-		y -= float32(0.5 * z)
-		r := f0 + y
-		out[j] = -(r + float32(k0*ln2Hi))
+	for i := range blk {
+		out[i] = float32(float32(t[i]+log2p1(r[i])) * negLn2)
 	}
 }
 

@@ -31,40 +31,34 @@ type konst struct {
 	reg     string // assigned register, or "" for a broadcast operand
 }
 
+// Byte offsets of the six 32-entry tables of kernelConsts; "@name" in an
+// instruction is the first half of a table (entries 0..15), "@name+" the
+// second half, for VMOVUPS + VPERMT2PS lookups indexed by five bits.
+var tables = map[string]int{"tT": 0, "tI": 128, "tNH": 256, "tC": 384, "tJ": 512, "tH": 640}
+
 var konsts = map[string]*konst{
-	"twoM33":     {off: 0},
-	"redOff":     {off: 4},
-	"mantMask":   {off: 8},
-	"sqrtHalf":   {off: 12},
-	"bias":       {off: 16},
-	"oneMinusS1": {off: 88}, // bits of 1-sqrt(1/2), plus one
-	"sign":       {off: 24},
-	"int1":       {off: 28},
-	"one":        {off: 32, regOnly: true},
-	"p0":         {off: 36}, "p1": {off: 40}, "p2": {off: 44}, "p3": {off: 48}, "p4": {off: 52},
-	"p5": {off: 56}, "p6": {off: 60}, "p7": {off: 64}, "p8": {off: 68},
-	"ln2Lo": {off: 72},
-	"half":  {off: 76},
-	"ln2Hi": {off: 80},
-	// redOff + 0x80000000: adding it to the bits of log U both negates
-	// (flips the sign bit of) log U into E and starts the range reduction
-	// of E, exactly as the two separate integer operations would.
-	"redOffSign": {off: 84},
-	"mulA":       {off: 96, qword: true},
-	"mulB":       {off: 104, qword: true},
+	"int1":   {off: 768},
+	"twoM33": {off: 772},
+	"negTwo": {off: 776},
+	"one":    {off: 780, regOnly: true},
+	"p0":     {off: 784},
+	"p1":     {off: 788},
+	"negLn2": {off: 792},
+	"mulA":   {off: 800, qword: true},
+	"mulB":   {off: 808, qword: true},
 }
 
+// stepOff is the offset of g·8·golden (g = 1..8), the counter step of g
+// groups of 16 values.
+func stepOff(g int) int { return 816 + 8*(g-1) }
+
 // Preference order for the registers left after the work registers.
-var regOrder = []string{"one", "sign", "redOff", "mantMask", "sqrtHalf", "bias",
-	"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p0", "ln2Hi", "ln2Lo", "half",
-	"redOffSign", "oneMinusS1", "twoM33", "int1", "mulA", "mulB"}
+var regOrder = []string{"one"}
 
 // The kernel, one instruction per line. %N names work register N of the
-// group (0..6); $name names a constant, which must be the first operand
-// (after an immediate) unless it has a register. The selects
-// sel(a, b, m) = m ? b : a of GumbelFromBits are VPTERNLOGD $0xd8, m, b, a;
-// 2c+1 = 2(b^upper)+1 is computed as (b+b) ^ (upper|1), VPTERNLOGD $0x1e;
-// m ? ^b : a is VPTERNLOGD $0x72, m, b, a.
+// group (0..4) and %k its mask register; $name names a constant, which must
+// be the first operand (after an immediate) unless it has a register.
+// VPTERNLOGD $0x1e computes 2c+1 = 2(b^upper)+1 as (b+b) ^ (upper|1).
 const hashOps = `
 VPSRLQ $30, %0, %1
 VPXORQ %0, %1, %0
@@ -75,70 +69,55 @@ VPMULLQ $mulB, %0, %0
 VPSRLQ $31, %0, %1
 VPXORQ %1, %0, %0`
 
-// logOps leaves k·ln2 + log1p(f) in %3 for f in %0 and float k in %2, as
-// logReduced does; it clobbers %1 and %4.
-const logOps = `
-VMULPS %0, %0, %1
-VMULPS $p0, %0, %3
-VADDPS $p1, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p2, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p3, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p4, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p5, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p6, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p7, %3, %3
-VMULPS %0, %3, %3
-VADDPS $p8, %3, %3
-VMULPS %0, %3, %3
-VMULPS %1, %3, %3
-VMULPS $ln2Lo, %2, %4
-VADDPS %4, %3, %3
-VMULPS $half, %1, %4
-VSUBPS %4, %3, %3
-VADDPS %3, %0, %3
-VMULPS $ln2Hi, %2, %4
-VADDPS %4, %3, %3`
+// polyOps sets %3 = log2p1(%3), clobbering %1 and %2.
+const polyOps = `
+VMULPS %3, %3, %1
+VMULPS $p1, %3, %2
+VADDPS $p0, %2, %2
+VMULPS %1, %2, %2
+VADDPS %2, %3, %3`
 
-// gumbelOps maps the bits in %0 to the Gumbel value in %0, keeping five
-// registers live: upper (%1) = all ones for b >= 2^31; q (%2); notBig (%3)
-// = all ones when q <= 1-sqrt(1/2), the complement of GumbelFromBits' big;
-// f2 (%4) = notBig ? -q : 1-2q; then f1 and k1 from q, and the selects
-// f = upper ? f2 : f1 and k = upper ? ^notBig : k1 (= big, as -1 or 0).
+// gumbelOps maps the bits in %0 to the Gumbel value in %0, as
+// GumbelFromBits does: the mask register holds the upper-half lanes, where
+// f = -2q replaces m-2 and q becomes 1-q rounded toward zero (merge-masked
+// instructions); %4 holds the exponent k, then the table sums.
 var gumbelOps = `
+VPMOVD2M %0, %k
 VPSRAD $31, %0, %1
 VPADDD %0, %0, %2
 VPTERNLOGD $0x1e, $int1, %1, %2
 VCVTUDQ2PS %2, %2
 VMULPS $twoM33, %2, %2
-VPSUBD $oneMinusS1, %2, %3
-VPSRAD $31, %3, %3
-VADDPS %2, %2, %4
-VSUBPS %4, $one, %4
-VPORD $sign, %2, %0
-VPTERNLOGD $0xd8, %3, %0, %4
-VPADDD $redOff, %2, %0
-VPSRLD $23, %0, %2
-VPSUBD $bias, %2, %2
-VPANDD $mantMask, %0, %0
-VPADDD $sqrtHalf, %0, %0
-VSUBPS $one, %0, %0
-VPTERNLOGD $0xd8, %1, %4, %0
-VPTERNLOGD $0x72, %1, %3, %2
-VCVTDQ2PS %2, %2` + logOps + `
-VPADDD $redOffSign, %3, %0
-VPSRLD $23, %0, %2
-VPSUBD $bias, %2, %2
-VCVTDQ2PS %2, %2
-VPANDD $mantMask, %0, %0
-VPADDD $sqrtHalf, %0, %0
-VSUBPS $one, %0, %0` + logOps + `
-VPXORD $sign, %3, %0`
+VGETMANTPS $0, %2, %3
+VADDPS $negTwo, %3, %3
+VMULPS $negTwo, %2, %k, %3
+VSUBPS.RZ_SAE %2, $one, %k, %2
+VGETEXPPS %2, %4
+VPSRLD $18, %2, %2
+VMOVUPS @tT, %0
+VPERMT2PS @tT+, %2, %0
+VSUBPS %0, %3, %3
+VMOVUPS @tI, %0
+VPERMT2PS @tI+, %2, %0
+VMULPS %0, %3, %3
+VMOVUPS @tNH, %0
+VPERMT2PS @tNH+, %2, %0
+VSUBPS %4, %0, %4` + polyOps + `
+VSUBPS %3, %4, %0
+VGETEXPPS %0, %4
+VGETMANTPS $0, %0, %3
+VPSRLD $18, %0, %2
+VMOVUPS @tC, %0
+VPERMT2PS @tC+, %2, %0
+VSUBPS %0, %3, %3
+VMOVUPS @tJ, %0
+VPERMT2PS @tJ+, %2, %0
+VMULPS %0, %3, %3
+VMOVUPS @tH, %0
+VPERMT2PS @tH+, %2, %0
+VADDPS %0, %4, %4` + polyOps + `
+VADDPS %3, %4, %4
+VMULPS $negLn2, %4, %0`
 
 const workRegs = 5
 
@@ -158,8 +137,20 @@ func render(op string, g int) string {
 	parts := strings.Split(args, ", ")
 	for i, a := range parts {
 		switch {
+		case a == "%k":
+			parts[i] = fmt.Sprintf("K%d", g+1)
 		case strings.HasPrefix(a, "%"):
 			parts[i] = fmt.Sprintf("Z%d", g*workRegs+int(a[1]-'0'))
+		case strings.HasPrefix(a, "@"):
+			name, second := strings.CutSuffix(a[1:], "+")
+			off, ok := tables[name]
+			if !ok {
+				log.Fatalf("%s: no table %s", op, name)
+			}
+			if second {
+				off += 64
+			}
+			parts[i] = fmt.Sprintf("%d(R8)", off)
 		case strings.HasPrefix(a, "$") && konsts[a[1:]] != nil:
 			k := konsts[a[1:]]
 			if k.reg != "" {
@@ -182,6 +173,9 @@ func main() {
 	out := flag.String("o", "fill_amd64.s", "output file")
 	flag.Parse()
 	G := *groups
+	if G < 1 || G > 7 || G*workRegs+2 > 32 {
+		log.Fatalf("groups must be 1..6: one mask register and %d vector registers each", workRegs)
+	}
 	// Z registers: work registers of the groups, then the counter, then
 	// constants in regOrder while registers last.
 	next := G * workRegs
@@ -228,7 +222,10 @@ func main() {
 	loadConsts()
 	fmt.Fprintf(&b, "\tVMOVDQU64 (AX), %s\n", ctr)
 	fillLoad := func(g int) string {
-		return fmt.Sprintf("\tVMOVDQA64 %s, Z%d\n\tVPADDQ.BCST 112(R8), %s, %s\n", ctr, g*workRegs, ctr, ctr)
+		if g == 0 {
+			return fmt.Sprintf("\tVMOVDQA64 %s, Z0\n", ctr)
+		}
+		return fmt.Sprintf("\tVPADDQ.BCST %d(R8), %s, Z%d\n", stepOff(g), ctr, g*workRegs)
 	}
 	store := func(g int) string { return fmt.Sprintf("\tVMOVUPS Z%d, %d(DI)\n", g*workRegs, 64*g) }
 	loop := func(prefix string, load func(int) string, emitHash bool, advance func(int) string) {
@@ -255,7 +252,9 @@ func main() {
 		fmt.Fprintf(&b, "%s\tADDQ $64, DI\n\tSUBQ $16, CX\n\tJMP %s_tail\n", advance(64), prefix)
 		fmt.Fprintf(&b, "%s_done:\n\tVZEROUPPER\n\tRET\n\n", prefix)
 	}
-	loop("fill", fillLoad, true, func(int) string { return "" })
+	loop("fill", fillLoad, true, func(n int) string {
+		return fmt.Sprintf("\tVPADDQ.BCST %d(R8), %s, %s\n", stepOff(n/64), ctr, ctr)
+	})
 
 	b.WriteString("// func gumbelBitsAVX512(k *kernelConsts, src *uint32, dst *float32, n int)\n")
 	b.WriteString("TEXT ·gumbelBitsAVX512(SB), NOSPLIT, $0-32\n")

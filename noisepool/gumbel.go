@@ -97,11 +97,19 @@ const (
 //
 // GumbelFromBits is non-decreasing in b (checked for all 2^32 inputs by
 // TestMonotoneExhaustive with TPC_NOISE_EXHAUSTIVE=1, and around every
-// branch and range-reduction boundary by TestMonotone in every run), so
+// fold, binade and table-interval boundary by TestMonotone in every run), so
 // "b < MinBitsAbove(t)" exactly decides "GumbelFromBits(b) <= t". Its error
-// against the float64 formula is below 1e-6 absolute and 2.5 float32 ulps
-// where |G| > 0.5 (measured by TestAccuracy on 1.1 million inputs including
-// both tails; see docs/benchmarks-noise.md).
+// against the float64 formula is measured by TestAccuracy (figures in
+// docs/benchmarks-noise.md).
+//
+// Both logs are table-driven base-2 logs: x = 2^k·m with m in [1,2), the top
+// five bits of m pick c_j near m, and log2 x = (k + H_j) + log2(1 + r) with
+// r = (m - c_j)/c_j. The c_j are chosen so that H_j = log2(c_j) (plus a
+// constant for the second log) is a multiple of 2^-18 to within 2e-9, which
+// makes k + H_j exact; log2(1 + r) is a degree-3 polynomial whose leading
+// term is the rounded product r·(1/(c_j ln 2)) itself. Exact table sums and
+// an exact leading term are what keep the result monotone across the 32
+// table intervals of every binade.
 func GumbelFromBits(b uint32) float32 {
 	// Fold the upper half onto the lower: c < 2^31 and q = (2c+1)/2^33 in
 	// (0, 1/2]. For b < 2^31, q = U; otherwise q = v = 1-U, computed without
@@ -109,24 +117,124 @@ func GumbelFromBits(b uint32) float32 {
 	upper := uint32(int32(b) >> 31) // all ones when b >= 2^31
 	c := b ^ upper
 	q := float32(2*c+1) * 0x1p-33
-	qb := math.Float32bits(q)
 
-	// Lower half: log U = k ln2 + log1p(f), U = 2^k·m, m in [sqrt(1/2), sqrt 2).
-	k1, f1 := reduce(qb)
+	// First log: E' = -log2 U. Lower half: U = q = 2^k·m, f = m-2.
+	// Upper half: U = 1-v = 2^-1·(2-2v), f = -2v exactly, and the table
+	// index comes from 1-v rounded toward zero (so it stays below 1).
+	// With t_j = c_j-2, m - c_j = f - t_j in both halves.
+	f := math.Float32frombits(math.Float32bits(q)&0x007fffff|0x3f800000) - 2
+	x := q
+	if upper != 0 {
+		f = q * -2
+		x = oneMinusRZ(q)
+	}
+	xb := math.Float32bits(x)
+	j := xb >> 18 & 31
+	r := float32(float32(f-tabT[j]) * tabI[j])
+	e := float32(tabNH[j]-getexp(xb)) - log2p1(r) // E' = E/ln 2, in [1.7e-10, 33]
 
-	// Upper half: log(1-v) = k ln2 + log1p(f) with k = 0, f = -v for
-	// v <= 1-sqrt(1/2), else k = -1, f = 1-2v (exact by Sterbenz's lemma).
-	big := uint32(int32(oneMinusSqrtHalfBits-qb) >> 31) // all ones when v > 1-sqrt(1/2)
-	f2 := sel(qb|0x80000000, math.Float32bits(1-float32(2*q)), big)
-	k2 := int32(big)
-
-	f := math.Float32frombits(sel(math.Float32bits(f1), f2, upper))
-	k := int32(sel(uint32(k1), uint32(k2), upper))
-	e := -logReduced(k, f) // E = -log U, in [2^-33, 22.9]
-
-	k, f = reduce(math.Float32bits(e))
-	return -logReduced(k, f)
+	// Second log: G = -ln(E' ln 2) = -ln 2·(k + H2_j + log2(1+r)), where
+	// H2_j = log2(c_j) + log2(ln 2).
+	eb := math.Float32bits(e)
+	j = eb >> 18 & 31
+	m := math.Float32frombits(eb&0x007fffff | 0x3f800000)
+	r = float32(float32(m-tabC2[j]) * tabI2[j])
+	l := float32(getexp(eb)+tabH2[j]) + log2p1(r)
+	return float32(l * negLn2)
 }
+
+// getexp returns the unbiased exponent of a positive normal float32 (given
+// as bits) as a float32, as VGETEXPPS does.
+func getexp(xb uint32) float32 { return float32(int32(xb>>23) - 127) }
+
+// oneMinusRZ returns 1-q rounded toward zero, for q in (0, 1/2] (as
+// VSUBPS with {rz-sae} does): the nearest value y, minus one ulp if it is
+// above 1-q (1-y is exact by Sterbenz's lemma).
+func oneMinusRZ(q float32) float32 {
+	y := 1 - q
+	if 1-y < q {
+		y = math.Float32frombits(math.Float32bits(y) - 1)
+	}
+	return y
+}
+
+// log2p1 returns log2(1 + r/(1/ln 2)) for |r| <= 0.0226, that is log2(1+s)
+// where r = s/ln 2 is the scaled reduced argument: r + r²·(p0 + p1·r), every
+// product rounded before the following add.
+func log2p1(r float32) float32 {
+	z := float32(r * r)
+	y := float32(float32(logP1*r)+logP0) * z
+	return r + float32(y)
+}
+
+// Polynomial coefficients (minimax fit, by Lawson iteration, of (log2(1+r ln 2) - r)/r² on
+// |r| <= 0.0226) and -ln 2, shared by every kernel as float32 values.
+const (
+	logP0  float32 = -0.3466086
+	logP1  float32 = 0.16017424
+	negLn2 float32 = -0.6931472
+)
+
+// Tables of the two logs, indexed by the top five mantissa bits j of the
+// argument (float32 bit patterns; written by a search program, see
+// docs/benchmarks-noise.md). First log: tabT = c_j-2, tabI = 1/(c_j ln 2),
+// tabNH = -log2(c_j) (a multiple of 2^-18); c_31 = 2 exactly, so that for
+// tiny v the first log is exactly -log2p1(-v/ln 2). Second log: tabC2 = c_j,
+// tabI2 = 1/(c_j ln 2), tabH2 = log2(c_j) + log2(ln 2) (a multiple of 2^-18).
+var (
+	tabT, tabI, tabNH, tabC2, tabI2, tabH2 = f32s(tabTBits), f32s(tabIBits), f32s(tabNHBits), f32s(tabC2Bits), f32s(tabI2Bits), f32s(tabH2Bits)
+)
+
+func f32s(b [32]uint32) (t [32]float32) {
+	for i, v := range b {
+		t[i] = math.Float32frombits(v)
+	}
+	return t
+}
+
+var (
+	tabTBits = [32]uint32{
+		0xbf7bf2ba, 0xbf73fee4, 0xbf6c0c56, 0xbf64072c, 0xbf5beee0, 0xbf540d7e, 0xbf4c0f52, 0xbf43e99a,
+		0xbf3bf484, 0xbf33f716, 0xbf2c1e76, 0xbf23e742, 0xbf1bef88, 0xbf14067c, 0xbf0c1638, 0xbf040efa,
+		0xbef7fb90, 0xbee82b74, 0xbed7d110, 0xbec7fdc4, 0xbeb80260, 0xbea80a80, 0xbe97fc68, 0xbe881d10,
+		0xbe6fd528, 0xbe500f20, 0xbe304448, 0xbe1038d8, 0xbde035b0, 0xbd9fb420, 0xbd4111c0, 0x00000000,
+	}
+
+	tabIBits = [32]uint32{
+		0x3fb5c9a8, 0x3fb064bf, 0x3fab5038, 0x3fa67998, 0x3fa1dc69, 0x3f9d9bc4, 0x3f998481, 0x3f958f83,
+		0x3f91e34f, 0x3f8e6099, 0x3f8b172d, 0x3f87ceca, 0x3f84c4d0, 0x3f81e220, 0x3f7e38cb, 0x3f78d99d,
+		0x3f73ad19, 0x3f6ecf57, 0x3f69fa4e, 0x3f657bf0, 0x3f611e2d, 0x3f5ceb10, 0x3f58d9cd, 0x3f54f966,
+		0x3f51289d, 0x3f4d8bf7, 0x3f4a0e30, 0x3f46a786, 0x3f435bd0, 0x3f40283e, 0x3f3d1f49, 0x3f38aa3b,
+	}
+
+	tabNHBits = [32]uint32{
+		0xbcb99800, 0xbd876600, 0xbdddbe00, 0xbe193200, 0xbe42b800, 0xbe6a0d00, 0xbe887380, 0xbe9bbd80,
+		0xbeae1b00, 0xbec01900, 0xbed15980, 0xbee2fe00, 0xbef3b580, 0xbf01f840, 0xbf09f040, 0xbf11d380,
+		0xbf199600, 0xbf210940, 0xbf289600, 0xbf2fbf80, 0xbf36d7c0, 0xbf3dcc40, 0xbf44a940, 0xbf4b52c0,
+		0xbf520000, 0xbf586f00, 0xbf5ec2c0, 0xbf6507c0, 0xbf6b3580, 0xbf714fc0, 0xbf773100, 0xbf800000,
+	}
+
+	tabC2Bits = [32]uint32{
+		0x3f8206b8, 0x3f860f3f, 0x3f8a0bf3, 0x3f8e0b80, 0x3f91f5fa, 0x3f95f376, 0x3f99f960, 0x3f9df16b,
+		0x3fa1f62a, 0x3fa5f88a, 0x3faa06f8, 0x3fae0369, 0x3fb20d0c, 0x3fb60ebd, 0x3fba0b4b, 0x3fbe059f,
+		0x3fc20e3c, 0x3fc60e31, 0x3fc9f291, 0x3fcdfc3a, 0x3fd20c31, 0x3fd5f8e0, 0x3fda0bf5, 0x3fde0425,
+		0x3fe1f6d0, 0x3fe604f3, 0x3fe9ff37, 0x3fee0e79, 0x3ff2020a, 0x3ff6053b, 0x3ff9f7f1, 0x3ffdf693,
+	}
+
+	tabI2Bits = [32]uint32{
+		0x3fb5c98a, 0x3fb0516a, 0x3fab39bc, 0x3fa667ea, 0x3fa1f105, 0x3f9da1db, 0x3f998379, 0x3f95a7ec,
+		0x3f91f157, 0x3f8e6ad2, 0x3f8b0504, 0x3f87d5c9, 0x3f84c139, 0x3f81d54c, 0x3f7e1a2e, 0x3f78c872,
+		0x3f739c9e, 0x3f6eb121, 0x3f6a1777, 0x3f6580c3, 0x3f611079, 0x3f5cefb5, 0x3f58cecd, 0x3f54ee74,
+		0x3f513614, 0x3f4d85da, 0x3f4a077f, 0x3f469584, 0x3f435775, 0x3f4027dd, 0x3f3d1ee9, 0x3f3a2560,
+	}
+
+	tabH2Bits = [32]uint32{
+		0xbf019040, 0xbeec9000, 0xbed6ea00, 0xbec1d300, 0xbeadbc80, 0xbe99d080, 0xbe864200, 0xbe66eb00,
+		0xbe41cd00, 0xbe1dad00, 0xbdf40200, 0xbdaf8a00, 0xbd578800, 0xbca81000, 0x3c2fe000, 0x3d28fc00,
+		0x3d928e00, 0x3dced600, 0x3e042b00, 0x3e216a00, 0x3e3e4400, 0x3e599d00, 0x3e757b00, 0x3e881100,
+		0x3e951600, 0x3ea23980, 0x3eaee380, 0x3ebb9800, 0x3ec7c100, 0x3ed3e680, 0x3edfa900, 0x3eeb5f00,
+	}
+)
 
 // MinBitsAbove returns the smallest b with GumbelFromBits(b) > t, and false
 // when no 32-bit input exceeds t (t >= MaxGumbel or t is NaN). Because
@@ -149,56 +257,3 @@ func MinBitsAbove(t float32) (uint32, bool) {
 	}
 	return uint32(lo), true
 }
-
-const oneMinusSqrtHalfBits = 0x3e95f61a // float32 bits of 0.29289323 (1 - sqrt(1/2), rounded up)
-
-// sel returns b where mask is all ones and a where it is zero.
-func sel(a, b, mask uint32) uint32 { return a ^ ((a ^ b) & mask) }
-
-// reduce splits a positive normal float32 x (given as bits) into
-// x = 2^k · (1+f) with 1+f in [sqrt(1/2), sqrt 2); f is exact.
-func reduce(xb uint32) (int32, float32) {
-	xb += 0x3f800000 - 0x3f3504f3
-	k := int32(xb>>23) - 0x7f
-	m := math.Float32frombits(xb&0x007fffff + 0x3f3504f3)
-	return k, m - 1
-}
-
-// logReduced returns k·ln2 + log1p(f) for f in [sqrt(1/2)-1, sqrt(2)-1],
-// using Cephes' logf polynomial (relative error about 1e-7 for the
-// polynomial). Every product is rounded before the following add.
-func logReduced(k int32, f float32) float32 {
-	z := float32(f * f)
-	y := float32(logP0)
-	y = float32(y*f) + logP1
-	y = float32(y*f) + logP2
-	y = float32(y*f) + logP3
-	y = float32(y*f) + logP4
-	y = float32(y*f) + logP5
-	y = float32(y*f) + logP6
-	y = float32(y*f) + logP7
-	y = float32(y*f) + logP8
-	y = float32(float32(y*f) * z)
-	kf := float32(k)
-	y += float32(kf * ln2Lo)
-	y -= float32(0.5 * z)
-	r := f + y
-	return r + float32(kf*ln2Hi) // exact product: |k| <= 34, ln2Hi = 355/512
-}
-
-// Cephes logf coefficients and ln 2 split as ln2Hi + ln2Lo, shared by
-// every kernel (as float32 values). Subtracting c equals adding -c in IEEE
-// arithmetic, so the signs are folded into the constants.
-const (
-	logP0 float32 = 7.0376836292e-2
-	logP1 float32 = -1.1514610310e-1
-	logP2 float32 = 1.1676998740e-1
-	logP3 float32 = -1.2420140846e-1
-	logP4 float32 = 1.4249322787e-1
-	logP5 float32 = -1.6668057665e-1
-	logP6 float32 = 2.0000714765e-1
-	logP7 float32 = -2.4999993993e-1
-	logP8 float32 = 3.3333331174e-1
-	ln2Lo float32 = -2.12194440e-4
-	ln2Hi float32 = 0.693359375
-)

@@ -72,7 +72,7 @@ func TestGolden(t *testing.T) {
 
 var goldenBits = [4]uint32{0xc04851d5, 0x3ec72180, 0x40022c0a, 0x3ef7cb35}
 
-const goldenRowHash uint64 = 0xece9246b2be239b2
+const goldenRowHash uint64 = 0x38bb232ed50d5a4d
 
 // hashValues hashes float32 bit patterns in a fixed byte order.
 func hashValues(v []float32) uint64 {
@@ -254,10 +254,11 @@ func TestAccuracy(t *testing.T) {
 
 // TestMonotone checks that GumbelFromBits is non-decreasing in its bits, which
 // MinBitsAbove and the sampler's noise bounds rely on. It checks every input
-// in a window of 2^12 around each place where the computation changes form:
-// the fold at 2^31, the switch of the upper half to 1-2v, and each input where
-// the range reduction of either log changes its exponent k (found by binary
-// search), plus a strided sweep. TestMonotoneExhaustive checks all 2^32.
+// in a window around each place where the computation changes form: the
+// fold at 2^31, and each input where the argument of either log crosses a
+// table-interval boundary 2^k·(1+j/32) (its binade or its table entry
+// changes; found by binary search), plus a strided sweep.
+// TestMonotoneExhaustive checks all 2^32.
 func TestMonotone(t *testing.T) {
 	edges := []uint32{0, 1 << 31, math.MaxUint32}
 	// First input at which a non-decreasing or non-increasing step function
@@ -278,18 +279,24 @@ func TestMonotone(t *testing.T) {
 		c := b ^ uint32(int32(b)>>31)
 		return float32(2*c+1) * 0x1p-33
 	}
-	eOf := func(b uint32) float32 { return float32(math.Exp(-float64(GumbelFromBits(b)))) }
-	for k := -34; k <= 5; k++ {
-		x := float32(math.Ldexp(math.Sqrt2/2, k))
-		lowerHalf := func(b uint32) float32 { return qOf(b & 0x7fffffff) }
-		edges = append(edges, search(lowerHalf, x, true))
-		upperHalf := func(b uint32) float32 { return qOf(b | 0x80000000) }
-		edges = append(edges, search(upperHalf, x, false)|0x80000000)
-		edges = append(edges, search(eOf, x, false))
+	// The argument of the second log, E/ln 2, recovered from G.
+	eOf := func(b uint32) float32 { return float32(math.Exp(-float64(GumbelFromBits(b))) / math.Ln2) }
+	lowerHalf := func(b uint32) float32 { return qOf(b & 0x7fffffff) }
+	oneMinusV := func(b uint32) float32 { return oneMinusRZ(qOf(b | 0x80000000)) } // increasing in b
+	for k := -35; k <= 5; k++ {
+		for j := range 32 {
+			x := float32(math.Ldexp(1+float64(j)/32, k))
+			edges = append(edges, search(lowerHalf, x, true), search(eOf, x, false))
+			if k == -1 {
+				edges = append(edges, search(oneMinusV, x, true)|0x80000000)
+			}
+		}
 	}
-	edges = append(edges, search(func(b uint32) float32 { return qOf(b | 0x80000000) }, 1-math.Sqrt2/2, false)|0x80000000)
 
-	const w = 1 << 12
+	w := uint64(1 << 12)
+	if testing.Short() {
+		w = 1 << 8
+	}
 	for _, e := range edges {
 		lo := uint64(e) - min(uint64(e), w)
 		hi := min(uint64(e)+w, math.MaxUint32)

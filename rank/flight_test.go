@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // recordSteps records steps first..last, each with await 1ms, forward
@@ -90,5 +92,31 @@ func TestFlightRecorderDump(t *testing.T) {
 	}
 	if !strings.HasPrefix(strings.TrimSpace(lines[4]), "5 ") {
 		t.Errorf("last step line %q, want step 5", lines[4])
+	}
+}
+
+// TestFlightRecorderNoAllocs: the decode loop's hooks do not allocate.
+func TestFlightRecorderNoAllocs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := NewFlightRecorder(16)
+	f.metrics = m
+	now := time.Now()
+	k := uint64(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		k++
+		f.enter(PhaseAwait, now)
+		f.enter(PhasePublish, now.Add(time.Microsecond))
+		f.enter(PhaseForward, now.Add(2*time.Microsecond))
+		f.enter(PhaseSample, now.Add(3*time.Microsecond))
+		f.enter(PhaseReply, now.Add(4*time.Microsecond))
+		f.stepDone(k, 4, now.Add(5*time.Microsecond))
+		m.observeBroadcast(nil, now)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per step, want 0", allocs)
 	}
 }

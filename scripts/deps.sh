@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: Jaeger (see jaeger.sh) for
-# the tracing e2e test, and qemu-user-static, to run the
+# the tracing e2e test, Debian's nats-server for the e2e tests that need an
+# external server, and qemu-user-static, to run the
 # byte-level and numeric packages' tests on s390x (big-endian). Idempotent;
 # needs root (or sudo) only when something is missing.
 set -euo pipefail
@@ -12,6 +13,8 @@ set -euo pipefail
 
 missing=()
 command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)
+# A real, external NATS server for the restart, permissions and multi-node e2e tests.
+[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -165,6 +165,9 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		} else {
 			args = append(args, "--bind", "127.0.0.1:0", "--join", rank0)
 		}
+		if addr := rankMetricsAddr(cfg.agent.MetricsAddr, r); addr != "" {
+			args = append(args, "--metrics-addr", addr) // later flags win
+		}
 		c := exec.Command(self, args...)
 		c.Stdout, c.Stderr = stderr, stderr
 		c.SysProcAttr = childProcAttr()
@@ -256,12 +259,24 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		}
 	}
 
-	select {
-	case <-ctx.Done():
-		log.Info("signal received; stopping ranks")
-		return stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
-	case e := <-exits:
-		return failed(e)
+	// SIGUSR1 asks every rank to dump its flight recorder.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	for {
+		select {
+		case <-usr1:
+			for _, c := range children {
+				if !gone[c.rank] {
+					_ = c.cmd.Process.Signal(syscall.SIGUSR1)
+				}
+			}
+		case <-ctx.Done():
+			log.Info("signal received; stopping ranks")
+			return stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
+		case e := <-exits:
+			return failed(e)
+		}
 	}
 }
 
@@ -316,6 +331,21 @@ func stopChildren(children []*child, gone map[int]bool, exits <-chan childExit, 
 	}
 	log.Info("all ranks stopped")
 	return nil
+}
+
+// rankMetricsAddr gives rank r its own metrics port: host:(port+r), so one
+// --metrics-addr serves a whole local job; port 0 stays 0 (each rank picks
+// a free one and reports it in status).
+func rankMetricsAddr(addr string, r int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 {
+		return ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+r))
 }
 
 // readiness tracks which ranks have reported ready on their heartbeat.

@@ -58,6 +58,7 @@ type benchBroadcastOptions struct {
 	interval  time.Duration
 	messages  int
 	json      bool
+	natsURL   string // an external server instead of the embedded one
 }
 
 // benchBroadcastResult is one JSON line of `tpcoord bench broadcast`: one
@@ -125,6 +126,7 @@ wake ~1 ms late on Linux; sent_interval_us reports the achieved interval.`,
 	f.DurationVar(&o.interval, "interval", 200*time.Microsecond, "time between two published messages")
 	f.IntVar(&o.messages, "messages", 5000, "messages per case (>= 10; the first 5% are warm-up)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per line")
+	f.StringVar(&o.natsURL, "nats", "", "use this NATS server (e.g. one in its own process) instead of an embedded one")
 	return cmd
 }
 
@@ -163,17 +165,21 @@ func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBro
 	if err != nil {
 		return fmt.Errorf("locate own binary: %w", err)
 	}
-	srv, url, err := startEmbeddedNATS()
-	if err != nil {
-		return err
+	url := o.natsURL
+	if url == "" {
+		srv, embedded, err := startEmbeddedNATS()
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		url = embedded
 	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
 	nc, err := nats.Connect(url, nats.Name("tpcoord-bench-publisher"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return fmt.Errorf("connect to embedded NATS: %w", err)
+		return fmt.Errorf("connect to NATS: %w", err)
 	}
 	defer nc.Close()
 

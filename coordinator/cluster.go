@@ -268,6 +268,12 @@ func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member,
 		missing := missingRanks(present, world)
 		if len(missing) == 0 && c.hasJoined() && (cond == nil || cond(present)) {
 			c.mu.Lock()
+			// Events queued before this formation are about an earlier
+			// world; drop them under the lock, so any event from now on is
+			// about this one and reaches the caller.
+			for len(c.events) > 0 {
+				<-c.events
+			}
 			c.formed = true
 			for _, m := range present {
 				c.world[m.Meta.Rank] = m
@@ -464,7 +470,9 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if err != nil {
 		return c.refuse(peer, err)
 	}
-	own := c.cfg.Meta
+	c.mu.Lock()
+	own := c.cfg.Meta // UpdateMeta writes it under c.mu
+	c.mu.Unlock()
 	switch {
 	case m.Job != own.Job:
 		return c.refuse(peer, fmt.Errorf("it serves job %q, this member serves job %q", m.Job, own.Job))

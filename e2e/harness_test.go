@@ -190,6 +190,7 @@ func (j *job) generate(ctx context.Context, args ...string) (generated, error) {
 type rankStatus struct {
 	Rank     int               `json:"rank"`
 	Epoch    uint32            `json:"epoch"`
+	Rows     int               `json:"rows"`
 	State    string            `json:"state"`
 	Step     uint64            `json:"step"`
 	Digest   string            `json:"digest"`

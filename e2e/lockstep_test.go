@@ -17,6 +17,7 @@ type request struct {
 	prompt    string
 	maxTokens int
 	seed      int
+	extra     []string // more generate flags
 }
 
 func workload(n int) []request {
@@ -37,8 +38,8 @@ func runAll(t *testing.T, j *job, reqs []request) []generated {
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		wg.Go(func() {
-			results[i], errs[i] = j.generate(ctx, "--prompt", r.prompt, "--max-tokens", fmt.Sprint(r.maxTokens),
-				"--seed", fmt.Sprint(r.seed), "--temperature", "0.8", "--top-k", "50", "--top-p", "0.95")
+			results[i], errs[i] = j.generate(ctx, append([]string{"--prompt", r.prompt, "--max-tokens", fmt.Sprint(r.maxTokens),
+				"--seed", fmt.Sprint(r.seed), "--temperature", "0.8", "--top-k", "50", "--top-p", "0.95"}, r.extra...)...)
 		})
 	}
 	wg.Wait()

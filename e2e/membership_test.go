@@ -320,7 +320,8 @@ func TestWrongGossipKeyRefused(t *testing.T) {
 func TestWaitPolicyResumes(t *testing.T) {
 	reqs := workload(4)
 	for i := range reqs {
-		reqs[i].maxTokens = 60
+		// Long enough to be in flight across the kill and the re-formation.
+		reqs[i].maxTokens, reqs[i].extra = 200+20*i, []string{"--ignore-eos"}
 	}
 	flags := []string{"--forward-time", "10ms", "--on-peer-loss", "wait"}
 
@@ -336,9 +337,9 @@ func TestWaitPolicyResumes(t *testing.T) {
 	c := m.client()
 	done := make(chan []generated, 1)
 	go func() { done <- runAll(t, c, reqs) }()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+	waitFor(t, 60*time.Second, "all requests decoding", func() (bool, string) {
 		ranks, err := c.status()
-		return err == nil && len(ranks) == 4 && ranks[0].Step > 5, fmt.Sprintf("%+v %v", ranks, err)
+		return err == nil && len(ranks) == 4 && ranks[0].Rows == len(reqs) && ranks[0].Step > 5, fmt.Sprintf("%+v %v", ranks, err)
 	})
 	victim := m.agents[2]
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -361,6 +362,10 @@ func TestWaitPolicyResumes(t *testing.T) {
 	ranks, err := c.status()
 	if err != nil || len(ranks) != 4 || ranks[0].Epoch == 0 {
 		t.Errorf("after the re-formation: %+v %v (want 4 ranks in epoch > 0)", ranks, err)
+	}
+	// Rank 0 held every request across the loss and resumed them.
+	if held := regexp.MustCompile(`requests_held=(\d+)`).FindStringSubmatch(m.agents[0].log.String()); held == nil || held[1] != fmt.Sprint(len(reqs)) {
+		t.Errorf("rank 0 did not report holding the %d requests across the loss (got %v)", len(reqs), held)
 	}
 	for r, a := range m.agents {
 		if !a.running() {

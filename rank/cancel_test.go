@@ -200,3 +200,59 @@ func TestDriverLogprobs(t *testing.T) {
 		t.Fatalf("request without logprobs: %v, %+v", err, rep.TokenLogprobs)
 	}
 }
+
+// TestSchedulerResume: requests carried over from an epoch keep their
+// sequence IDs and tokens, are admitted first with their output, and new
+// sequence IDs do not collide with theirs.
+func TestSchedulerResume(t *testing.T) {
+	old := NewScheduler(SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
+	a := &Request{Prompt: []int32{1, 2}, MaxTokens: 10, Tag: "a"}
+	b := &Request{Prompt: []int32{3}, MaxTokens: 10, Tag: "b"}
+	for _, r := range []*Request{a, b} {
+		if err := old.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewMirror(0)
+	if err := m.Apply(old.Next(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	old.Sampled(m.Rows(), []int32{7}, nil)
+	if err := m.Apply(old.Next(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	old.Sampled(m.Rows(), []int32{8}, nil) // a has [7 8]; b waits
+
+	held := old.InFlight()
+	if len(held) != 2 || held[0] != a || held[1] != b {
+		t.Fatalf("in flight: %+v", held)
+	}
+	s := NewScheduler(SchedulerConfig{MaxBatch: 4, MaxQueue: 8, EOS: -1})
+	s.Resume(held)
+	c := &Request{Prompt: []int32{4}, MaxTokens: 10, Tag: "c"}
+	if err := s.Submit(c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Seq <= b.Seq || c.Seq <= a.Seq {
+		t.Fatalf("new sequence %d collides with resumed %d, %d", c.Seq, a.Seq, b.Seq)
+	}
+	st := s.Next(1, 1)
+	if len(st.Admitted) != 3 || st.Admitted[0].Seq != a.Seq || st.Admitted[1].Seq != b.Seq || st.Admitted[2].Seq != c.Seq {
+		t.Fatalf("admissions of the new epoch: %+v", st.Admitted)
+	}
+	if got := st.Admitted[0].Output; len(got) != 2 || got[0] != 7 || got[1] != 8 {
+		t.Fatalf("resumed request re-admitted with output %v, want [7 8]", got)
+	}
+	nm := NewMirror(1)
+	if err := nm.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if row := nm.Rows()[0]; row.ID != a.Seq || len(row.Output) != 2 || row.Last() != 8 {
+		t.Fatalf("mirror row of the resumed request: %+v", row)
+	}
+	// The next token continues the output; a stops at its max tokens.
+	evs := s.Sampled(nm.Rows(), []int32{9, 5, 6}, nil)
+	if len(evs) != 3 || evs[0].Index != 2 || len(a.Output) != 3 {
+		t.Fatalf("events after resuming: %+v, a.Output %v", evs, a.Output)
+	}
+}

@@ -121,7 +121,10 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 			return fmt.Errorf("%w: rank %d: replay refused: rank 0 is in epoch %d, this rank in %d", ErrAborted, d.cfg.Rank, rep.Epoch, d.mirror.Epoch())
 		}
 		if len(rep.Steps) == 0 {
-			return fmt.Errorf("%w: rank %d: rank 0 has not published steps %d..%d it was thought to have", ErrAborted, d.cfg.Rank, from, target)
+			// Nothing past what we have: the step that suggested a gap was
+			// not rank 0's (a forgery, or a stale leader's heartbeat).
+			d.reject("bogus_gap", fmt.Errorf("rank 0 has not published steps %d..%d", from, target))
+			return nil
 		}
 		d.count("replayed")
 		for _, b := range rep.Steps {

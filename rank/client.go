@@ -89,6 +89,9 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 				onToken(r.Index, *r.Token)
 			}
 			if r.Logprobs != nil {
+				if r.Index < 0 || r.Index > req.MaxTokens {
+					return nil, fmt.Errorf("malformed reply from rank 0: logprobs for token %d of at most %d", r.Index, req.MaxTokens)
+				}
 				for len(logprobs) <= r.Index {
 					logprobs = append(logprobs, sampler.Logprobs{Token: -1})
 				}

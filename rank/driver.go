@@ -82,6 +82,14 @@ type DriverConfig struct {
 	Resume []*Request
 }
 
+// stepHeadroom is what a step message leaves free of the max payload for
+// NATS headers (traceparent, send time) and for the framing of a replay
+// reply that carries it.
+const stepHeadroom = 4096
+
+// stepBudget is the largest step encoding the scheduler may build.
+func (c *DriverConfig) stepBudget() int { return max(c.MaxStepBytes-stepHeadroom, c.MaxStepBytes/2) }
+
 func (c *DriverConfig) defaults() {
 	if c.ReplayWindow <= 0 {
 		c.ReplayWindow = 1024
@@ -190,7 +198,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		lastWarn: map[string]time.Time{},
 	}
 	if cfg.Rank == 0 {
-		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.MaxStepBytes, MaxBatchTokens: cfg.MaxBatchTokens})
+		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens})
 		d.sched.Resume(cfg.Resume)
 		d.window = broadcast.NewWindow(cfg.ReplayWindow)
 		d.lp = newLogprober(ex.Vocab(), cfg.EOS)
@@ -278,6 +286,12 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		}
 		d.setPhase(phase)
 		d.sendHeartbeat()
+		// Stop taking requests before answering the open ones, so none
+		// slips in after the drain and is never answered.
+		for _, u := range unsubs {
+			_ = u()
+		}
+		unsubs = nil
 		d.sendLogprobs()
 		hold := d.cfg.HoldOnPeerLoss && errors.Is(err, ErrPeerLost)
 		if d.sched != nil && !hold {
@@ -444,10 +458,13 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
 		return
 	}
-	if need := broadcast.StepSize(&broadcast.Step{}) + d.cfg.MaxBatch*20 + broadcast.AdmissionSize(len(req.PromptTokenIDs)); need > d.cfg.MaxStepBytes {
+	// A request may be re-admitted in a new epoch with all its tokens, so
+	// prompt + max_tokens must fit one step message and the decoder's bound.
+	total := len(req.PromptTokenIDs) + req.MaxTokens
+	if need := broadcast.StepSize(&broadcast.Step{}) + d.cfg.MaxBatch*20 + broadcast.AdmissionSize(total); need > d.cfg.stepBudget() || total > broadcast.MaxPromptLen {
 		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: fmt.Sprintf(
-			"prompt_token_ids: %d tokens do not fit in one step message (%d bytes needed, max payload %d); shorten the prompt or raise the NATS max_payload",
-			len(req.PromptTokenIDs), need, d.cfg.MaxStepBytes)})
+			"max_tokens: prompt (%d tokens) plus max_tokens (%d) do not fit in one step message (%d bytes needed, %d available under the NATS max payload; at most %d tokens); lower max_tokens, shorten the prompt or raise max_payload",
+			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen)})
 		return
 	}
 	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply}
@@ -623,6 +640,12 @@ func (d *Driver) lead(ctx context.Context) error {
 				return nil
 			case err := <-d.aborts:
 				return err
+			case <-d.wake:
+				// Followers report the last steps of a burst after rank 0
+				// went idle: compare those digests too.
+				if err := d.checkDigests(); err != nil {
+					return err
+				}
 			case r := <-d.intake:
 				d.enqueue(r)
 			}

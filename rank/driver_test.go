@@ -563,7 +563,7 @@ func TestDriverLeaderStopsWhileBusy(t *testing.T) {
 			client := hub.Connect()
 			defer client.Close()
 			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
-			req := &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 1_000_000, Params: sampler.Params{IgnoreEOS: true}}
+			req := &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 100_000, Params: sampler.Params{IgnoreEOS: true}}
 			started := make(chan struct{})
 			var once sync.Once
 			result := make(chan error, 1)

@@ -29,6 +29,9 @@ import (
 
 const wireVersion = broadcast.Version
 
+// maxWorldSize bounds --world-size (and what status believes of replies).
+const maxWorldSize = 1024
+
 // agentConfig is everything one rank needs. Flags, TPC_* variables and the
 // YAML file all land here (see layerConfig).
 type agentConfig struct {
@@ -119,8 +122,8 @@ func (c *agentConfig) validate() error {
 		return configError("%v", err)
 	}
 	switch {
-	case c.WorldSize < 1 || c.WorldSize > 1024:
-		return configError("world-size: must be in [1, 1024], got %d", c.WorldSize)
+	case c.WorldSize < 1 || c.WorldSize > maxWorldSize:
+		return configError("world-size: must be in [1, %d], got %d", maxWorldSize, c.WorldSize)
 	case c.Rank < 0 || c.Rank >= c.WorldSize:
 		return configError("rank: must be in [0, %d) for world-size %d, got %d", c.WorldSize, c.WorldSize, c.Rank)
 	case c.Executor != "synthetic" && c.Executor != "worker":
@@ -414,10 +417,8 @@ func (w *world) reform(ctx context.Context) error {
 // purpose stops it cleanly (peerLeft), and on a follower a change of rank
 // 0's epoch or leader ends it as a peer loss, so it re-forms.
 func (w *world) run(ctx context.Context, d *rank.Driver) (err error, peerLeft bool) {
-	// Events from before this epoch's world formed are stale.
-	for len(w.cl.Events()) > 0 {
-		<-w.cl.Events()
-	}
+	// Events from before this world formed were dropped when it formed
+	// (coordinator); those since are about this epoch's peers.
 	dctx, dcancel := context.WithCancel(ctx)
 	defer dcancel()
 	done := make(chan error, 1)

@@ -216,6 +216,7 @@ func printStatus(w io.Writer, ranks []rank.RankStatus) {
 			seenBy0[p.Rank] = p
 		}
 	}
+	world = min(world, maxWorldSize) // a reply's claim, bounded
 	for i := 0; i < world; i++ {
 		r, ok := answered[i]
 		p, known := seenBy0[i]

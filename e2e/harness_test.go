@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -217,4 +219,76 @@ func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0")
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// agent is one `tpcoord agent` process started by hand.
+type agent struct {
+	t      *testing.T
+	rank   int
+	cmd    *exec.Cmd
+	log    *syncBuffer // its stdout and stderr
+	exited chan struct{}
+	err    error // valid after exited is closed
+}
+
+// startAgent runs `tpcoord agent --rank rank args...`.
+func startAgent(t *testing.T, rank int, args ...string) *agent {
+	t.Helper()
+	return startAgentEnv(t, rank, nil, args...)
+}
+
+// startAgentEnv is startAgent with extra environment variables. The
+// process is killed, if still running, and its log shown on failure when
+// the test ends.
+func startAgentEnv(t *testing.T, rank int, env []string, args ...string) *agent {
+	t.Helper()
+	a := &agent{t: t, rank: rank, log: &syncBuffer{}, exited: make(chan struct{})}
+	a.cmd = exec.Command(tpcoordBin, append([]string{"agent", "--rank", strconv.Itoa(rank)}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if env != nil {
+		a.cmd.Env = append(os.Environ(), env...)
+	}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-a.exited:
+		default:
+			_ = a.cmd.Process.Kill()
+			<-a.exited
+		}
+		if t.Failed() {
+			t.Logf("rank %d output:\n%s", a.rank, a.log.String())
+		}
+	})
+	return a
+}
+
+func (a *agent) running() bool {
+	select {
+	case <-a.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// wait waits up to limit for the agent to exit and returns its exit code.
+func (a *agent) wait(limit time.Duration) int {
+	a.t.Helper()
+	select {
+	case <-a.exited:
+	case <-time.After(limit):
+		a.t.Fatalf("rank %d did not exit within %v\n%s", a.rank, limit, a.log.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(a.err, &ee) {
+		return ee.ExitCode()
+	}
+	if a.err != nil {
+		a.t.Fatalf("rank %d: %v", a.rank, a.err)
+	}
+	return 0
 }

@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -39,67 +37,6 @@ func embeddedNATS(t *testing.T) string {
 	return srv.ClientURL()
 }
 
-type manualAgent struct {
-	t      *testing.T
-	rank   int
-	args   []string
-	cmd    *exec.Cmd
-	log    *syncBuffer
-	exited chan struct{}
-	err    error
-}
-
-// startManualAgent runs `tpcoord agent` with text logs.
-func startManualAgent(t *testing.T, rank int, args ...string) *manualAgent {
-	t.Helper()
-	a := &manualAgent{t: t, rank: rank, args: args, log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(tpcoordBin, append([]string{"agent", "--rank", strconv.Itoa(rank), "--log-format", "text"}, args...)...)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-a.exited:
-		default:
-			_ = a.cmd.Process.Kill()
-			<-a.exited
-		}
-		if t.Failed() {
-			t.Logf("rank %d output:\n%s", a.rank, a.log.String())
-		}
-	})
-	return a
-}
-
-func (a *manualAgent) running() bool {
-	select {
-	case <-a.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// wait waits up to limit for the agent to exit and returns its exit code.
-func (a *manualAgent) wait(limit time.Duration) int {
-	a.t.Helper()
-	select {
-	case <-a.exited:
-	case <-time.After(limit):
-		a.t.Fatalf("rank %d did not exit within %v\n%s", a.rank, limit, a.log.String())
-	}
-	var ee *exec.ExitError
-	if errors.As(a.err, &ee) {
-		return ee.ExitCode()
-	}
-	if a.err != nil {
-		a.t.Fatalf("rank %d: %v", a.rank, a.err)
-	}
-	return 0
-}
-
 // manualJob is a job whose agents the test starts itself.
 type manualJob struct {
 	t      *testing.T
@@ -107,18 +44,18 @@ type manualJob struct {
 	job    string
 	rank0  string // memberlist address of rank 0
 	common []string
-	agents map[int]*manualAgent
+	agents map[int]*agent
 }
 
 func newManualJob(t *testing.T, job string, world int, extra ...string) *manualJob {
 	t.Helper()
-	m := &manualJob{t: t, nats: embeddedNATS(t), job: job, agents: map[int]*manualAgent{}}
+	m := &manualJob{t: t, nats: embeddedNATS(t), job: job, agents: map[int]*agent{}}
 	m.rank0 = fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	m.common = append([]string{"--job", job, "--world-size", strconv.Itoa(world), "--nats", m.nats, "--local"}, extra...)
 	return m
 }
 
-func (m *manualJob) start(rank int, extra ...string) *manualAgent {
+func (m *manualJob) start(rank int, extra ...string) *agent {
 	m.t.Helper()
 	args := slices.Clone(m.common)
 	if rank == 0 {
@@ -126,7 +63,7 @@ func (m *manualJob) start(rank int, extra ...string) *manualAgent {
 	} else {
 		args = append(args, "--bind", "127.0.0.1:0", "--join", m.rank0)
 	}
-	a := startManualAgent(m.t, rank, append(args, extra...)...)
+	a := startAgent(m.t, rank, append(append(args, "--log-format", "text"), extra...)...)
 	m.agents[rank] = a
 	return a
 }
@@ -244,7 +181,7 @@ func TestDuplicateRankRefused(t *testing.T) {
 	m := newManualJob(t, "e2e-dup", 2, "--forward-time", "2ms")
 	m.startAll(2)
 	m.waitRunning(2)
-	dup := startManualAgent(t, 1, append(slices.Clone(m.common), "--bind", "127.0.0.1:0", "--join", m.rank0, "--rank-claim-wait", "2s")...)
+	dup := startAgent(t, 1, append([]string{"--log-format", "text"}, append(slices.Clone(m.common), "--bind", "127.0.0.1:0", "--join", m.rank0, "--rank-claim-wait", "2s")...)...)
 	if code := dup.wait(2 * time.Minute); code != 2 {
 		t.Fatalf("duplicate exited %d, want 2", code)
 	}
@@ -268,7 +205,7 @@ func TestWorldSizeMismatchRefused(t *testing.T) {
 	m := newManualJob(t, "e2e-world", 2, "--forward-time", "2ms")
 	m.startAll(2)
 	m.waitRunning(2)
-	odd := startManualAgent(t, 2, "--job", "e2e-world", "--world-size", "3", "--nats", m.nats, "--local",
+	odd := startAgent(t, 2, "--log-format", "text", "--job", "e2e-world", "--world-size", "3", "--nats", m.nats, "--local",
 		"--bind", "127.0.0.1:0", "--join", m.rank0, "--rendezvous-timeout", "3s")
 	if code := odd.wait(time.Minute); code == 0 {
 		t.Fatal("mismatched agent exited 0")

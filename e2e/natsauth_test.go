@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,47 +116,6 @@ func (s *authServer) clientArgs() []string {
 	return []string{"--nats", s.url, "--nats-user", "client", "--nats-password-file", s.pw["client"], "--job", authJob}
 }
 
-// agent is one `tpcoord agent` process started by hand.
-type agent struct {
-	rank   int
-	cmd    *exec.Cmd
-	log    *syncBuffer // JSON log lines from stderr
-	exited chan struct{}
-	err    error // valid after exited is closed
-}
-
-func startAgent(t *testing.T, rank int, args ...string) *agent {
-	t.Helper()
-	a := &agent{rank: rank, log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(tpcoordBin, append([]string{"agent", "--rank", strconv.Itoa(rank)}, args...)...)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-a.exited:
-		default:
-			_ = a.cmd.Process.Kill()
-			<-a.exited
-		}
-		if t.Failed() {
-			t.Logf("rank %d log:\n%s", rank, a.log.String())
-		}
-	})
-	return a
-}
-
-func (a *agent) running() error {
-	select {
-	case <-a.exited:
-		return fmt.Errorf("rank %d exited: %v", a.rank, a.err)
-	default:
-		return nil
-	}
-}
-
 // authStatus runs `tpcoord status --json` as user client.
 func authStatus(s *authServer) ([]rankStatus, error) {
 	cmd := exec.Command(tpcoordBin, append([]string{"status", "--json"}, s.clientArgs()...)...)
@@ -242,7 +200,8 @@ func TestNATSAuthPermissions(t *testing.T) {
 		var ranks []rankStatus
 		waitFor(t, 90*time.Second, what, func() (bool, string) {
 			for _, a := range agents {
-				if err := a.running(); err != nil {
+				if !a.running() {
+					err := fmt.Errorf("rank %d exited: %v", a.rank, a.err)
 					t.Fatal(err)
 				}
 			}

@@ -192,29 +192,11 @@ func TestSystemdNotifyAgent(t *testing.T) {
 		}
 	}()
 
-	a := &agent{rank: 0, log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(tpcoordBin, "agent", "--rank", "0")
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	// WATCHDOG_PID is left out: the child's PID is not known before it
 	// starts, and systemd only sets it when it differs from the main PID.
-	a.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC="+strconv.Itoa(200_000),
+	a := startAgentEnv(t, 0, []string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=" + strconv.Itoa(200_000),
 		"TPC_JOB=e2e-notify", "TPC_WORLD_SIZE=1", "TPC_BIND=127.0.0.1:0", "TPC_LOCAL=true",
-		"TPC_NATS="+srv.url(), "TPC_VOCAB=1024", "TPC_NOISE=inline", "TPC_FORWARD_TIME=1ms")
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-a.exited:
-		default:
-			_ = a.cmd.Process.Kill()
-			<-a.exited
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", a.log.String())
-		}
-	})
+		"TPC_NATS=" + srv.url(), "TPC_VOCAB=1024", "TPC_NOISE=inline", "TPC_FORWARD_TIME=1ms"})
 
 	expect := func(what string, match func(string) bool) {
 		t.Helper()

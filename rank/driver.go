@@ -80,6 +80,13 @@ type DriverConfig struct {
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.
 	Resume []*Request
+	// FollowerPick, if set, runs on followers after every forward pass on
+	// that pass's logits, and its tokens are discarded: the redundant
+	// sampling on every rank that sampling on rank 0 alone removed, kept
+	// for benchmarks (--sampling-ranks all). The executor must then return
+	// logits on followers too. Followers do not know the requests'
+	// parameters, so rows are sampled with the default ones.
+	FollowerPick Picker
 }
 
 // stepHeadroom is what a step message leaves free of the max payload for
@@ -139,6 +146,10 @@ type Driver struct {
 	alive     map[string]time.Time // rank 0 loop: last keepalive per reply subject
 	nextSweep time.Time
 	behind    chan struct{} // followers: rank 0 reported a step we lack
+	// followers with FollowerPick: scratch for its results
+	fpTokens []int32
+	fpErrs   []error
+	fpReqs   []*Request
 
 	mu        sync.Mutex
 	pos       position
@@ -593,7 +604,8 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 		return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 	}
 	fctx, span := d.span(ctx, "forward")
-	_, err := d.ex.Forward(fctx, Batch{Step: st.Step, Rows: d.mirror.Rows()})
+	rows := d.mirror.Rows()
+	logits, err := d.ex.Forward(fctx, Batch{Step: st.Step, Rows: rows})
 	span.End()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -601,10 +613,25 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 		}
 		return fmt.Errorf("%w: rank %d: forward of step %d: %w", ErrAborted, d.cfg.Rank, st.Step, err)
 	}
+	if d.cfg.FollowerPick != nil && len(rows) > 0 && len(logits) == len(rows)*d.ex.Vocab() {
+		d.followerPick(rows, logits)
+	}
 	d.publishState()
 	d.cfg.Flight.stepDone(st.Step, len(d.mirror.Rows()), time.Now())
 	d.sendHeartbeat()
 	return nil
+}
+
+// followerPick samples a follower's logits and discards the tokens (see
+// DriverConfig.FollowerPick).
+func (d *Driver) followerPick(rows []*Seq, logits []float32) {
+	d.fpTokens, d.fpErrs = d.fpTokens[:0], d.fpErrs[:0]
+	d.fpReqs = d.fpReqs[:0]
+	for range rows {
+		d.fpTokens, d.fpErrs = append(d.fpTokens, NoToken), append(d.fpErrs, nil)
+		d.fpReqs = append(d.fpReqs, nil)
+	}
+	d.cfg.FollowerPick.Pick(rows, d.fpReqs, logits, d.ex.Vocab(), d.fpTokens, d.fpErrs)
 }
 
 // lead is rank 0's loop: schedule, publish, apply, forward, sample, stream.

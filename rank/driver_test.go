@@ -60,7 +60,7 @@ func startRank(t *testing.T, ctx context.Context, hub *broadcast.Hub, cfg Driver
 // startRankOn is startRank over a given transport.
 func startRankOn(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg DriverConfig) *runningRank {
 	t.Helper()
-	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: cfg.Rank == 0})
+	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: cfg.Rank == 0 || cfg.FollowerPick != nil})
 	if err != nil {
 		t.Fatal(err)
 	}

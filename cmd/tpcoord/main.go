@@ -48,7 +48,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks (JSON lines with the machine, the configuration and medians)"}
-	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastFollowerCmd())
+	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastFollowerCmd(), newBenchE2ECmd())
 	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newWorkerCmd(), newVersionCmd())
 	return root
 }

@@ -60,7 +60,7 @@ func (o *workerOpts) validate(executor string) error {
 // newExecutor builds the agent's executor. ctx bounds a worker's start.
 func newExecutor(ctx context.Context, cfg agentConfig, log *slog.Logger) (rank.Executor, error) {
 	if cfg.Executor != "worker" {
-		ex, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: cfg.Vocab, EOS: int32(cfg.EOS), ForwardTime: cfg.ForwardTime, Logits: cfg.Rank == 0})
+		ex, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: cfg.Vocab, EOS: int32(cfg.EOS), ForwardTime: cfg.ForwardTime, Logits: cfg.samples()})
 		if err != nil {
 			return nil, configError("%v", err)
 		}
@@ -72,7 +72,7 @@ func newExecutor(ctx context.Context, cfg agentConfig, log *slog.Logger) (rank.E
 	}
 	wc := rank.WorkerConfig{
 		Rank: cfg.Rank, World: cfg.WorldSize, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
-		DType: dt, Logits: cfg.Rank == 0, ForwardTimeout: cfg.ForwardTimeout,
+		DType: dt, Logits: cfg.samples(), ForwardTimeout: cfg.ForwardTimeout,
 		Stdout: os.Stderr, Stderr: os.Stderr, Logger: log,
 	}
 	if cfg.WorkerCmd != "" {

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// `bench e2e` spawns `launch` from os.Executable(), which under go test is
+// this test binary, and launch spawns its agents the same way. The bench
+// sets TPC_RUN_AS_TPCOORD (runAsTPCoordEnv) in launch's environment, which
+// the agents inherit; this hook, seeing it, runs the tpcoord command line
+// and exits before any test starts. An init rather than a TestMain, like
+// the broadcast follower's hook.
+func init() {
+	if os.Getenv(runAsTPCoordEnv) == "" {
+		return
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func runBenchE2ECmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newBenchE2ECmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(t.Context())
+	return out.String(), err
+}
+
+// TestBenchE2EJSON runs two combinations on a real tiny cluster and checks
+// the lines' fields, never a time.
+func TestBenchE2EJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real clusters")
+	}
+	out, err := runBenchE2ECmd(t, "--nproc", "2", "--batch", "2", "--vocab", "4096", "--tokens", "4",
+		"--forward-time", "1ms", "--combos", "pool+softmax+all,sync+softmax+all", "--json")
+	if err != nil {
+		t.Fatalf("bench e2e: %v\noutput:\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2+len(e2eStages) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), 2+len(e2eStages), out)
+	}
+	want := []e2eCombo{e2eBaseline, {"pool", "softmax", "all"}} // baseline first
+	var rates []float64
+	for i, line := range lines[:2] {
+		var r benchE2EResult
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, line)
+		}
+		w := want[i]
+		if r.Kind != "combo" || r.Combo != w.String() || r.Noise != w.Noise || r.Sampling != w.Sampling || r.SamplingRanks != w.Ranks {
+			t.Errorf("line %d: combination %+v, want %s", i, r, w)
+		}
+		if r.NProc != 2 || r.Batch != 2 || r.Vocab != 4096 || r.Tokens != 4 || r.ForwardTimeMS != 1 {
+			t.Errorf("line %d: configuration %+v", i, r)
+		}
+		if r.OutputTokens != 2*4 {
+			t.Errorf("line %d: %d output tokens, want 8 (ignore_eos)", i, r.OutputTokens)
+		}
+		if !(r.TotalS > 0 && r.TokensPerS > 0) {
+			t.Errorf("line %d: total_s %v, tokens/s %v", i, r.TotalS, r.TokensPerS)
+		}
+		if r.CPU == "" || r.Cores < 1 || !strings.HasPrefix(r.Go, "go") {
+			t.Errorf("line %d: machine %q %d %q", i, r.CPU, r.Cores, r.Go)
+		}
+		if r.VsBaseline == nil {
+			t.Fatalf("line %d: no vs_baseline", i)
+		}
+		rates = append(rates, r.TokensPerS)
+		if want := r.TokensPerS / rates[0]; *r.VsBaseline != want {
+			t.Errorf("line %d: vs_baseline %v, want %v", i, *r.VsBaseline, want)
+		}
+	}
+	for i, line := range lines[2:] {
+		var s benchE2EStage
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			t.Fatalf("stage line %d: %v: %s", i, err, line)
+		}
+		if s.Kind != "stage" || s.Stage != e2eStages[i].name || s.OffAlone != nil {
+			t.Errorf("stage line %d: %+v", i, s)
+		}
+		// Only the noise stage's "only on" combination was measured.
+		if got := s.OnAlone != nil; got != (s.Stage == "noise") {
+			t.Errorf("stage %s: only_on_vs_baseline %v", s.Stage, s.OnAlone)
+		} else if got && *s.OnAlone != rates[1]/rates[0] {
+			t.Errorf("stage noise: only_on_vs_baseline %v, want %v", *s.OnAlone, rates[1]/rates[0])
+		}
+	}
+}
+
+func TestBenchE2EBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--nproc", "0"}, "--nproc"},
+		{[]string{"--batch", "0"}, "--batch"},
+		{[]string{"--vocab", "8"}, "--vocab"},
+		{[]string{"--tokens", "0"}, "--tokens"},
+		{[]string{"--forward-time", "-1ms"}, "--forward-time"},
+		{[]string{"--combos", "pool+softmax"}, "--combos"},
+		{[]string{"--combos", "inline+softmax+all"}, "--combos"},
+	} {
+		_, err := runBenchE2ECmd(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.flag)
+		}
+	}
+}
+
+func TestAgentSamplingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*agentConfig)
+		flag string // "" for valid
+	}{
+		{func(c *agentConfig) { c.Noise = "sync" }, ""},
+		{func(c *agentConfig) { c.Sampling = "softmax" }, ""},
+		{func(c *agentConfig) { c.SamplingRanks = "all" }, ""},
+		{func(c *agentConfig) { c.Noise = "async" }, "noise"},
+		{func(c *agentConfig) { c.Sampling = "greedy" }, "sampling"},
+		{func(c *agentConfig) { c.SamplingRanks = "some" }, "sampling-ranks"},
+	} {
+		c := validAgentConfig(t)
+		tc.edit(&c)
+		err := c.validate()
+		switch {
+		case tc.flag == "" && err != nil:
+			t.Errorf("%s: %v", tc.flag, err)
+		case tc.flag != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.flag+":")):
+			t.Errorf("error %v, want one naming %s", err, tc.flag)
+		}
+	}
+	a, b := validAgentConfig(t), validAgentConfig(t)
+	b.SamplingRanks = "all"
+	if a.digest() == b.digest() {
+		t.Error("sampling-ranks does not change the config digest")
+	}
+}
+
+// validAgentConfig is the agent's defaults.
+func validAgentConfig(t *testing.T) agentConfig {
+	t.Helper()
+	var c agentConfig
+	c.flags(pflag.NewFlagSet("agent", pflag.ContinueOnError))
+	if err := c.validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	return c
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The benchmark suite: builds tpcoord, runs every `tpcoord bench` command
+# (sampler, broadcast, e2e, and noise / step when this build has them) with
+# --json, saves one JSON-lines file per command, optionally runs the PyTorch
+# vLLM-sampler mirror (scripts/vllm_sampler_bench.py) when torch imports,
+# then runs scripts/benchplot to write markdown tables and PNG plots.
+#
+# Full run (default): results in docs/bench/results/<date>/, PNGs in
+# docs/bench/, and the section between <!-- bench.sh:begin --> and
+# <!-- bench.sh:end --> in docs/benchmarks.md regenerated.
+# --quick: tiny sizes; everything (results, PNGs, section.md) goes to --out
+# (a temp dir by default) and docs/ is left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+usage() {
+  cat <<'USAGE'
+Usage: scripts/bench.sh [--quick] [--out DIR] [--no-docs] [--docs]
+
+  --quick     tiny sizes (smoke test); implies --no-docs and writes only to --out
+  --out DIR   results directory (JSON lines, commands.txt, machine.txt);
+              default docs/bench/results/<date> (full) or a temp dir (--quick)
+  --no-docs   do not touch docs/: PNGs and section.md go to the --out dir
+  --docs      update docs/benchmarks.md and docs/bench/*.png even with --quick
+  -h, --help  this text
+
+Environment: TPC_BENCH_NOISE_ARGS / TPC_BENCH_STEP_ARGS replace the default
+arguments of `tpcoord bench noise` / `bench step` (--json is always added).
+PYTHON (default python3) runs scripts/vllm_sampler_bench.py if torch imports.
+USAGE
+}
+
+quick=0 out="" docs=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --out) [ $# -ge 2 ] || { echo "bench.sh: --out needs a directory" >&2; exit 2; }; out=$2; shift ;;
+    --out=*) out=${1#--out=} ;;
+    --no-docs) docs=0 ;;
+    --docs) docs=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$docs" ]; then docs=$((1 - quick)); fi
+date=$(date -u +%Y-%m-%d)
+if [ -z "$out" ]; then
+  if [ "$quick" = 1 ]; then out=$(mktemp -d -t tpc-bench.XXXXXX); else out=docs/bench/results/$date; fi
+fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+start=$(date +%s)
+log() { printf '[bench.sh %4ds] %s\n' "$(( $(date +%s) - start ))" "$*" >&2; }
+
+bin=$(mktemp -d -t tpc-bench-bin.XXXXXX)
+trap 'rm -rf "$bin"' EXIT
+log "building tpcoord and benchplot"
+go build -o "$bin/tpcoord" ./cmd/tpcoord
+go build -o "$bin/benchplot" ./scripts/benchplot
+tpc=$bin/tpcoord
+
+: >"$out/commands.txt"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "kernel: $(uname -sr)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)"
+  echo "cores: $(nproc)"
+  echo "go: $(go env GOVERSION)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+} >"$out/machine.txt"
+
+# run NAME ARGS...: tpcoord bench ARGS... --json, appending to NAME.jsonl.
+run() {
+  local name=$1; shift
+  printf '%s\ttpcoord bench %s\n' "$name" "$*" >>"$out/commands.txt"
+  log "tpcoord bench $*"
+  if ! "$tpc" bench "$@" >>"$out/$name.jsonl" 2>"$out/$name.stderr"; then
+    echo "bench.sh: 'tpcoord bench $*' failed; its stderr:" >&2
+    tail -n 20 "$out/$name.stderr" >&2
+    exit 1
+  fi
+}
+
+has_command() { "$tpc" bench --help 2>&1 | grep -qE "^[[:space:]]+$1[[:space:]]"; }
+has_flag() { "$tpc" bench "$1" --help 2>&1 | grep -qE -- "[[:space:]]--$2[[:space:]=]"; }
+
+rm -f "$out"/*.jsonl "$out"/*.stderr
+if [ "$quick" = 1 ]; then
+  vocab=4096 batches=1,8 modes=plain,topk,greedy iters=3 refiters=2
+else
+  vocab=100352 batches=1,8,32,64 modes=plain,topk,topp,minp,greedy iters=30 refiters=10
+fi
+
+# Sampler: fast with pool and inline noise, then the Reference (its noise is
+# always its own, so one --noise value).
+run sampler sampler --json --vocab "$vocab" --batch "$batches" --mode "$modes" --impl fast --noise pool,inline --iters "$iters"
+run sampler sampler --json --vocab "$vocab" --batch "$batches" --mode "$modes" --impl reference --noise inline --iters "$refiters"
+
+if has_command noise; then
+  # shellcheck disable=SC2206
+  nargs=(${TPC_BENCH_NOISE_ARGS-})
+  if [ "$quick" = 1 ] && [ -z "${TPC_BENCH_NOISE_ARGS-}" ]; then
+    has_flag noise iters && nargs+=(--iters 3)
+    has_flag noise producers && nargs+=(--producers 1)
+    has_flag noise vocab && nargs+=(--vocab "$vocab")
+  fi
+  run noise noise --json "${nargs[@]}"
+else
+  log "this tpcoord has no 'bench noise': skipped"
+fi
+
+if [ "$quick" = 1 ]; then
+  run broadcast broadcast --json --followers 1,2 --messages 200
+else
+  run broadcast broadcast --json --followers 1,4,8
+fi
+
+if has_command step; then
+  # shellcheck disable=SC2206
+  sargs=(${TPC_BENCH_STEP_ARGS-})
+  if [ "$quick" = 1 ] && [ -z "${TPC_BENCH_STEP_ARGS-}" ]; then
+    has_flag step nproc && sargs+=(--nproc 2)
+    has_flag step tokens && sargs+=(--tokens 8)
+    has_flag step floor-messages && sargs+=(--floor-messages 200)
+  fi
+  run step step --json "${sargs[@]}"
+else
+  log "this tpcoord has no 'bench step': skipped"
+fi
+
+cpus=()
+if command -v taskset >/dev/null 2>&1; then cpus=(--cpus 0-1); else log "no taskset: e2e runs unpinned"; fi
+if [ "$quick" = 1 ]; then
+  run e2e e2e --json --combos sync+softmax+all,pool+logspace+rank0 --nproc 2 --batch 4 --tokens 4 --vocab "$vocab" --forward-time 2ms --timeout 2m "${cpus[@]}"
+else
+  run e2e e2e --json --combos all --nproc 4 --batch 32 --tokens 64 --forward-time 20ms "${cpus[@]}"
+fi
+
+py=${PYTHON:-python3}
+if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
+  ptmodes=plain,topk,topp
+  pargs=(--vocab "$vocab" --batch "$batches" --mode "$ptmodes" --iters "$refiters")
+  printf 'pytorch\t%s scripts/vllm_sampler_bench.py %s\n' "$py" "${pargs[*]}" >>"$out/commands.txt"
+  log "PyTorch: scripts/vllm_sampler_bench.py ${pargs[*]}"
+  "$py" scripts/vllm_sampler_bench.py "${pargs[@]}" >"$out/pytorch.jsonl" 2>"$out/pytorch.stderr" \
+    || { echo "bench.sh: vllm_sampler_bench.py failed:" >&2; tail -n 20 "$out/pytorch.stderr" >&2; exit 1; }
+else
+  log "PyTorch not importable with $py: no PyTorch run; the docs quote DESIGN.md's PyTorch figures"
+fi
+
+if [ "$docs" = 1 ]; then
+  log "benchplot -> docs/benchmarks.md, docs/bench/*.png"
+  "$bin/benchplot" --results "$out" --png-dir docs/bench --docs docs/benchmarks.md --date "$date"
+else
+  log "benchplot -> $out"
+  "$bin/benchplot" --results "$out" --png-dir "$out" --md-out "$out/section.md" --date "$date"
+fi
+log "done; results in ${out#"$root"/}"

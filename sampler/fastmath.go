@@ -32,30 +32,6 @@ func fastExp(x float32) float32 {
 	return math.Float32frombits(uint32(int32(math.Float32bits(p)) + int32(n)<<23))
 }
 
-// fastLog returns ln(x) for finite x > 0 with an absolute error below 1e-7
-// near 1 and a relative error below 1e-7 elsewhere. Reference uses it to turn
-// uniforms into exponential noise, as torch's exponential_ does with its own
-// vectorised log.
-func fastLog(x float32) float32 {
-	b := math.Float32bits(x)
-	e := int32(b>>23) - 127
-	m := math.Float32frombits(b&0x007fffff | 0x3f800000) // [1, 2)
-	if m > 1.4142135 {
-		m = float32(m * 0.5)
-		e++
-	}
-	z := float32(float32(m-1) / float32(m+1)) // |z| <= 0.1716
-	z2 := float32(z * z)
-	// ln m = 2 atanh z = 2(z + z^3/3 + z^5/5 + z^7/7 + z^9/9).
-	s := float32(1.0 / 9)
-	s = float32(float32(s*z2) + 1.0/7)
-	s = float32(float32(s*z2) + 1.0/5)
-	s = float32(float32(s*z2) + 1.0/3)
-	s = float32(float32(s*z2) + 1)
-	lnm := float32(2 * float32(z*s))
-	return float32(float32(float32(e)*0.6931471805599453) + lnm)
-}
-
 // orderedKey maps float32 to uint32 so that a < b implies key(a) < key(b)
 // for all non-NaN values (-0 and +0 get adjacent keys).
 func orderedKey(f float32) uint32 {

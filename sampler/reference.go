@@ -5,8 +5,9 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
+
+	"github.com/tpcoord/tpcoord/noisepool"
 )
 
 // Reference is the algorithm the fast Sampler replaces, kept for tests and
@@ -18,9 +19,12 @@ import (
 // same fast exp, applies min-p on probabilities, then draws exponential
 // noise q ~ Exp(1) for every token of the row and returns argmax(probs/q).
 //
-// Its noise comes from a PCG generator seeded with (NoiseKey, NoiseRow), not
-// from noisepool: Reference and Sampler agree in distribution, not token by
-// token. Row.Noise is ignored. Like Sampler it is not safe for concurrent use.
+// Its noise is the same generator's: the row's Gumbel values g (Row.Noise
+// when the caller has them, as from the noise pool, else noisepool.FillRow
+// for the whole row, as the old algorithm drew exponential_() for every
+// token) turned into q = exp(-g) ~ Exp(1) with the same fast exp. So a
+// baseline built on it differs from Sampler only in the algorithm. Like
+// Sampler it is not safe for concurrent use.
 type Reference struct {
 	cfg    Config
 	buf    []float32
@@ -29,7 +33,7 @@ type Reference struct {
 	counts []int32
 	mask   []bool
 	heap   minHeap
-	pcg    rand.PCG
+	noise  []float32
 }
 
 // NewReference returns a Reference sampler. It panics if cfg is invalid.
@@ -218,13 +222,21 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 			}
 		}
 	}
-	// 10. probs / q with q ~ Exp(1) drawn for the whole row.
-	r.pcg.Seed(row.NoiseKey, row.NoiseRow)
+	// 10. probs / q with q ~ Exp(1) for the whole row: q = exp(-g).
+	g := row.Noise
+	if len(g) != len(probs) {
+		if cap(r.noise) < len(probs) {
+			r.noise = make([]float32, len(probs))
+		}
+		g = r.noise[:len(probs)]
+		noisepool.FillRow(row.NoiseKey, row.NoiseRow, g)
+	}
 	best, bestV := int32(-1), float32(-1)
 	for i, q := range probs {
-		x := r.pcg.Uint64()
-		u := float32(float64(x>>40)+0.5) * (1.0 / (1 << 24)) // (0,1)
-		e := -fastLog(u)
+		e := fastExp(-g[i]) // fastExp's domain is x <= 0
+		if g[i] < 0 {
+			e = 1 / fastExp(g[i])
+		}
 		if v := float32(q / e); v > bestV {
 			best, bestV = int32(i), v
 		}

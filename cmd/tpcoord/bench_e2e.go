@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,44 @@ type benchE2EResult struct {
 	// VsBaseline is TokensPerS over the baseline's (sync+softmax+all) in
 	// the same run; absent if the baseline was not measured.
 	VsBaseline *float64 `json:"vs_baseline,omitempty"`
+	// Step is rank 0's step-time breakdown over the batch's steps (median
+	// ms per phase, from its flight recorder); absent if it could not be
+	// read.
+	Step *stepBreakdown `json:"step_median_ms,omitempty"`
+}
+
+// stepBreakdown is the median time per phase of rank 0's steps.
+type stepBreakdown struct {
+	Steps   int     `json:"steps"`
+	Await   float64 `json:"await"`
+	Publish float64 `json:"publish"`
+	Forward float64 `json:"forward"`
+	Sample  float64 `json:"sample"`
+	Reply   float64 `json:"reply"`
+	Total   float64 `json:"total"`
+}
+
+func breakdown(steps []rank.StepTiming) *stepBreakdown {
+	if len(steps) == 0 {
+		return nil
+	}
+	med := func(f func(rank.StepTiming) float64) float64 {
+		v := make([]float64, len(steps))
+		for i, s := range steps {
+			v[i] = f(s)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return &stepBreakdown{
+		Steps:   len(steps),
+		Await:   med(func(s rank.StepTiming) float64 { return s.AwaitMs }),
+		Publish: med(func(s rank.StepTiming) float64 { return s.PublishMs }),
+		Forward: med(func(s rank.StepTiming) float64 { return s.ForwardMs }),
+		Sample:  med(func(s rank.StepTiming) float64 { return s.SampleMs }),
+		Reply:   med(func(s rank.StepTiming) float64 { return s.ReplyMs }),
+		Total:   med(func(s rank.StepTiming) float64 { return s.TotalMs }),
+	}
 }
 
 // benchE2EStage is one JSON line per stage, after the combinations: the
@@ -227,19 +266,19 @@ func runBenchE2E(ctx context.Context, o benchE2EOptions, w, progress io.Writer) 
 	if !o.json {
 		fmt.Fprintf(w, "machine: %s, %d cores, %s; cpus %q; nproc %d, batch %d, vocab %d, forward %v, tokens %d\n",
 			cpu, runtime.NumCPU(), runtime.Version(), o.cpus, o.nproc, o.batch, o.vocab, o.forwardTime, o.tokens)
-		fmt.Fprintf(w, "%-24s %14s %10s %12s\n", "combination", "output_tok/s", "total_s", "vs_baseline")
+		fmt.Fprintf(w, "%-24s %14s %10s %12s  %s\n", "combination", "output_tok/s", "total_s", "vs_baseline", "rank 0 step ms (median)")
 	}
 	rate := map[e2eCombo]float64{}
 	for i, c := range combos {
 		fmt.Fprintf(progress, "bench e2e: [%d/%d] %s ...\n", i+1, len(combos), c)
-		n, elapsed, err := benchE2ECase(ctx, o, c, self, filepath.Join(dir, fmt.Sprintf("ready-%d.json", i)), progress)
+		n, elapsed, steps, err := benchE2ECase(ctx, o, c, self, dir, i, progress)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c, err)
 		}
 		r := benchE2EResult{Kind: "combo", CPU: cpu, Cores: runtime.NumCPU(), Go: runtime.Version(), CPUs: o.cpus,
 			NProc: o.nproc, Batch: o.batch, Vocab: o.vocab, ForwardTimeMS: float64(o.forwardTime.Microseconds()) / 1000,
 			Tokens: o.tokens, Combo: c.String(), Noise: c.Noise, Sampling: c.Sampling, SamplingRanks: c.Ranks,
-			OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds()}
+			OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds(), Step: breakdown(steps)}
 		rate[c] = r.TokensPerS
 		if b, ok := rate[e2eBaseline]; ok && b > 0 {
 			v := r.TokensPerS / b
@@ -284,7 +323,11 @@ func printBenchE2E(w io.Writer, r benchE2EResult, asJSON bool) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%-24s %14.1f %10.2f %12s\n", r.Combo, r.TokensPerS, r.TotalS, fmtRatio(r.VsBaseline))
+	step := "-"
+	if b := r.Step; b != nil {
+		step = fmt.Sprintf("%.1f: forward %.1f, sample %.1f (medians of each)", b.Total, b.Forward, b.Sample)
+	}
+	_, err := fmt.Fprintf(w, "%-24s %14.1f %10.2f %12s  %s\n", r.Combo, r.TokensPerS, r.TotalS, fmtRatio(r.VsBaseline), step)
 	return err
 }
 
@@ -311,10 +354,16 @@ func fmtRatio(v *float64) string {
 // benchE2ECase runs one combination: start launch, wait for its ready
 // file, run the batch, stop launch. It returns the output tokens and the
 // wall time from the first submission to the last final reply.
-func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, readyFile string, progress io.Writer) (int, time.Duration, error) {
+func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, dir string, i int, progress io.Writer) (int, time.Duration, []rank.StepTiming, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	readyFile := filepath.Join(dir, fmt.Sprintf("ready-%d.json", i))
+	flightDir := filepath.Join(dir, fmt.Sprintf("flight-%d", i))
+	if err := os.MkdirAll(flightDir, 0o755); err != nil {
+		return 0, 0, nil, err
+	}
 	args := []string{"launch", "--nproc", strconv.Itoa(o.nproc), "--job", "bench-e2e",
+		"--flight-dir", flightDir, "--flight-steps", strconv.Itoa(bsFlightSteps),
 		"--vocab", strconv.Itoa(o.vocab), "--forward-time", o.forwardTime.String(),
 		"--max-batch", strconv.Itoa(o.batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.batch)),
 		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks,
@@ -328,7 +377,7 @@ func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, read
 	var logs bytes.Buffer // launch's and the agents' logs, shown on failure
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	exited := make(chan struct{}) // closed once waitErr is set
 	var waitErr error
@@ -344,9 +393,9 @@ func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, read
 			return errors.New("launch did not stop within 30s of SIGTERM; killed")
 		}
 	}
-	fail := func(err error) (int, time.Duration, error) {
+	fail := func(err error) (int, time.Duration, []rank.StepTiming, error) {
 		_ = stop()
-		return 0, 0, fmt.Errorf("%w\nlaunch output (tail):\n%s", err, tail(logs.String(), 4000))
+		return 0, 0, nil, fmt.Errorf("%w\nlaunch output (tail):\n%s", err, tail(logs.String(), 4000))
 	}
 
 	info, err := waitReadyFile(ctx, readyFile, exited, &waitErr)
@@ -365,9 +414,18 @@ func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, read
 	if _, _, err := e2eBatch(ctx, nc, subj, 1, 2, 1<<20); err != nil {
 		return fail(fmt.Errorf("warm-up: %w", err))
 	}
+	start := time.Now()
 	n, elapsed, err := e2eBatch(ctx, nc, subj, o.batch, o.tokens, 0)
 	if err != nil {
 		return fail(err)
+	}
+	// Rank 0's step breakdown: its flight recorder, dumped on SIGUSR1
+	// (launch's pids are in rank order).
+	var steps []rank.StepTiming
+	if len(info.PIDs) > 0 && syscall.Kill(info.PIDs[0], syscall.SIGUSR1) == nil {
+		if steps, err = bsReadDump(ctx, flightDir, "job-"+info.Job+"-rank-0", start); err != nil {
+			fmt.Fprintf(progress, "bench e2e: %s: no step breakdown: %v\n", c, err)
+		}
 	}
 	nc.Close()
 	if err := stop(); err != nil {
@@ -376,7 +434,7 @@ func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, read
 			fmt.Fprintf(progress, "bench e2e: %s: launch stopped with %v\n", c, err)
 		}
 	}
-	return n, elapsed, nil
+	return n, elapsed, steps, nil
 }
 
 // e2eBatch submits n concurrent requests of tokens output tokens each and

@@ -37,6 +37,7 @@ type benchSamplerResult struct {
 	Iters    int     `json:"iters"`
 	MedianMS float64 `json:"median_ms"`
 	P90MS    float64 `json:"p90_ms"`
+	P99MS    float64 `json:"p99_ms"`
 	CPU      string  `json:"cpu"`
 	Cores    int     `json:"cores"`
 	Go       string  `json:"go"`
@@ -167,7 +168,8 @@ func benchSamplerCase(vocab, batch int, impl, noise, mode string, iters int) ben
 		nz = "inline"
 	}
 	return benchSamplerResult{Impl: impl, Noise: nz, Mode: mode, Vocab: vocab, Batch: batch, Iters: iters,
-		MedianMS: ms(times[len(times)/2]), P90MS: ms(times[min(len(times)-1, len(times)*9/10)])}
+		MedianMS: ms(times[len(times)/2]), P90MS: ms(times[min(len(times)-1, len(times)*9/10)]),
+		P99MS: ms(times[min(len(times)-1, len(times)*99/100)])}
 }
 
 func printBenchSampler(w io.Writer, r benchSamplerResult, asJSON bool) error {

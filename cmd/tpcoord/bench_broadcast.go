@@ -218,12 +218,7 @@ func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBro
 
 func printBenchBroadcast(w io.Writer, r benchBroadcastResult, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %8.2fx %8.2fx\n",
 		r.Transport, r.Followers, r.P50US, r.P90US, r.P99US, r.MaxUS, r.Lost, r.SentIntervalUS,

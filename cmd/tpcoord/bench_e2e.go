@@ -1,29 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/rank"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // runAsTPCoordEnv is set in the environment of the launch that `bench e2e`
@@ -316,12 +309,7 @@ func runBenchE2E(ctx context.Context, o benchE2EOptions, w, progress io.Writer) 
 
 func printBenchE2E(w io.Writer, r benchE2EResult, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	step := "-"
 	if b := r.Step; b != nil {
@@ -333,12 +321,7 @@ func printBenchE2E(w io.Writer, r benchE2EResult, asJSON bool) error {
 
 func printBenchE2EStage(w io.Writer, s benchE2EStage, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(s)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, s)
 	}
 	_, err := fmt.Fprintf(w, "%-16s %-20s %24s %20s\n", s.Stage, s.Off+" -> "+s.On, fmtRatio(s.OnAlone), fmtRatio(s.OffAlone))
 	return err
@@ -357,122 +340,32 @@ func fmtRatio(v *float64) string {
 func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, dir string, i int, progress io.Writer) (int, time.Duration, []rank.StepTiming, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	readyFile := filepath.Join(dir, fmt.Sprintf("ready-%d.json", i))
-	flightDir := filepath.Join(dir, fmt.Sprintf("flight-%d", i))
-	if err := os.MkdirAll(flightDir, 0o755); err != nil {
-		return 0, 0, nil, err
-	}
-	args := []string{"launch", "--nproc", strconv.Itoa(o.nproc), "--job", "bench-e2e",
-		"--flight-dir", flightDir, "--flight-steps", strconv.Itoa(bsFlightSteps),
+	j, err := startBenchJob(ctx, self, o.cpus, dir, strconv.Itoa(i), []string{
+		"--nproc", strconv.Itoa(o.nproc), "--job", "bench-e2e",
 		"--vocab", strconv.Itoa(o.vocab), "--forward-time", o.forwardTime.String(),
 		"--max-batch", strconv.Itoa(o.batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.batch)),
-		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks,
-		"--ready-file", readyFile, "--log-level", "warn", "--trace-every", "0"}
-	name := self
-	if o.cpus != "" {
-		name, args = "taskset", append([]string{"-c", o.cpus, self}, args...)
-	}
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), runAsTPCoordEnv+"=1")
-	var logs bytes.Buffer // launch's and the agents' logs, shown on failure
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks})
+	if err != nil {
 		return 0, 0, nil, err
 	}
-	exited := make(chan struct{}) // closed once waitErr is set
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-			return waitErr
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return errors.New("launch did not stop within 30s of SIGTERM; killed")
-		}
-	}
-	fail := func(err error) (int, time.Duration, []rank.StepTiming, error) {
-		_ = stop()
-		return 0, 0, nil, fmt.Errorf("%w\nlaunch output (tail):\n%s", err, tail(logs.String(), 4000))
-	}
-
-	info, err := waitReadyFile(ctx, readyFile, exited, &waitErr)
-	if err != nil {
-		return fail(err)
-	}
-	nc, err := natsbus.Connect(natsbus.Config{URL: info.NATSURL, Name: "tpcoord-bench-e2e"})
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
-	subj := broadcast.Subjects{Prefix: "tpc", Job: info.Job}
-
 	// One short request first: the first step pays for page faults and
 	// the noise pool's first rows in every combination alike.
-	if _, _, err := e2eBatch(ctx, nc, subj, 1, 2, 1<<20); err != nil {
-		return fail(fmt.Errorf("warm-up: %w", err))
+	if _, _, err := submitBatch(ctx, j.nc, j.subj, 1, 2, o.vocab, 0.8, 1<<20); err != nil {
+		return 0, 0, nil, j.fail(fmt.Errorf("warm-up: %w", err))
 	}
 	start := time.Now()
-	n, elapsed, err := e2eBatch(ctx, nc, subj, o.batch, o.tokens, 0)
+	n, elapsed, err := submitBatch(ctx, j.nc, j.subj, o.batch, o.tokens, o.vocab, 0.8, 0)
 	if err != nil {
-		return fail(err)
+		return 0, 0, nil, j.fail(err)
 	}
-	// Rank 0's step breakdown: its flight recorder, dumped on SIGUSR1
-	// (launch's pids are in rank order).
-	var steps []rank.StepTiming
-	if len(info.PIDs) > 0 && syscall.Kill(info.PIDs[0], syscall.SIGUSR1) == nil {
-		if steps, err = bsReadDump(ctx, flightDir, "job-"+info.Job+"-rank-0", start); err != nil {
-			fmt.Fprintf(progress, "bench e2e: %s: no step breakdown: %v\n", c, err)
-		}
+	steps, err := j.stepTimings(ctx, start)
+	if err != nil {
+		fmt.Fprintf(progress, "bench e2e: %s: no step breakdown: %v\n", c, err)
 	}
-	nc.Close()
-	if err := stop(); err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 0 {
-			fmt.Fprintf(progress, "bench e2e: %s: launch stopped with %v\n", c, err)
-		}
-	}
+	j.stopQuietly(progress, "bench e2e: "+c.String())
 	return n, elapsed, steps, nil
 }
 
-// e2eBatch submits n concurrent requests of tokens output tokens each and
-// waits for all of them.
-func e2eBatch(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, n, tokens int, seedBase uint64) (int, time.Duration, error) {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total int
-		first error
-	)
-	start := time.Now()
-	for i := range n {
-		wg.Go(func() {
-			seed := seedBase + uint64(i)
-			p := sampler.DefaultParams()
-			p.Temperature, p.IgnoreEOS, p.Seed = 0.8, true, &seed
-			req := &rank.GenerateRequest{
-				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
-				MaxTokens:      tokens, Params: p,
-			}
-			rep, err := rank.Generate(ctx, tr, subj, req, nil)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil && first == nil:
-				first = fmt.Errorf("request %d: %w", i, err)
-			case err == nil:
-				total += len(rep.Tokens)
-			}
-		})
-	}
-	wg.Wait()
-	return total, time.Since(start), first
-}
-
-// waitReadyFile polls for launch's ready file until it parses, launch
-// exits or ctx ends.
 func waitReadyFile(ctx context.Context, path string, exited <-chan struct{}, waitErr *error) (readyInfo, error) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()

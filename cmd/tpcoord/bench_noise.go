@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -270,12 +269,7 @@ func bnStats(v []float64) (med, p90, p99 float64) {
 
 func printBenchNoise(w io.Writer, r benchNoiseResult, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	vs := "-"
 	if r.VsMathlog > 0 {

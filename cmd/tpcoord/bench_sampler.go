@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -174,12 +173,7 @@ func benchSamplerCase(vocab, batch int, impl, noise, mode string, iters int) ben
 
 func printBenchSampler(w io.Writer, r benchSamplerResult, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	_, err := fmt.Fprintf(w, "%-9s %-6s %-9s vocab %-6d batch %-3d median %8.3f ms  p90 %8.3f ms  (%s, %d cores, %s)\n",
 		r.Impl, r.Noise, r.Mode, r.Vocab, r.Batch, r.MedianMS, r.P90MS, r.CPU, r.Cores, r.Go)

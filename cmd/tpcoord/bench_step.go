@@ -4,26 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/rank"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // bsTargetRatio is DESIGN.md's target at TP 8: coordinator overhead per
@@ -223,12 +218,7 @@ func bsSummarize(steps []rank.StepTiming) benchStepResult {
 
 func printBenchStep(w io.Writer, r benchStepResult, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	ratio := "-"
 	if r.Ratio > 0 {
@@ -246,77 +236,33 @@ func printBenchStep(w io.Writer, r benchStepResult, asJSON bool) error {
 func benchStepCluster(ctx context.Context, o benchStepOptions, n int, self, dir string, progress io.Writer) ([]rank.StepTiming, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	flightDir := filepath.Join(dir, "flight")
-	readyFile := filepath.Join(dir, "ready.json")
-	if err := os.MkdirAll(flightDir, 0o755); err != nil {
-		return nil, err
-	}
-	args := []string{"launch", "--nproc", strconv.Itoa(n), "--job", "bench-step",
+	j, err := startBenchJob(ctx, self, "", dir, "step", []string{
+		"--nproc", strconv.Itoa(n), "--job", "bench-step",
 		"--vocab", strconv.Itoa(o.vocab), "--forward-time", o.forwardTime.String(),
-		"--max-batch", strconv.Itoa(o.batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.batch)),
-		"--flight-dir", flightDir, "--flight-steps", strconv.Itoa(bsFlightSteps),
-		"--ready-file", readyFile, "--log-level", "warn", "--trace-every", "0"}
-	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), runAsTPCoordEnv+"=1")
-	var logs bsSyncBuffer // launch's and the agents' logs, shown on failure
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+		"--max-batch", strconv.Itoa(o.batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.batch))})
+	if err != nil {
 		return nil, err
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-			return waitErr
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return errors.New("launch did not stop within 30s of SIGTERM; killed")
-		}
+	if len(j.info.PIDs) != n {
+		return nil, j.fail(fmt.Errorf("ready file lists %d pids, want %d", len(j.info.PIDs), n))
 	}
-	fail := func(err error) ([]rank.StepTiming, error) {
-		_ = stop()
-		return nil, fmt.Errorf("%w\nlaunch output (tail):\n%s", err, tail(logs.String(), 4000))
-	}
-	info, err := waitReadyFile(ctx, readyFile, exited, &waitErr)
-	if err != nil {
-		return fail(err)
-	}
-	if len(info.PIDs) != n {
-		return fail(fmt.Errorf("ready file lists %d pids, want %d", len(info.PIDs), n))
-	}
-	nc, err := natsbus.Connect(natsbus.Config{URL: info.NATSURL, Name: "tpcoord-bench-step"})
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
-	subj := broadcast.Subjects{Prefix: "tpc", Job: info.Job}
-	if err := bsBatch(ctx, nc, subj, 1, 2, o.vocab); err != nil {
-		return fail(fmt.Errorf("warm-up: %w", err))
+	if _, _, err := submitBatch(ctx, j.nc, j.subj, 1, 2, o.vocab, 0, 0); err != nil {
+		return nil, j.fail(fmt.Errorf("warm-up: %w", err))
 	}
 	start := time.Now()
-	if err := bsBatch(ctx, nc, subj, o.batch, o.tokens, o.vocab); err != nil {
-		return fail(err)
+	got, _, err := submitBatch(ctx, j.nc, j.subj, o.batch, o.tokens, o.vocab, 0, 0)
+	if err == nil && got != o.batch*o.tokens {
+		err = fmt.Errorf("%d tokens, want %d", got, o.batch*o.tokens)
+	}
+	if err != nil {
+		return nil, j.fail(err)
 	}
 	fmt.Fprintf(progress, "bench step: nproc %d: batch done in %v; reading rank 0's flight recorder\n", n, time.Since(start).Round(time.Millisecond))
-	// launch's pids are in rank order.
-	if err := syscall.Kill(info.PIDs[0], syscall.SIGUSR1); err != nil {
-		return fail(fmt.Errorf("signal rank 0: %w", err))
-	}
-	steps, err := bsReadDump(ctx, flightDir, "job-"+info.Job+"-rank-0", start)
+	steps, err := j.stepTimings(ctx, start)
 	if err != nil {
-		return fail(err)
+		return nil, j.fail(err)
 	}
-	nc.Close()
-	if err := stop(); err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 0 {
-			fmt.Fprintf(progress, "bench step: nproc %d: launch stopped with %v\n", n, err)
-		}
-	}
+	j.stopQuietly(progress, fmt.Sprintf("bench step: nproc %d", n))
 	if len(steps) == 0 {
 		return nil, errors.New("rank 0's flight recorder has no step of the batch")
 	}
@@ -340,37 +286,6 @@ func (s *bsSyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// bsBatch submits n concurrent greedy requests of tokens output tokens
-// each (ignore_eos) and waits for all of them.
-func bsBatch(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, n, tokens, vocab int) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for i := range n {
-		wg.Go(func() {
-			p := sampler.DefaultParams()
-			p.Temperature, p.IgnoreEOS = 0, true
-			req := &rank.GenerateRequest{
-				PromptTokenIDs: []int32{int32((1 + 7*i) % vocab), int32((100 + 13*i) % vocab), int32((1000 + 31*i) % vocab)},
-				MaxTokens:      tokens, Params: p,
-			}
-			rep, err := rank.Generate(ctx, tr, subj, req, nil)
-			if err == nil && len(rep.Tokens) != tokens {
-				err = fmt.Errorf("%d tokens, want %d", len(rep.Tokens), tokens)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = fmt.Errorf("request %d: %w", i, err)
-			}
-		})
-	}
-	wg.Wait()
-	return first
 }
 
 // bsReadDump waits for the flight dump file whose name starts with

@@ -9,8 +9,11 @@ import (
 )
 
 // Version is the wire protocol version. A message with another version is
-// rejected, never guessed at.
-const Version = 1
+// rejected, never guessed at. It changes with any layout change; members
+// advertise it, so ranks of different versions refuse each other at
+// rendezvous. Version 2 added the leader ID to heartbeats and replay
+// replies.
+const Version = 2
 
 // Message kinds, the fourth byte of the magic.
 const (
@@ -27,7 +30,7 @@ const (
 	MaxRemovals    = 4096
 	MaxTokens      = 4096
 	stepHeaderLen  = 44
-	heartbeatLen   = 56
+	heartbeatLen   = 60
 	checksumLen    = 4
 	admissionFixed = 16
 	tokenLen       = 12
@@ -284,6 +287,11 @@ type Heartbeat struct {
 	Applied uint64 // last applied step, 0 when none
 	Digest  uint64
 	UnixNs  int64 // sender's clock when sent; informational only
+	// Leader is the sender's view of rank 0's publisher ID (Step.Leader):
+	// rank 0's own ID in its heartbeat, in a follower's the leader of the
+	// last step it applied (0 before the first). A receiver that follows
+	// another leader refuses the heartbeat.
+	Leader uint32
 }
 
 // AppendHeartbeat appends the encoding of h to dst.
@@ -299,6 +307,7 @@ func AppendHeartbeat(dst []byte, job uint64, h *Heartbeat) []byte {
 	binary.LittleEndian.PutUint64(b[28:], h.Applied)
 	binary.LittleEndian.PutUint64(b[36:], h.Digest)
 	binary.LittleEndian.PutUint64(b[44:], uint64(h.UnixNs))
+	binary.LittleEndian.PutUint32(b[52:], h.Leader)
 	return seal(dst, start)
 }
 
@@ -319,5 +328,6 @@ func DecodeHeartbeat(b []byte, job uint64, h *Heartbeat) error {
 	h.Applied = binary.LittleEndian.Uint64(b[28:])
 	h.Digest = binary.LittleEndian.Uint64(b[36:])
 	h.UnixNs = int64(binary.LittleEndian.Uint64(b[44:]))
+	h.Leader = binary.LittleEndian.Uint32(b[52:])
 	return nil
 }

@@ -128,8 +128,8 @@ func TestStepEmptyPromptRoundTrip(t *testing.T) {
 func sampleHeartbeats() map[string]*Heartbeat {
 	return map[string]*Heartbeat{
 		"zero":    {},
-		"typical": {Epoch: 2, Rank: 3, Phase: PhaseRunning, Applied: 1234, Digest: 0xdeadbeefcafef00d, UnixNs: 1_700_000_000_000_000_000},
-		"max":     {Epoch: math.MaxUint32, Rank: math.MaxUint32, Phase: 255, Applied: math.MaxUint64, Digest: math.MaxUint64, UnixNs: math.MaxInt64},
+		"typical": {Epoch: 2, Rank: 3, Phase: PhaseRunning, Applied: 1234, Digest: 0xdeadbeefcafef00d, UnixNs: 1_700_000_000_000_000_000, Leader: 0x5eed1e55},
+		"max":     {Epoch: math.MaxUint32, Rank: math.MaxUint32, Phase: 255, Applied: math.MaxUint64, Digest: math.MaxUint64, UnixNs: math.MaxInt64, Leader: math.MaxUint32},
 		"negative clock": {
 			Phase: PhaseAborted, UnixNs: math.MinInt64,
 		},
@@ -464,5 +464,84 @@ func TestReservedBytes(t *testing.T) {
 		if err := DecodeHeartbeat(msg, testJobHash, &h); !errors.Is(err, ErrVersion) {
 			t.Errorf("heartbeat, %s byte %d set: err = %v, want ErrVersion", name, off, err)
 		}
+	}
+}
+
+// le reads the little-endian unsigned integer of len(b) bytes.
+func le(b []byte) uint64 {
+	var v uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
+}
+
+// TestHeartbeatLayout pins the heartbeat's bytes to the table in
+// docs/protocol.md: 60 bytes, the sender's leader at offset 52, the
+// CRC-32C at 56.
+func TestHeartbeatLayout(t *testing.T) {
+	h := sampleHeartbeats()["typical"]
+	msg := AppendHeartbeat(nil, testJobHash, h)
+	if len(msg) != 60 || heartbeatLen != 60 {
+		t.Fatalf("heartbeat is %d bytes (heartbeatLen %d), want 60", len(msg), heartbeatLen)
+	}
+	if string(msg[:4]) != "TPCH" || msg[4] != Version || Version != 2 {
+		t.Fatalf("header % x, want TPCH and version 2", msg[:5])
+	}
+	for _, f := range []struct {
+		name      string
+		off, size int
+		want      uint64
+	}{
+		{"job hash", 8, 8, testJobHash},
+		{"epoch", 16, 4, uint64(h.Epoch)},
+		{"rank", 20, 4, uint64(h.Rank)},
+		{"phase", 24, 1, uint64(h.Phase)},
+		{"reserved", 25, 3, 0},
+		{"applied", 28, 8, h.Applied},
+		{"digest", 36, 8, h.Digest},
+		{"clock", 44, 8, uint64(h.UnixNs)},
+		{"leader", 52, 4, uint64(h.Leader)},
+		{"crc-32c", 56, 4, uint64(crc32.Checksum(msg[:56], crc32.MakeTable(crc32.Castagnoli)))},
+	} {
+		if got := le(msg[f.off : f.off+f.size]); got != f.want {
+			t.Errorf("%s at %d: %#x, want %#x", f.name, f.off, got, f.want)
+		}
+	}
+}
+
+// TestHeartbeatStrict: a heartbeat has exactly one length, and the leader
+// field is covered by the checksum; a version 1 heartbeat (56 bytes, no
+// leader) is refused as another version.
+func TestHeartbeatStrict(t *testing.T) {
+	msg := func() []byte { return AppendHeartbeat(nil, testJobHash, sampleHeartbeats()["typical"]) }
+	v1 := func() []byte {
+		b := append(msg()[:52:52], 0, 0, 0, 0) // drop the leader, keep room for the CRC
+		b[4] = 1
+		return reseal(b)
+	}
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want error
+	}{
+		{"without the leader field", reseal(append(msg()[:52:52], 0, 0, 0, 0)), ErrShort},
+		{"four bytes more", reseal(append(msg(), 0, 0, 0, 0)), ErrShort},
+		{"version 1 layout", v1(), ErrVersion},
+		{"leader changed, checksum not", func() []byte { b := msg(); b[52] ^= 1; return b }(), ErrChecksum},
+		{"checksum corrupted", func() []byte { b := msg(); b[57] ^= 0x80; return b }(), ErrChecksum},
+	} {
+		var h Heartbeat
+		if err := DecodeHeartbeat(tc.msg, testJobHash, &h); !errors.Is(err, tc.want) {
+			t.Errorf("%s (%d bytes): err = %v, want %v", tc.name, len(tc.msg), err, tc.want)
+		}
+	}
+	// A resealed leader change is simply another leader: refusing it is
+	// the receiver's job (rank.Driver), not the codec's.
+	b := msg()
+	binary.LittleEndian.PutUint32(b[52:], 0x0badf00d)
+	var h Heartbeat
+	if err := DecodeHeartbeat(reseal(b), testJobHash, &h); err != nil || h.Leader != 0x0badf00d {
+		t.Errorf("resealed leader: %+v, %v", h, err)
 	}
 }

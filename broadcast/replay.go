@@ -3,6 +3,7 @@ package broadcast
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 )
 
@@ -33,12 +34,17 @@ type ReplayReply struct {
 	Epoch  uint32
 	Status uint8
 	Oldest uint64
+	// Leader is the publisher ID (Step.Leader) of the rank 0 that served
+	// the reply: a follower refuses a reply from a rank 0 it does not
+	// follow, whatever its status, before looking at the steps (which
+	// carry their own leader and are checked again).
+	Leader uint32
 	Steps  [][]byte // each a complete Step message
 }
 
 const (
 	replayRequestLen = 16 + 4 + 4 + 8 + 8 + checksumLen
-	replayReplyFixed = 16 + 4 + 4 + 8 + 4
+	replayReplyFixed = 16 + 4 + 4 + 8 + 4 + 4
 	// MaxReplaySteps bounds the steps in one reply.
 	MaxReplaySteps = 4096
 )
@@ -84,6 +90,7 @@ func AppendReplayReply(dst []byte, job uint64, r *ReplayReply) []byte {
 	b[20] = r.Status
 	binary.LittleEndian.PutUint64(b[24:], r.Oldest)
 	binary.LittleEndian.PutUint32(b[32:], uint32(len(r.Steps)))
+	binary.LittleEndian.PutUint32(b[36:], r.Leader)
 	for _, s := range r.Steps {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
 		dst = append(dst, s...)
@@ -108,6 +115,7 @@ func DecodeReplayReply(b []byte, job uint64, r *ReplayReply) error {
 	r.Status = body[20]
 	r.Oldest = binary.LittleEndian.Uint64(body[24:])
 	n := binary.LittleEndian.Uint32(body[32:])
+	r.Leader = binary.LittleEndian.Uint32(body[36:])
 	if n > MaxReplaySteps {
 		return fmt.Errorf("%w: %d steps in a replay reply (max %d)", ErrBounds, n, MaxReplaySteps)
 	}
@@ -131,35 +139,73 @@ func DecodeReplayReply(b []byte, job uint64, r *ReplayReply) error {
 	return nil
 }
 
-// Window keeps the encodings of the last Size steps rank 0 published, so a
-// follower that missed some can ask for them again. It is safe for
-// concurrent use: the decode loop adds, the replay handler reads.
+// Window keeps the encodings of the last steps rank 0 published, so a
+// follower that missed some can ask for them again. It keeps at most Steps
+// steps and at most MaxBytes bytes of encodings, dropping the oldest first;
+// the newest step is always kept, even alone over MaxBytes, so the step a
+// follower is most likely to have missed can always be replayed. It is
+// safe for concurrent use: the decode loop adds, the replay handler reads.
 type Window struct {
-	mu     sync.Mutex
-	epoch  uint32
-	steps  [][]byte // ring indexed by step % len
-	oldest uint64   // oldest step kept, 0 when empty
-	newest uint64
+	mu       sync.Mutex
+	epoch    uint32
+	steps    [][]byte // ring indexed by step % len; nil outside oldest..newest
+	oldest   uint64   // oldest step kept, 0 when empty
+	newest   uint64
+	bytes    int // capacity of the buffers held: the memory the window pins
+	maxBytes int
 }
 
-// NewWindow returns a window of size steps.
-func NewWindow(size int) *Window { return &Window{steps: make([][]byte, size)} }
+// NewWindow returns a window of at most steps steps and maxBytes bytes
+// (maxBytes <= 0: no byte bound).
+func NewWindow(steps, maxBytes int) *Window {
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt
+	}
+	return &Window{steps: make([][]byte, steps), maxBytes: maxBytes}
+}
 
 // Add records the encoding of step k of epoch (copied). Steps must be added
 // in order; a new epoch empties the window.
 func (w *Window) Add(epoch uint32, k uint64, msg []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	n := uint64(len(w.steps))
 	if w.oldest == 0 || epoch != w.epoch || k != w.newest+1 {
 		clear(w.steps)
-		w.epoch, w.oldest = epoch, k
+		w.epoch, w.oldest, w.bytes = epoch, k, 0
 	}
-	slot := &w.steps[k%uint64(len(w.steps))]
-	*slot = append((*slot)[:0], msg...)
+	// A full ring: step k takes the oldest step's slot, and may reuse its
+	// buffer when that does not pin much more memory than k needs.
+	var buf []byte
+	if k-w.oldest >= n {
+		buf = w.steps[k%n]
+		w.evictOldest()
+	}
+	if cap(buf) < len(msg) || cap(buf) > 2*len(msg) {
+		buf = make([]byte, len(msg))
+	}
+	buf = append(buf[:0], msg...)
+	for w.oldest < k && w.bytes+cap(buf) > w.maxBytes {
+		w.evictOldest()
+	}
+	w.steps[k%n] = buf
+	w.bytes += cap(buf)
 	w.newest = k
-	if k-w.oldest >= uint64(len(w.steps)) {
-		w.oldest = k - uint64(len(w.steps)) + 1
-	}
+}
+
+// evictOldest drops the oldest step kept, releasing its buffer.
+func (w *Window) evictOldest() {
+	slot := &w.steps[w.oldest%uint64(len(w.steps))]
+	w.bytes -= cap(*slot)
+	*slot = nil
+	w.oldest++
+}
+
+// Bytes returns the memory the window's step buffers hold.
+func (w *Window) Bytes() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.bytes
 }
 
 // Serve answers a replay request with as many consecutive steps from

@@ -3,6 +3,7 @@ package broadcast
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -33,7 +34,7 @@ func TestReplayRequestRoundTrip(t *testing.T) {
 func TestReplayReplyRoundTrip(t *testing.T) {
 	s1 := AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 5})
 	s2 := AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 6, Admitted: []Admission{{Seq: 1, Prompt: []int32{1, 2}}}})
-	want := ReplayReply{Epoch: 2, Status: ReplayOK, Oldest: 3, Steps: [][]byte{s1, s2}}
+	want := ReplayReply{Epoch: 2, Status: ReplayOK, Oldest: 3, Leader: 0x5eed1e55, Steps: [][]byte{s1, s2}}
 	msg := AppendReplayReply(nil, testJobHash, &want)
 	var got ReplayReply
 	if err := DecodeReplayReply(msg, testJobHash, &got); err != nil {
@@ -59,7 +60,7 @@ func TestReplayReplyRoundTrip(t *testing.T) {
 // refuses what it no longer has, bounds a reply's size, and starts over
 // in a new epoch.
 func TestWindow(t *testing.T) {
-	w := NewWindow(4)
+	w := NewWindow(4, 0)
 	if rep := w.Serve(&ReplayRequest{From: 1, To: 1}, 1<<20); rep.Status != ReplayBeyondWindow {
 		t.Fatalf("empty window: %+v", rep)
 	}
@@ -125,8 +126,8 @@ func FuzzDecodeReplayRequest(f *testing.F) {
 
 func FuzzDecodeReplayReply(f *testing.F) {
 	s := AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: 2, Tokens: []Token{{Seq: 1, Token: 3}}})
-	f.Add(AppendReplayReply(nil, testJobHash, &ReplayReply{Epoch: 1, Oldest: 1, Steps: [][]byte{s, s}}))
-	f.Add(AppendReplayReply(nil, testJobHash, &ReplayReply{Status: ReplayBeyondWindow}))
+	f.Add(AppendReplayReply(nil, testJobHash, &ReplayReply{Epoch: 1, Oldest: 1, Leader: 0x5eed1e55, Steps: [][]byte{s, s}}))
+	f.Add(AppendReplayReply(nil, testJobHash, &ReplayReply{Status: ReplayBeyondWindow, Leader: 1}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r ReplayReply
 		if err := DecodeReplayReply(b, testJobHash, &r); err != nil {
@@ -140,4 +141,128 @@ func FuzzDecodeReplayReply(f *testing.F) {
 			_ = DecodeStep(s, testJobHash, &st) // must not panic
 		}
 	})
+}
+
+// TestReplayReplyLayout pins the reply's fixed part to docs/protocol.md:
+// the serving rank 0's leader at 36, the first step's length at 40; and
+// checks that the decoder stays strict about it.
+func TestReplayReplyLayout(t *testing.T) {
+	s1 := AppendStep(nil, testJobHash, &Step{Epoch: 2, Leader: 0x5eed1e55, Step: 5})
+	r := ReplayReply{Epoch: 2, Status: ReplayOK, Oldest: 3, Leader: 0x5eed1e55, Steps: [][]byte{s1}}
+	msg := func() []byte { return AppendReplayReply(nil, testJobHash, &r) }
+	b := msg()
+	if replayReplyFixed != 40 || len(b) != 40+4+len(s1)+4 {
+		t.Fatalf("reply is %d bytes with a fixed part of %d, want %d and 40", len(b), replayReplyFixed, 40+4+len(s1)+4)
+	}
+	if string(b[:4]) != "TPCP" || b[4] != Version {
+		t.Fatalf("header % x", b[:5])
+	}
+	for _, f := range []struct {
+		name      string
+		off, size int
+		want      uint64
+	}{
+		{"epoch", 16, 4, 2},
+		{"status", 20, 1, ReplayOK},
+		{"reserved", 21, 3, 0},
+		{"oldest", 24, 8, 3},
+		{"steps", 32, 4, 1},
+		{"leader", 36, 4, 0x5eed1e55},
+		{"first step length", 40, 4, uint64(len(s1))},
+	} {
+		if got := le(b[f.off : f.off+f.size]); got != f.want {
+			t.Errorf("%s at %d: %#x, want %#x", f.name, f.off, got, f.want)
+		}
+	}
+	if !bytes.Equal(b[44:44+len(s1)], s1) {
+		t.Error("the step does not follow its length")
+	}
+	for _, tc := range []struct {
+		name   string
+		tamper func([]byte) []byte
+		want   error
+	}{
+		{"leader changed, checksum not", func(b []byte) []byte { b[37] ^= 1; return b }, ErrChecksum},
+		{"checksum corrupted", func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b }, ErrChecksum},
+		{"trailing byte", func(b []byte) []byte { return reseal(append(b, 0)) }, ErrTrailing},
+		{"reserved byte set", func(b []byte) []byte { b[22] = 1; return reseal(b) }, ErrVersion},
+		{"version 1", func(b []byte) []byte { b[4] = 1; return reseal(b) }, ErrVersion},
+		{"step count over limit", func(b []byte) []byte { b[32], b[33] = 0x01, 0x10; return reseal(b) }, ErrBounds},
+		{"no room for the leader", func(b []byte) []byte { return reseal(append(b[:36:36], 0, 0, 0, 0)) }, ErrShort},
+	} {
+		var got ReplayReply
+		if err := DecodeReplayReply(tc.tamper(msg()), testJobHash, &got); !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// A refusal carries the leader too.
+	refusal := AppendReplayReply(nil, testJobHash, &ReplayReply{Epoch: 7, Status: ReplayWrongEpoch, Leader: 9})
+	var got ReplayReply
+	if err := DecodeReplayReply(refusal, testJobHash, &got); err != nil || got.Leader != 9 || got.Status != ReplayWrongEpoch || len(got.Steps) != 0 {
+		t.Errorf("refusal: %+v, %v", got, err)
+	}
+}
+
+// TestWindowEvictsByBytes: the window drops its oldest steps to stay
+// within its byte budget, keeps a step larger than the budget alone (the
+// newest step is always replayable), and does not keep a large step's
+// buffer alive for a small one.
+func TestWindowEvictsByBytes(t *testing.T) {
+	msg := func(k uint64, rows int) []byte {
+		st := &Step{Epoch: 1, Step: k}
+		for i := range rows {
+			st.Tokens = append(st.Tokens, Token{Seq: uint64(i + 1), Token: int32(i)})
+		}
+		return AppendStep(nil, testJobHash, st)
+	}
+	small := len(msg(1, 0))
+	if len(msg(1, 4)) != 2*small {
+		t.Fatalf("a step of 4 rows is %d bytes, the test assumes 2×%d", len(msg(1, 4)), small)
+	}
+	served := func(w *Window, from, to uint64) *ReplayReply {
+		return w.Serve(&ReplayRequest{Epoch: 1, From: from, To: to}, 1<<20)
+	}
+	check := func(w *Window, oldest uint64, bytes int) {
+		t.Helper()
+		rep := served(w, oldest, math.MaxUint64)
+		if rep.Status != ReplayOK || rep.Oldest != oldest || w.Bytes() != bytes {
+			t.Fatalf("window: status %d, oldest %d, %d bytes; want ok, %d, %d", rep.Status, rep.Oldest, w.Bytes(), oldest, bytes)
+		}
+		if rep := served(w, oldest-1, oldest-1); oldest > 1 && rep.Status != ReplayBeyondWindow {
+			t.Fatalf("step %d, evicted, was served: %+v", oldest-1, rep)
+		}
+	}
+
+	w := NewWindow(100, 3*small)
+	for k := uint64(1); k <= 5; k++ {
+		w.Add(1, k, msg(k, 0))
+	}
+	check(w, 3, 3*small) // three fit
+	if rep := served(w, 3, 5); len(rep.Steps) != 3 || !bytes.Equal(rep.Steps[0], msg(3, 0)) || !bytes.Equal(rep.Steps[2], msg(5, 0)) {
+		t.Fatalf("served %d steps", len(rep.Steps))
+	}
+	w.Add(1, 6, msg(6, 4)) // worth two: steps 3 and 4 go
+	check(w, 5, 3*small)
+	w.Add(1, 7, msg(7, 20)) // over the budget on its own: kept alone
+	check(w, 7, len(msg(7, 20)))
+	if rep := served(w, 7, 7); len(rep.Steps) != 1 || !bytes.Equal(rep.Steps[0], msg(7, 20)) {
+		t.Fatalf("the oversized newest step is not replayable: %+v", rep)
+	}
+	w.Add(1, 8, msg(8, 0)) // and the next step pushes it out
+	check(w, 8, small)
+	// A new epoch starts over, bytes included.
+	w.Add(2, 1, AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 1}))
+	if w.Bytes() != small {
+		t.Fatalf("after a new epoch the window holds %d bytes, want %d", w.Bytes(), small)
+	}
+
+	// The count bound still holds, and a full ring reuses a buffer only
+	// when that does not pin much more than the new step needs.
+	w = NewWindow(2, 1<<20)
+	w.Add(1, 1, msg(1, 20))
+	w.Add(1, 2, msg(2, 20))
+	w.Add(1, 3, msg(3, 20)) // reuses step 1's buffer
+	check(w, 2, 2*len(msg(1, 20)))
+	w.Add(1, 4, msg(4, 0)) // step 2's buffer is far larger: released
+	check(w, 3, len(msg(1, 20))+small)
 }

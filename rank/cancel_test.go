@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,5 +255,43 @@ func TestSchedulerResume(t *testing.T) {
 	evs := s.Sampled(nm.Rows(), []int32{9, 5, 6}, nil)
 	if len(evs) != 3 || evs[0].Index != 2 || len(a.Output) != 3 {
 		t.Fatalf("events after resuming: %+v, a.Output %v", evs, a.Output)
+	}
+}
+
+// A client whose connection closes for good stops waiting at its next
+// keepalive instead of at its context's deadline.
+func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
+	hub := broadcast.NewHub()
+	subj := broadcast.Subjects{Prefix: "tpc", Job: "j"}
+	server := hub.Connect() // a rank 0 that takes requests and never answers
+	t.Cleanup(server.Close)
+	submitted := make(chan struct{}, 1)
+	if _, err := server.Subscribe(subj.Generate(), func(*broadcast.Msg) {
+		select {
+		case submitted <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := hub.Connect()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := Generate(context.Background(), client, subj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+		errc <- err
+	}()
+	select {
+	case <-submitted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("request not submitted within 10s")
+	}
+	client.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, broadcast.ErrClosed) || !strings.Contains(err.Error(), "connection to NATS lost") {
+			t.Fatalf("Generate: %v, want a lost-connection error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Generate still waiting 10s after its connection closed")
 	}
 }

@@ -45,7 +45,18 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 		d.reject("heartbeat", err, "subject", m.Subject)
 		return
 	}
-	if hb.Rank != 0 || hb.Epoch != d.cfg.Epoch {
+	if hb.Rank != 0 {
+		return
+	}
+	// The same rule as for steps: a follower that knows its rank 0's ID
+	// refuses any other (a stale rank 0 of an earlier run would otherwise
+	// keep it alive, or send it after steps that do not exist); one that
+	// does not (Leader 0) accepts any and learns nothing from the wire.
+	if !d.follows(hb.Leader) {
+		d.reject("heartbeat_other_leader", fmt.Errorf("rank 0 heartbeat from leader %08x, rank 0 of this job is %08x", hb.Leader, d.cfg.Leader), "subject", m.Subject)
+		return
+	}
+	if hb.Epoch != d.cfg.Epoch {
 		return
 	}
 	// Only steps rank 0 had applied a whole heartbeat interval ago count:
@@ -61,6 +72,12 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 		default:
 		}
 	}
+}
+
+// follows reports whether a message stamped with leader comes from the rank
+// 0 this follower follows: DriverConfig.Leader, or any when that is 0.
+func (d *Driver) follows(leader uint32) bool {
+	return d.cfg.Leader == 0 || leader == d.cfg.Leader
 }
 
 func (d *Driver) leaderApplied() uint64 {
@@ -80,6 +97,7 @@ func (d *Driver) onReplay(m *broadcast.Msg) {
 		return
 	}
 	rep := d.window.Serve(&req, d.cfg.MaxStepBytes)
+	rep.Leader = d.cfg.Leader
 	d.log.Info("replaying steps", "to_rank", req.Rank, "from", req.From, "to", req.To, "sent", len(rep.Steps), "status", rep.Status)
 	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, d.job, rep)})
 }
@@ -113,6 +131,17 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 		if err := broadcast.DecodeReplayReply(data, d.job, &rep); err != nil {
 			return fmt.Errorf("%w: rank %d: malformed replay reply: %w", ErrAborted, d.cfg.Rank, err)
 		}
+		// Another rank 0 (a stale one still subscribed to the job's
+		// subjects) may answer first: refuse its reply, whatever it says,
+		// and ask again.
+		if !d.follows(rep.Leader) {
+			err := fmt.Errorf("replay reply from leader %08x, rank 0 of this job is %08x", rep.Leader, d.cfg.Leader)
+			d.reject("replay_other_leader", err)
+			if tries++; tries < attempts {
+				continue
+			}
+			return fmt.Errorf("%w: rank %d missed steps %d..%d and rank 0 did not answer %d replay requests; the last reply: %w", ErrAborted, d.cfg.Rank, from, target, attempts, err)
+		}
 		switch rep.Status {
 		case broadcast.ReplayOK:
 		case broadcast.ReplayBeyondWindow:
@@ -131,7 +160,7 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 			if err := broadcast.DecodeStep(b, d.job, &st); err != nil {
 				return fmt.Errorf("%w: rank %d: replayed step: %w", ErrAborted, d.cfg.Rank, err)
 			}
-			if d.cfg.Leader != 0 && st.Leader != d.cfg.Leader {
+			if !d.follows(st.Leader) {
 				return fmt.Errorf("%w: rank %d: replayed step %d was published by leader %08x, rank 0 of this job is %08x", ErrAborted, d.cfg.Rank, st.Step, st.Leader, d.cfg.Leader)
 			}
 			if err := d.mirror.Check(&st); errors.Is(err, ErrDuplicate) {

@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -54,9 +55,9 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: inbox, Data: data}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)
 	}
-	send := func(op string) {
+	send := func(op string) error {
 		b, _ := json.Marshal(ClientMessage{Reply: inbox, Op: op})
-		_ = tr.Publish(&broadcast.Msg{Subject: subj.Client(), Data: b})
+		return tr.Publish(&broadcast.Msg{Subject: subj.Client(), Data: b})
 	}
 	keepalive := time.NewTicker(KeepaliveInterval)
 	defer keepalive.Stop()
@@ -66,7 +67,7 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	for {
 		select {
 		case <-done:
-			send("cancel")
+			_ = send("cancel")
 			_ = tr.Flush(context.Background())
 			done = nil
 			t := time.NewTimer(3 * time.Second)
@@ -75,7 +76,12 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 		case <-cancelled:
 			return nil, fmt.Errorf("waiting for tokens: %w", ctx.Err())
 		case <-keepalive.C:
-			send("keepalive")
+			// A connection closed for good (the server gone, reconnects
+			// exhausted) would otherwise leave us waiting for a reply that
+			// cannot come until ctx ends.
+			if err := send("keepalive"); errors.Is(err, broadcast.ErrClosed) {
+				return nil, fmt.Errorf("waiting for tokens: connection to NATS lost: %w", err)
+			}
 		case <-overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
 		case <-noResponders:

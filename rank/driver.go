@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -49,6 +50,16 @@ type DriverConfig struct {
 	// ReplayWindow is how many published steps rank 0 keeps for followers
 	// that missed some (default 1024).
 	ReplayWindow int
+	// ReplayWindowBytes bounds the memory of those steps too (default
+	// DefaultReplayWindowBytes): the oldest go first, the newest is always
+	// kept.
+	ReplayWindowBytes int
+	// StepQueueBytes bounds the step messages a follower has received but
+	// not yet applied (default DefaultStepQueueBytes). A step that would
+	// take the queue above it is dropped like one arriving at a full queue
+	// (counted as step_queue_full) and recovered by replay; a step arriving
+	// at an empty queue is always taken, whatever its size.
+	StepQueueBytes int
 	// MaxStepBytes bounds one step message (the transport's max payload);
 	// admissions that do not fit wait for a later step.
 	MaxStepBytes int
@@ -89,6 +100,17 @@ type DriverConfig struct {
 	FollowerPick Picker
 }
 
+// Default byte budgets: with steps up to the NATS max payload (8 MiB at
+// most), the step counts alone would let the replay window and a
+// follower's step queue grow to gigabytes each.
+const (
+	DefaultReplayWindowBytes = 64 << 20
+	DefaultStepQueueBytes    = 64 << 20
+)
+
+// stepQueueLen bounds the steps a follower has received but not applied.
+const stepQueueLen = 1024
+
 // stepHeadroom is what a step message leaves free of the max payload for
 // NATS headers (traceparent, send time) and for the framing of a replay
 // reply that carries it.
@@ -100,6 +122,12 @@ func (c *DriverConfig) stepBudget() int { return max(c.MaxStepBytes-stepHeadroom
 func (c *DriverConfig) defaults() {
 	if c.ReplayWindow <= 0 {
 		c.ReplayWindow = 1024
+	}
+	if c.ReplayWindowBytes <= 0 {
+		c.ReplayWindowBytes = DefaultReplayWindowBytes
+	}
+	if c.StepQueueBytes <= 0 {
+		c.StepQueueBytes = DefaultStepQueueBytes
 	}
 	if c.MaxStepBytes <= 0 {
 		c.MaxStepBytes = 1 << 20
@@ -137,6 +165,8 @@ type Driver struct {
 	digests [digestRing]struct{ step, digest uint64 }
 
 	steps     chan stepMsg
+	queued    atomic.Int64 // followers: bytes of the messages in steps
+	following uint32       // followers: leader of the last applied step, owned by Run
 	intake    chan *Request
 	wake      chan struct{}
 	aborts    chan error
@@ -169,6 +199,7 @@ type position struct {
 	phase           broadcast.Phase
 	applied, digest uint64
 	rows, waiting   int
+	leader          uint32 // followers: leader of the last applied step
 }
 
 const digestRing = 1024
@@ -195,7 +226,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		subj:   broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
 		job:    broadcast.JobHash(cfg.Job),
 		mirror: NewMirror(cfg.Epoch),
-		steps:  make(chan stepMsg, 1024),
+		steps:  make(chan stepMsg, stepQueueLen),
 		intake: make(chan *Request, cfg.MaxQueue),
 		wake:   make(chan struct{}, 1),
 		aborts: make(chan error, 1),
@@ -211,7 +242,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	if cfg.Rank == 0 {
 		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens})
 		d.sched.Resume(cfg.Resume)
-		d.window = broadcast.NewWindow(cfg.ReplayWindow)
+		d.window = broadcast.NewWindow(cfg.ReplayWindow, cfg.ReplayWindowBytes)
 		d.lp = newLogprober(ex.Vocab(), cfg.EOS)
 	}
 	d.attachTelemetry()
@@ -398,11 +429,33 @@ func (d *Driver) onStep(m *broadcast.Msg) {
 	}
 	arrived := time.Now()
 	d.cfg.Metrics.observeBroadcast(m.Header, arrived)
+	// Dropping is safe: the gap it leaves is filled by replay.
+	size := int64(len(m.Data))
+	if q, ok := d.reserveQueue(size); !ok {
+		d.reject("step_queue_full", fmt.Errorf("step %d (%d bytes) dropped: %d bytes already queued, limit %d", k, size, q, d.cfg.StepQueueBytes))
+		return
+	}
 	select {
 	case d.steps <- stepMsg{data: append([]byte(nil), m.Data...), traceparent: m.Header[traceparentHeader], arrived: arrived}:
 	default:
-		// Dropping is safe: the gap it leaves is filled by replay.
+		d.queued.Add(-size)
 		d.reject("step_queue_full", fmt.Errorf("step %d dropped: %d steps already queued", k, cap(d.steps)))
+	}
+}
+
+// reserveQueue accounts size bytes to the step queue unless that would
+// take it above StepQueueBytes; an empty queue takes any step, so one
+// larger than the limit still gets through. It returns the bytes queued
+// when it refuses. The follower loop gives the bytes back as it dequeues.
+func (d *Driver) reserveQueue(size int64) (int64, bool) {
+	for {
+		q := d.queued.Load()
+		if q > 0 && q+size > int64(d.cfg.StepQueueBytes) {
+			return q, false
+		}
+		if d.queued.CompareAndSwap(q, q+size) {
+			return q, true
+		}
 	}
 }
 
@@ -434,10 +487,19 @@ func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 		return
 	}
 	if hb.Rank == 0 && m.Subject == d.subj.Heartbeat(0) {
+		if hb.Leader != d.cfg.Leader {
+			d.reject("heartbeat_other_leader", fmt.Errorf("a rank 0 heartbeat from leader %08x, this rank 0 is %08x", hb.Leader, d.cfg.Leader), "subject", m.Subject)
+		}
 		return // our own
 	}
 	if hb.Rank == 0 || int(hb.Rank) >= d.cfg.World || m.Subject != d.subj.Heartbeat(int(hb.Rank)) {
 		d.reject("heartbeat_sender", fmt.Errorf("heartbeat on %s claims rank %d", m.Subject, hb.Rank))
+		return
+	}
+	// A follower that applied no step yet reports leader 0; one that
+	// applied another leader's steps is not in this world.
+	if hb.Leader != 0 && hb.Leader != d.cfg.Leader {
+		d.reject("heartbeat_other_leader", fmt.Errorf("rank %d follows leader %08x, this rank 0 is %08x", hb.Rank, hb.Leader, d.cfg.Leader), "subject", m.Subject)
 		return
 	}
 	d.mu.Lock()
@@ -506,7 +568,7 @@ func (d *Driver) setPhase(p broadcast.Phase) {
 
 // publishState records the mirror's position for status and heartbeats.
 func (d *Driver) publishState() {
-	p := position{phase: broadcast.PhaseRunning, applied: d.mirror.Applied(), digest: d.mirror.Digest(), rows: len(d.mirror.Rows())}
+	p := position{phase: broadcast.PhaseRunning, applied: d.mirror.Applied(), digest: d.mirror.Digest(), rows: len(d.mirror.Rows()), leader: d.following}
 	if d.sched != nil {
 		p.waiting = d.sched.Waiting()
 	}
@@ -519,7 +581,10 @@ func (d *Driver) sendHeartbeat() {
 	d.mu.Lock()
 	p := d.pos
 	d.mu.Unlock()
-	hb := broadcast.Heartbeat{Epoch: d.cfg.Epoch, Rank: uint32(d.cfg.Rank), Phase: p.phase, Applied: p.applied, Digest: p.digest, UnixNs: time.Now().UnixNano()}
+	hb := broadcast.Heartbeat{Epoch: d.cfg.Epoch, Rank: uint32(d.cfg.Rank), Phase: p.phase, Applied: p.applied, Digest: p.digest, UnixNs: time.Now().UnixNano(), Leader: p.leader}
+	if d.cfg.Rank == 0 {
+		hb.Leader = d.cfg.Leader
+	}
 	if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Heartbeat(d.cfg.Rank), Data: broadcast.AppendHeartbeat(nil, d.job, &hb)}); err != nil && !errors.Is(err, broadcast.ErrClosed) {
 		d.log.Debug("heartbeat publish failed", "err", err)
 	}
@@ -561,11 +626,12 @@ func (d *Driver) follow(ctx context.Context) error {
 				}
 			}
 		case msg := <-d.steps:
+			d.queued.Add(-int64(len(msg.data)))
 			if err := broadcast.DecodeStep(msg.data, d.job, &st); err != nil {
 				d.reject("step", err)
 				continue
 			}
-			if d.cfg.Leader != 0 && st.Leader != d.cfg.Leader {
+			if !d.follows(st.Leader) {
 				d.reject("sender", fmt.Errorf("step %d published by leader %08x, rank 0 of this job is %08x", st.Step, st.Leader, d.cfg.Leader))
 				continue
 			}
@@ -603,6 +669,7 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 	}
+	d.following = st.Leader
 	fctx, span := d.span(ctx, "forward")
 	rows := d.mirror.Rows()
 	logits, err := d.ex.Forward(fctx, Batch{Step: st.Step, Rows: rows})

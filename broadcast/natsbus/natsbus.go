@@ -39,6 +39,18 @@ type Config struct {
 	// OnClosed is called once when the connection is closed for good
 	// (reconnects exhausted, or Close).
 	OnClosed func()
+
+	// InProcess, if set, connects to this embedded server through an
+	// in-process pipe instead of a socket (URL still supplies the
+	// credentials).
+	InProcess *Server
+	// WriteThrough makes every publish write to the connection in the
+	// publishing goroutine. By default nats.go buffers a publish and its
+	// flusher goroutine writes it, which costs a goroutine wake-up (on a
+	// busy small host, a thread wake-up) on the way out. Rank 0 publishes
+	// one latency-critical step per step, so it writes through; clients
+	// that stream many small messages keep the default batching.
+	WriteThrough bool
 }
 
 // authOptions turns the auth and TLS settings into nats.go options; errors
@@ -118,6 +130,13 @@ func Connect(cfg Config) (*Conn, error) {
 	onClosed := cfg.OnClosed
 	if onClosed == nil {
 		onClosed = func() {}
+	}
+	if cfg.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(cfg.InProcess.srv))
+	}
+	if cfg.WriteThrough {
+		// A flush threshold of one byte: appendBufs writes in place.
+		opts = append(opts, nats.WriteBufferSize(1))
 	}
 	nc, err := nats.Connect(cfg.URL, append(opts,
 		nats.Name(cfg.Name),
@@ -249,3 +268,38 @@ func (c *Conn) Connected() bool { return c.nc.IsConnected() }
 
 // MaxPayload is the largest message the server accepts.
 func (c *Conn) MaxPayload() int { return int(c.nc.MaxPayload()) }
+
+// ConnectWait is Connect, retried while no server answers (one may still
+// be starting: rank 0 hosting it, or a restarting service) until ctx ends
+// or timeout passes. Other errors (authorization, TLS, configuration)
+// return at once. It logs progress every 5 seconds.
+func ConnectWait(ctx context.Context, cfg Config, timeout time.Duration) (*Conn, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	lastLog := start
+	for {
+		c, err := Connect(cfg)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) {
+			return c, err
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			return nil, fmt.Errorf("no NATS server answered within %v: %w", timeout, err)
+		}
+		if now.Sub(lastLog) >= 5*time.Second {
+			lastLog = now
+			log.Info("waiting for the NATS server", "url", Redact(cfg.URL), "waited", now.Sub(start).Round(time.Second))
+		}
+		t := time.NewTimer(min(250*time.Millisecond, deadline.Sub(now)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for the NATS server at %s: %w", Redact(cfg.URL), ctx.Err())
+		case <-t.C:
+		}
+	}
+}

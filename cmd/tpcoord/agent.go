@@ -43,6 +43,7 @@ type agentConfig struct {
 	Join      []string
 	Local     bool
 	NATS      string
+	NATSServe bool
 	natsAuth
 	workerOpts
 	telemetryOpts
@@ -63,6 +64,8 @@ type agentConfig struct {
 	RankClaimWait     time.Duration
 	Gossip            gossipTuning
 	ReplayWindow      int
+	ReplayWindowBytes int
+	StepQueueBytes    int
 	Noise             string
 	Sampling          string
 	SamplingRanks     string
@@ -81,11 +84,14 @@ func (c *agentConfig) flags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.Join, "join", nil, "comma-separated memberlist peers host:port to join")
 	fs.BoolVar(&c.Local, "local", false, "use memberlist's fast loopback timings (all ranks on one host)")
 	fs.StringVar(&c.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL")
+	fs.BoolVar(&c.NATSServe, "nats-serve", false, "rank 0 only: host the NATS server named by --nats in this process (its token or user:password are required of clients) and publish steps to it in-process; launch's default")
 	c.natsAuth.flags(fs)
 	c.workerOpts.flags(fs)
 	c.telemetryOpts.flags(fs)
 	fs.StringVar(&c.Prefix, "subject-prefix", "tpc", "prefix of the job's NATS subjects")
 	fs.IntVar(&c.ReplayWindow, "replay-window", 1024, "steps rank 0 keeps to replay to a follower that missed some")
+	fs.IntVar(&c.ReplayWindowBytes, "replay-window-bytes", rank.DefaultReplayWindowBytes, "bytes of step messages rank 0 keeps for replay, besides --replay-window's count (oldest dropped first; the newest step is always kept)")
+	fs.IntVar(&c.StepQueueBytes, "step-queue-bytes", rank.DefaultStepQueueBytes, "followers: bytes of received steps waiting to be applied; a step beyond this is dropped and recovered by replay (an empty queue takes any step)")
 	fs.StringVar(&c.Executor, "executor", "synthetic", "model executor: synthetic (built-in load generator) or worker (a model worker process, see --worker-cmd)")
 	fs.IntVar(&c.Vocab, "vocab", 100352, "vocabulary size")
 	fs.IntVar(&c.EOS, "eos", 0, "end-of-sequence token ID (-1 for none)")
@@ -152,8 +158,14 @@ func (c *agentConfig) validate() error {
 		return configError("heartbeat-interval: must be > 0, got %v", c.HeartbeatInterval)
 	case c.NATS == "":
 		return configError("nats: must not be empty")
+	case c.NATSServe && c.Rank != 0:
+		return configError("nats-serve: only rank 0 hosts the NATS server; this is rank %d", c.Rank)
 	case c.ReplayWindow < 1 || c.ReplayWindow > 1<<20:
 		return configError("replay-window: must be in [1, %d], got %d", 1<<20, c.ReplayWindow)
+	case c.ReplayWindowBytes < 1:
+		return configError("replay-window-bytes: must be > 0, got %d", c.ReplayWindowBytes)
+	case c.StepQueueBytes < 1:
+		return configError("step-queue-bytes: must be > 0, got %d", c.StepQueueBytes)
 	case c.HeartbeatTimeout < 0 || (c.HeartbeatTimeout > 0 && c.HeartbeatTimeout <= c.HeartbeatInterval):
 		return configError("heartbeat-timeout: must be 0 or longer than heartbeat-interval (%v), got %v", c.HeartbeatInterval, c.HeartbeatTimeout)
 	case c.OnPeerLoss != "fail" && c.OnPeerLoss != "wait":
@@ -245,11 +257,27 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 
 	natsClosed := make(chan struct{})
 	var closeOnce sync.Once
+	// Rank 0 writes its step messages through (no flusher goroutine on the
+	// way out); with --nats-serve it also hosts the server and reaches it
+	// in-process.
 	ncfg := natsbus.Config{URL: cfg.NATS, Name: fmt.Sprintf("tpcoord-%s-r%d", cfg.Job, cfg.Rank), Logger: log,
-		OnClosed: func() { closeOnce.Do(func() { close(natsClosed) }) }}
+		OnClosed: func() { closeOnce.Do(func() { close(natsClosed) }) }, WriteThrough: cfg.Rank == 0}
 	cfg.natsAuth.apply(&ncfg)
-	nc, err := natsbus.Connect(ncfg)
+	if cfg.NATSServe {
+		bus, err := natsbus.Serve(cfg.NATS)
+		if err != nil {
+			return err
+		}
+		defer bus.Close() // after nc.Close (defers run last-in first-out)
+		ncfg.InProcess = bus
+		log.Info("NATS server started in this process", "url", natsbus.Redact(bus.URL()))
+	}
+	nc, err := natsbus.ConnectWait(ctx, ncfg, cfg.RendezvousTimeout)
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before NATS was reachable")
+			return nil
+		}
 		return err
 	}
 	defer nc.Close()
@@ -336,6 +364,7 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		EOS: int32(cfg.EOS), Version: version, Logger: log,
 		ReplayWindow: cfg.ReplayWindow, MaxStepBytes: nc.MaxPayload(),
+		ReplayWindowBytes: cfg.ReplayWindowBytes, StepQueueBytes: cfg.StepQueueBytes,
 		Tracer: otel.Tracer("github.com/tpcoord/tpcoord"), TraceEvery: cfg.TraceEvery,
 		Flight: tel.flight, Metrics: tel.metrics,
 		HoldOnPeerLoss: cfg.OnPeerLoss == "wait",

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -17,12 +16,15 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 )
 
 // Wire format of one benchmark message, shared by both transports: the
@@ -36,13 +38,14 @@ const (
 	bcMaxPayload = 1 << 20
 	bcMaxFollow  = 64
 	bcMinMsgs    = 10
+	bcMaxRounds  = 100
 	// bcEndSeq marks the message that tells a follower the run is over.
 	bcEndSeq = math.MaxUint64
 
-	// benchFollowerEnv is set in every follower's environment. The tpcoord
-	// binary ignores it; a test binary (os.Executable() under go test) uses
-	// it to act as the follower instead of running tests, see
-	// bench_broadcast_test.go.
+	// benchFollowerEnv is set in the environment of every process the
+	// bench spawns. The tpcoord binary ignores it; a test binary
+	// (os.Executable() under go test) uses it to act as the publisher or
+	// follower instead of running tests, see bench_broadcast_test.go.
 	benchFollowerEnv = "TPC_BENCH_FOLLOWER"
 
 	// Targets from the issue, at N=8; reported, never asserted.
@@ -57,13 +60,16 @@ type benchBroadcastOptions struct {
 	payload   int
 	interval  time.Duration
 	messages  int
+	rounds    int
 	json      bool
 	natsURL   string // an external server instead of the embedded one
+	tune      bool   // give the processes the runtime settings launch gives ranks
 }
 
 // benchBroadcastResult is one JSON line of `tpcoord bench broadcast`: one
 // (transport, followers) case. Latencies are publish-to-receive over all
-// followers' messages after the warm-up.
+// followers' messages after the warm-up; each figure is the median over
+// the rounds of that round's figure (max: the largest).
 type benchBroadcastResult struct {
 	Transport      string  `json:"transport"`
 	Followers      int     `json:"followers"`
@@ -72,44 +78,64 @@ type benchBroadcastResult struct {
 	SentIntervalUS float64 `json:"sent_interval_us"` // achieved mean interval
 	Messages       int     `json:"messages"`
 	Warmup         int     `json:"warmup"`
-	Samples        int     `json:"samples"`
+	Rounds         int     `json:"rounds"`
+	Samples        int     `json:"samples"` // latencies per round
 	P50US          float64 `json:"p50_us"`
 	P90US          float64 `json:"p90_us"`
 	P99US          float64 `json:"p99_us"`
 	MaxUS          float64 `json:"max_us"`
-	Lost           int     `json:"lost"`
-	// NATS over raw TCP for this follower count, same run; on both lines.
+	Lost           int     `json:"lost"` // over all rounds
+	// CPU time (user+system) per published message: all followers
+	// together, and the publishing process (with the embedded NATS server
+	// when there is one), from the start signal to the end.
+	FollowerCPUUS  float64 `json:"follower_cpu_us_per_msg"`
+	PublisherCPUUS float64 `json:"publisher_cpu_us_per_msg"`
+	// NATS over raw TCP for this follower count: the median over rounds of
+	// the ratio within the round (the two cases run back to back). On both
+	// lines.
 	P50RatioNATSTCP float64 `json:"p50_ratio_nats_tcp"`
 	P99RatioNATSTCP float64 `json:"p99_ratio_nats_tcp"`
 	TargetP50Ratio  float64 `json:"target_p50_ratio"`
 	TargetP99Ratio  float64 `json:"target_p99_ratio"`
 	// TargetsMet applies the N=8 targets' thresholds to this N's ratios.
-	TargetsMet bool   `json:"targets_met"`
-	CPU        string `json:"cpu"`
-	Cores      int    `json:"cores"`
-	Go         string `json:"go"`
+	TargetsMet  bool   `json:"targets_met"`
+	NATSServer  string `json:"nats_server"` // "embedded" (in the publisher, in-process) or "external"
+	TuneRuntime bool   `json:"tune_runtime"`
+	CPU         string `json:"cpu"`
+	Cores       int    `json:"cores"`
+	Go          string `json:"go"`
 }
 
 // newBenchBroadcastCmd returns `tpcoord bench broadcast`: publish-to-receive
-// latency from one publisher to N follower processes, through embedded NATS
+// latency from one publisher process to N follower processes, through NATS
 // and through a raw TCP fan-out (the floor), in the same run.
 func newBenchBroadcastCmd() *cobra.Command {
 	var o benchBroadcastOptions
 	cmd := &cobra.Command{
 		Use:   "broadcast",
-		Short: "Time step fan-out to N follower processes: embedded NATS vs raw TCP",
-		Long: `Spawns N follower processes (this binary, hidden subcommand
-broadcast-follower) for every listed N and publishes --messages messages of
---payload bytes every --interval to all of them, first over a raw TCP fan-out
-(the publisher writes each length-prefixed message to every connection in
-turn), then over an embedded NATS server. Each message carries its wall-clock
-send time; followers report receive minus send. The first 5% of messages are
-warm-up and not counted. Prints, per (transport, N), p50/p90/p99/max in µs,
-lost messages, and the NATS/TCP ratios of p50 and p99. Progress goes to
-stderr.
+		Short: "Time step fan-out to N follower processes: NATS vs raw TCP",
+		Long: `For every listed N, runs --rounds rounds of two cases back to back (their
+order alternating): a raw TCP fan-out, where the publisher writes each
+length-prefixed message to every follower's connection in turn (the floor),
+and NATS. Each case spawns one publisher and N follower processes (this
+binary, hidden subcommands broadcast-publisher and broadcast-follower) and
+publishes --messages messages of --payload bytes every --interval. Each
+message carries its wall-clock send time; followers report receive minus
+send. The first 5% of messages are warm-up and not counted.
 
-The publisher paces itself with nanosleep system calls, because Go's timers
-wake ~1 ms late on Linux; sent_interval_us reports the achieved interval.`,
+The NATS case is set up as launch sets up a job: the publisher plays rank 0,
+hosting an embedded NATS server and publishing to it in-process, writing
+through (agent --nats-serve), and the followers connect and subscribe as
+agents do; with --nats the publisher and followers use that server instead.
+With --tune-runtime (the default) every process gets the Go runtime settings
+launch gives ranks (see launch --help), in both cases.
+
+Prints, per (transport, N), the medians over rounds of p50/p90/p99 (max: the
+largest) in µs, lost messages, CPU per message of the followers and of the
+publisher, and the median over rounds of the NATS/TCP ratios of p50 and
+p99. Progress goes to stderr. The publisher paces itself with a timerfd
+(Go's timers wake ~1 ms late); sent_interval_us reports the achieved
+interval.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
@@ -125,8 +151,10 @@ wake ~1 ms late on Linux; sent_interval_us reports the achieved interval.`,
 	f.IntVar(&o.payload, "payload", 256, "message size in bytes (16..1048576; the first 16 are the header)")
 	f.DurationVar(&o.interval, "interval", 200*time.Microsecond, "time between two published messages")
 	f.IntVar(&o.messages, "messages", 5000, "messages per case (>= 10; the first 5% are warm-up)")
+	f.IntVar(&o.rounds, "rounds", 3, "rounds of (tcp, nats) per follower count; figures are medians over rounds")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per line")
-	f.StringVar(&o.natsURL, "nats", "", "use this NATS server (e.g. one in its own process) instead of an embedded one")
+	f.StringVar(&o.natsURL, "nats", "", "use this NATS server (e.g. one in its own process) instead of one embedded in the publisher")
+	f.BoolVar(&o.tune, "tune-runtime", true, "give every process the Go runtime settings launch gives ranks (GOMAXPROCS = cores/processes, GODEBUG=schedtrace for sysmon)")
 	return cmd
 }
 
@@ -148,16 +176,19 @@ func (o benchBroadcastOptions) validate() error {
 	if o.messages < bcMinMsgs {
 		return configError("--messages: must be >= %d, got %d", bcMinMsgs, o.messages)
 	}
+	if o.rounds < 1 || o.rounds > bcMaxRounds {
+		return configError("--rounds: %d is outside 1..%d", o.rounds, bcMaxRounds)
+	}
 	return nil
 }
 
 // bcWarmup is the number of leading messages not counted: 5%, at least 1.
 func bcWarmup(messages int) int { return max(1, messages/20) }
 
-// bcFollowerDeadline bounds a follower's life, so a lost end marker or a
-// stuck publisher cannot keep it running.
-func bcFollowerDeadline(o benchBroadcastOptions) time.Duration {
-	return bcReadyTimeout + 3*time.Duration(o.messages)*o.interval + 10*time.Second
+// bcFollowerDeadline bounds a spawned process's life, so a lost end marker
+// or a stuck publisher cannot keep it running.
+func bcFollowerDeadline(messages int, interval time.Duration) time.Duration {
+	return bcReadyTimeout + 3*time.Duration(messages)*interval + 10*time.Second
 }
 
 func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBroadcastOptions) error {
@@ -165,50 +196,51 @@ func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBro
 	if err != nil {
 		return fmt.Errorf("locate own binary: %w", err)
 	}
-	url := o.natsURL
-	if url == "" {
-		srv, embedded, err := startEmbeddedNATS()
-		if err != nil {
-			return err
-		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		url = embedded
+	server := "embedded"
+	if o.natsURL != "" {
+		server = "external"
 	}
-	nc, err := nats.Connect(url, nats.Name("tpcoord-bench-publisher"), nats.Timeout(5*time.Second))
-	if err != nil {
-		return fmt.Errorf("connect to NATS: %w", err)
-	}
-	defer nc.Close()
-
 	cpu, cores, gover := cpuModel(), runtime.NumCPU(), runtime.Version()
 	if !o.json {
-		fmt.Fprintf(stdout, "%s, %d cores, %s; payload %d B, interval %v, %d messages (%d warm-up)\n",
-			cpu, cores, gover, o.payload, o.interval, o.messages, bcWarmup(o.messages))
-		fmt.Fprintf(stdout, "%-9s %9s %9s %9s %9s %9s %6s %9s %9s %9s\n",
-			"transport", "followers", "p50_us", "p90_us", "p99_us", "max_us", "lost", "sent_us", "p50/tcp", "p99/tcp")
+		fmt.Fprintf(stdout, "%s, %d cores, %s; payload %d B, interval %v, %d messages (%d warm-up), %d rounds, NATS server %s, tune-runtime %v\n",
+			cpu, cores, gover, o.payload, o.interval, o.messages, bcWarmup(o.messages), o.rounds, server, o.tune)
+		fmt.Fprintf(stdout, "%-9s %9s %9s %9s %9s %9s %6s %9s %9s %9s %9s %9s\n",
+			"transport", "followers", "p50_us", "p90_us", "p99_us", "max_us", "lost", "sent_us", "fcpu_us", "pcpu_us", "p50/tcp", "p99/tcp")
 	}
 	for i, n := range o.followers {
-		c := bcCase{self: self, natsURL: url, o: o, n: n, progress: stderr}
-		tcp, err := c.run(ctx, "tcp", "", nil)
-		if err != nil {
-			return fmt.Errorf("tcp, %d followers: %w", n, err)
-		}
-		subject := "tpcoord.bench.broadcast." + strconv.Itoa(i)
-		nr, err := c.run(ctx, "nats", subject, nc)
-		if err != nil {
-			return fmt.Errorf("nats, %d followers: %w", n, err)
-		}
-		for _, r := range []*benchBroadcastResult{&tcp, &nr} {
-			if tcp.P50US > 0 && tcp.P99US > 0 {
-				r.P50RatioNATSTCP, r.P99RatioNATSTCP = nr.P50US/tcp.P50US, nr.P99US/tcp.P99US
+		var rounds [2][]bcRound // tcp, nats
+		for r := range o.rounds {
+			order := []int{0, 1}
+			if r%2 == 1 {
+				order = []int{1, 0}
 			}
+			for _, t := range order {
+				c := bcCase{self: self, o: o, n: n, transport: [2]string{"tcp", "nats"}[t], round: r,
+					subject: fmt.Sprintf("tpcoord.bench.broadcast.%d.%d", i, r), progress: stderr}
+				res, err := c.run(ctx)
+				if err != nil {
+					return fmt.Errorf("%s, %d followers, round %d: %w", c.transport, n, r+1, err)
+				}
+				rounds[t] = append(rounds[t], res)
+			}
+		}
+		var p50r, p99r []float64
+		for r := range o.rounds {
+			if t := rounds[0][r]; t.p50 > 0 && t.p99 > 0 {
+				p50r = append(p50r, rounds[1][r].p50/t.p50)
+				p99r = append(p99r, rounds[1][r].p99/t.p99)
+			}
+		}
+		for t, name := range []string{"tcp", "nats"} {
+			r := summarize(rounds[t])
+			r.Transport, r.Followers, r.Payload = name, n, o.payload
+			r.IntervalUS, r.Messages, r.Warmup, r.Rounds = us(o.interval.Nanoseconds()), o.messages, bcWarmup(o.messages), o.rounds
+			r.P50RatioNATSTCP, r.P99RatioNATSTCP = median(p50r), median(p99r)
 			r.TargetP50Ratio, r.TargetP99Ratio = bcTargetP50Ratio, bcTargetP99Ratio
 			r.TargetsMet = r.P50RatioNATSTCP > 0 && r.P50RatioNATSTCP <= bcTargetP50Ratio && r.P99RatioNATSTCP <= bcTargetP99Ratio
+			r.NATSServer, r.TuneRuntime = server, o.tune
 			r.CPU, r.Cores, r.Go = cpu, cores, gover
-			if err := printBenchBroadcast(stdout, *r, o.json); err != nil {
+			if err := printBenchBroadcast(stdout, r, o.json); err != nil {
 				return err
 			}
 		}
@@ -216,106 +248,159 @@ func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBro
 	return nil
 }
 
+// bcRound is one case's figures in one round.
+type bcRound struct {
+	p50, p90, p99, max float64
+	lost, samples      int
+	sent, fcpu, pcpu   float64
+}
+
+func summarize(rs []bcRound) benchBroadcastResult {
+	pick := func(f func(bcRound) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return median(v)
+	}
+	var res benchBroadcastResult
+	res.P50US = pick(func(r bcRound) float64 { return r.p50 })
+	res.P90US = pick(func(r bcRound) float64 { return r.p90 })
+	res.P99US = pick(func(r bcRound) float64 { return r.p99 })
+	res.SentIntervalUS = pick(func(r bcRound) float64 { return r.sent })
+	res.FollowerCPUUS = pick(func(r bcRound) float64 { return r.fcpu })
+	res.PublisherCPUUS = pick(func(r bcRound) float64 { return r.pcpu })
+	for _, r := range rs {
+		res.MaxUS = max(res.MaxUS, r.max)
+		res.Lost += r.lost
+		res.Samples = r.samples
+	}
+	return res
+}
+
+// median of v (the mean of the middle two for an even count); 0 if empty.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
 func printBenchBroadcast(w io.Writer, r benchBroadcastResult, asJSON bool) error {
 	if asJSON {
 		return writeJSONLine(w, r)
 	}
-	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %8.2fx %8.2fx\n",
+	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %9.1f %9.1f %8.2fx %8.2fx\n",
 		r.Transport, r.Followers, r.P50US, r.P90US, r.P99US, r.MaxUS, r.Lost, r.SentIntervalUS,
-		r.P50RatioNATSTCP, r.P99RatioNATSTCP)
+		r.FollowerCPUUS, r.PublisherCPUUS, r.P50RatioNATSTCP, r.P99RatioNATSTCP)
 	return err
 }
 
-// bcCase runs one (transport, followers) case.
+// bcCase runs one (transport, followers) case of one round.
 type bcCase struct {
-	self     string
-	natsURL  string // carries the embedded server's token
-	o        benchBroadcastOptions
-	n        int
-	progress io.Writer
+	self      string
+	o         benchBroadcastOptions
+	n         int
+	transport string
+	round     int
+	subject   string
+	progress  io.Writer
 }
 
-// bcExit is what a follower's owner goroutine hands back once the follower
-// process has exited.
-type bcExit struct {
-	id     int
-	lat    []int64
-	err    error
-	stderr string
+// bcProc is one spawned process of a case. Its owner goroutine hands every
+// line of its stdout to lines (the first line, then one JSON report) and
+// closes done once the process has exited.
+type bcProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser // the publisher's; nil for followers
+	lines  chan string
+	done   chan struct{}
+	err    error // valid once done is closed
+	stderr bytes.Buffer
 }
 
-// bcFollowerReport is the follower's final stdout line: receive minus send
-// in ns per sequence number, -1 for a message never received.
-type bcFollowerReport struct {
-	LatNS []int64 `json:"lat_ns"`
+// bcProcs owns the processes of one case.
+type bcProcs struct {
+	procs []*bcProc
+	wg    sync.WaitGroup
 }
 
-// bcChildren owns the follower processes of one case: each has a goroutine
-// that reads its stdout ("ready", then the report) and waits for it.
-type bcChildren struct {
-	cmds    []*exec.Cmd
-	readyCh chan int
-	exits   chan bcExit
-	exited  int
-	wg      sync.WaitGroup
-}
-
-func (c *bcCase) spawn(transport, addr, subject string) (*bcChildren, error) {
-	ch := &bcChildren{readyCh: make(chan int, c.n), exits: make(chan bcExit, c.n)}
-	for id := range c.n {
-		args := []string{"bench", "broadcast-follower", "--transport", transport, "--addr", addr,
-			"--messages", strconv.Itoa(c.o.messages), "--deadline", bcFollowerDeadline(c.o).String()}
-		if subject != "" {
-			args = append(args, "--subject", subject)
-		}
-		cmd := exec.Command(c.self, args...)
-		cmd.Env = append(os.Environ(), benchFollowerEnv+"=1")
-		cmd.SysProcAttr = childProcAttr()
-		var errBuf bytes.Buffer
-		cmd.Stderr = &errBuf
-		out, err := cmd.StdoutPipe()
-		if err == nil {
-			err = cmd.Start()
-		}
-		if err != nil {
-			ch.stop()
-			return nil, fmt.Errorf("start follower %d: %w", id, err)
-		}
-		ch.cmds = append(ch.cmds, cmd)
-		ch.wg.Go(func() {
-			var rep bcFollowerReport
-			br := bufio.NewReader(out)
+func (ps *bcProcs) start(self, name string, args []string, env []string, withStdin bool) (*bcProc, error) {
+	p := &bcProc{name: name, lines: make(chan string, 2), done: make(chan struct{})}
+	p.cmd = exec.Command(self, args...)
+	p.cmd.Env = append(env, benchFollowerEnv+"=1")
+	p.cmd.SysProcAttr = childProcAttr()
+	p.cmd.Stderr = &p.stderr
+	out, err := p.cmd.StdoutPipe()
+	if err == nil && withStdin {
+		p.stdin, err = p.cmd.StdinPipe()
+	}
+	if err == nil {
+		err = p.cmd.Start()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	ps.procs = append(ps.procs, p)
+	ps.wg.Go(func() {
+		br := bufio.NewReader(out)
+		for {
 			line, err := br.ReadString('\n')
-			if err == nil && line != "ready\n" {
-				err = fmt.Errorf("unexpected first line %q", line)
+			if err != nil {
+				break
 			}
-			if err == nil {
-				ch.readyCh <- id
-				err = json.NewDecoder(br).Decode(&rep)
+			select {
+			case p.lines <- strings.TrimSuffix(line, "\n"):
+			default: // more lines than the protocol has: ignored
 			}
-			_, _ = io.Copy(io.Discard, br) // Wait must not run before stdout is drained
-			werr := cmd.Wait()
-			if err != nil && werr != nil {
-				err = werr // the exit status explains the short read
-			}
-			ch.exits <- bcExit{id: id, lat: rep.LatNS, err: errors.Join(err, werr), stderr: tail(errBuf.String(), 500)}
-		})
-	}
-	return ch, nil
+		}
+		p.err = p.cmd.Wait() // stdout is drained: Wait may run now
+		close(p.done)
+	})
+	return p, nil
 }
 
-// stop kills every follower that has not exited yet and waits for all of
-// their owner goroutines. Safe to call on every path, more than once.
-func (ch *bcChildren) stop() {
-	for _, cmd := range ch.cmds {
-		// Kill on an exited-and-waited process returns an error, ignored.
-		_ = cmd.Process.Kill()
+// line waits for p's next stdout line until deadline.
+func (p *bcProc) line(ctx context.Context, deadline time.Time, what string) (string, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case l := <-p.lines:
+		return l, nil
+	case <-p.done:
+		select {
+		case l := <-p.lines:
+			return l, nil
+		default:
+		}
+		return "", fmt.Errorf("%s exited before %s: %v %s", p.name, what, p.err, tail(p.stderr.String(), 500))
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-timer.C:
+		return "", fmt.Errorf("%s: no %s by the deadline", p.name, what)
 	}
-	for ch.exited < len(ch.cmds) {
-		<-ch.exits
-		ch.exited++
+}
+
+// stop kills every process still running and waits for their owners.
+// Safe on every path.
+func (ps *bcProcs) stop() {
+	for _, p := range ps.procs {
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+		}
 	}
-	ch.wg.Wait()
+	ps.wg.Wait()
 }
 
 func tail(s string, n int) string {
@@ -325,58 +410,241 @@ func tail(s string, n int) string {
 	return s
 }
 
-func (c *bcCase) run(ctx context.Context, transport, subject string, nc *nats.Conn) (benchBroadcastResult, error) {
-	res := benchBroadcastResult{Transport: transport, Followers: c.n, Payload: c.o.payload,
-		IntervalUS: us(c.o.interval.Nanoseconds()), Messages: c.o.messages, Warmup: bcWarmup(c.o.messages)}
-	fmt.Fprintf(c.progress, "bench broadcast: %s, %d followers: starting\n", transport, c.n)
+// bcPublisherReport is the publisher's report line.
+type bcPublisherReport struct {
+	SentIntervalUS float64 `json:"sent_interval_us"`
+	CPUNS          int64   `json:"cpu_ns"`
+}
+
+func (c *bcCase) run(ctx context.Context) (bcRound, error) {
+	var res bcRound
+	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: starting\n", c.round+1, c.transport, c.n)
+	var ps bcProcs
+	defer ps.stop()
+	life := bcFollowerDeadline(c.o.messages, c.o.interval)
+	args := []string{"bench", "broadcast-publisher", "--transport", c.transport, "--followers", strconv.Itoa(c.n),
+		"--payload", strconv.Itoa(c.o.payload), "--interval", c.o.interval.String(), "--messages", strconv.Itoa(c.o.messages),
+		"--subject", c.subject, "--nats", c.o.natsURL}
+	pub, err := ps.start(c.self, "publisher", args, rankEnv(os.Environ(), c.n+1, c.o.tune), true)
+	if err != nil {
+		return res, err
+	}
+	readyBy := time.Now().Add(bcReadyTimeout)
+	first, err := pub.line(ctx, readyBy, "its address")
+	if err != nil {
+		return res, err
+	}
+	addr, ok := strings.CutPrefix(first, "addr ")
+	if !ok {
+		return res, fmt.Errorf("publisher: unexpected first line %q", first)
+	}
+	var followers []*bcProc
+	for id := range c.n {
+		args := []string{"bench", "broadcast-follower", "--transport", c.transport, "--addr", addr,
+			"--subject", c.subject, "--messages", strconv.Itoa(c.o.messages), "--deadline", life.String()}
+		f, err := ps.start(c.self, fmt.Sprintf("follower %d", id), args, rankEnv(os.Environ(), c.n+1, c.o.tune), false)
+		if err != nil {
+			return res, err
+		}
+		followers = append(followers, f)
+	}
+	for _, f := range followers {
+		l, err := f.line(ctx, readyBy, `"ready"`)
+		if err != nil {
+			return res, err
+		}
+		if l != "ready" {
+			return res, fmt.Errorf("%s: unexpected first line %q", f.name, l)
+		}
+	}
+	if _, err := io.WriteString(pub.stdin, "go\n"); err != nil {
+		return res, fmt.Errorf("start the publisher: %w", err)
+	}
+
+	// Collect the followers' latencies, then the publisher's report.
+	doneBy := time.Now().Add(life + 10*time.Second)
+	warm := bcWarmup(c.o.messages)
+	lats := make([]int64, 0, c.n*(c.o.messages-warm))
+	var fcpu time.Duration
+	for _, f := range followers {
+		l, err := f.line(ctx, doneBy, "its report")
+		if err != nil {
+			return res, err
+		}
+		var rep bcFollowerReport
+		if err := json.Unmarshal([]byte(l), &rep); err != nil {
+			return res, fmt.Errorf("%s: report: %w", f.name, err)
+		}
+		if len(rep.LatNS) != c.o.messages {
+			return res, fmt.Errorf("%s reported %d latencies, want %d", f.name, len(rep.LatNS), c.o.messages)
+		}
+		fcpu += time.Duration(rep.CPUNS)
+		for seq, l := range rep.LatNS {
+			switch {
+			case l < 0:
+				res.lost++
+			case seq >= warm:
+				lats = append(lats, l)
+			}
+		}
+	}
+	l, err := pub.line(ctx, doneBy, "its report")
+	if err != nil {
+		return res, err
+	}
+	var prep bcPublisherReport
+	if err := json.Unmarshal([]byte(l), &prep); err != nil {
+		return res, fmt.Errorf("publisher: report: %w", err)
+	}
+	pub.stdin.Close() // the publisher exits once stdin ends
+	for _, p := range ps.procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			return res, fmt.Errorf("%s did not exit within 10s of the end", p.name)
+		}
+		if p.err != nil {
+			return res, fmt.Errorf("%s: %v %s", p.name, p.err, tail(p.stderr.String(), 500))
+		}
+	}
+
+	res.samples, res.sent = len(lats), prep.SentIntervalUS
+	res.fcpu = us(fcpu.Nanoseconds()) / float64(c.o.messages)
+	res.pcpu = us(prep.CPUNS) / float64(c.o.messages)
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		res.p50, res.p90, res.p99 = us(pct(lats, 0.50)), us(pct(lats, 0.90)), us(pct(lats, 0.99))
+		res.max = us(lats[len(lats)-1])
+	}
+	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: p50 %.0f µs, p99 %.0f µs, lost %d, CPU per message: followers %.1f µs, publisher %.1f µs\n",
+		c.round+1, c.transport, c.n, res.p50, res.p99, res.lost, res.fcpu, res.pcpu)
+	return res, nil
+}
+
+// pct is the nearest-rank q-quantile of sorted values.
+func pct(sorted []int64, q float64) int64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func us(ns int64) float64 { return float64(ns) / 1e3 }
+
+type benchBroadcastPublisherOptions struct {
+	transport string
+	followers int
+	payload   int
+	interval  time.Duration
+	messages  int
+	subject   string
+	natsURL   string
+}
+
+// newBenchBroadcastPublisherCmd returns the hidden `tpcoord bench
+// broadcast-publisher` that `bench broadcast` spawns. It prints "addr
+// ADDR" (a TCP host:port, or the NATS URL followers connect to), waits
+// for "go" on stdin, publishes, prints one JSON report line, and exits
+// when stdin ends (an embedded NATS server must outlive the followers'
+// reception).
+func newBenchBroadcastPublisherCmd() *cobra.Command {
+	var o benchBroadcastPublisherOptions
+	cmd := &cobra.Command{
+		Use:    "broadcast-publisher",
+		Short:  "Publisher process of bench broadcast (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchBroadcastPublisher(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.transport, "transport", "", "nats or tcp")
+	f.IntVar(&o.followers, "followers", 0, "tcp: connections to accept")
+	f.IntVar(&o.payload, "payload", 256, "message size in bytes")
+	f.DurationVar(&o.interval, "interval", 200*time.Microsecond, "time between two messages")
+	f.IntVar(&o.messages, "messages", 0, "messages to publish")
+	f.StringVar(&o.subject, "subject", "", "NATS subject")
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL (empty: embed one)")
+	return cmd
+}
+
+func runBenchBroadcastPublisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o benchBroadcastPublisherOptions) error {
+	switch {
+	case o.transport != "nats" && o.transport != "tcp":
+		return configError("--transport: %q is not one of nats, tcp", o.transport)
+	case o.transport == "tcp" && (o.followers < 1 || o.followers > bcMaxFollow):
+		return configError("--followers: %d is outside 1..%d", o.followers, bcMaxFollow)
+	case o.transport == "nats" && o.subject == "":
+		return configError("--subject: required with --transport nats")
+	case o.payload < bcMinPayload || o.payload > bcMaxPayload:
+		return configError("--payload: %d is outside %d..%d bytes", o.payload, bcMinPayload, bcMaxPayload)
+	case o.interval <= 0:
+		return configError("--interval: must be > 0, got %v", o.interval)
+	case o.messages < 1:
+		return configError("--messages: must be > 0, got %d", o.messages)
+	}
+	pc, err := newPacer()
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
 
 	var (
-		ln    net.Listener
-		conns []net.Conn
-		addr  string
+		ln   net.Listener
+		nc   *natsbus.Conn
+		addr string
 	)
-	if transport == "tcp" {
-		var err error
+	if o.transport == "tcp" {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return res, err
+			return err
 		}
 		defer ln.Close()
 		addr = ln.Addr().String()
+	} else {
+		// As rank 0 under launch: the server in this process, reached
+		// in-process, every publish written through.
+		cfg := natsbus.Config{URL: o.natsURL, Name: "tpcoord-bench-publisher", WriteThrough: true}
+		if o.natsURL == "" {
+			srv, err := natsbus.ServeLoopback()
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			cfg.URL, cfg.InProcess = srv.URL(), srv
+		}
+		if nc, err = natsbus.Connect(cfg); err != nil {
+			return err
+		}
+		defer nc.Close()
+		addr = cfg.URL
+	}
+	if _, err := fmt.Fprintf(stdout, "addr %s\n", addr); err != nil {
+		return err
+	}
+	in := bufio.NewReader(stdin)
+	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
+		return fmt.Errorf("waiting for \"go\" on stdin: got %q, %v", line, err)
+	}
+
+	var send func([]byte) error
+	if ln != nil {
+		// Every follower printed "ready" after connecting, so all of them
+		// are in the accept backlog.
+		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+		var conns []net.Conn
 		defer func() {
 			for _, cn := range conns {
 				cn.Close()
 			}
 		}()
-	} else {
-		addr = c.natsURL
-	}
-
-	ch, err := c.spawn(transport, addr, subject)
-	if err != nil {
-		return res, err
-	}
-	defer ch.stop()
-
-	if err := c.awaitReady(ctx, ch); err != nil {
-		return res, err
-	}
-	if ln != nil {
-		// Every follower printed "ready" after connecting, so all N
-		// connections are in the accept backlog.
-		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
-		for range c.n {
+		for range o.followers {
 			cn, err := ln.Accept()
 			if err != nil {
-				return res, fmt.Errorf("accept follower: %w", err)
+				return fmt.Errorf("accept follower: %w", err)
 			}
 			conns = append(conns, cn)
 		}
-	}
-
-	var send func(msg []byte) error
-	if transport == "tcp" {
-		frame := make([]byte, 4+c.o.payload)
-		binary.LittleEndian.PutUint32(frame, uint32(c.o.payload))
+		frame := make([]byte, 4+o.payload)
+		binary.LittleEndian.PutUint32(frame, uint32(o.payload))
 		send = func(msg []byte) error {
 			copy(frame[4:], msg)
 			for _, cn := range conns {
@@ -387,149 +655,69 @@ func (c *bcCase) run(ctx context.Context, transport, subject string, nc *nats.Co
 			return nil
 		}
 	} else {
-		send = func(msg []byte) error { return nc.Publish(subject, msg) }
-	}
-	sent, err := c.publish(ctx, transport, send)
-	if err != nil {
-		return res, err
-	}
-	res.SentIntervalUS = sent
-	if transport == "nats" {
-		if err := nc.FlushTimeout(10 * time.Second); err != nil {
-			return res, fmt.Errorf("flush: %w", err)
-		}
+		send = func(msg []byte) error { return nc.Publish(&broadcast.Msg{Subject: o.subject, Data: msg}) }
 	}
 
-	lats, lost, err := c.collect(ctx, ch)
+	cpu0 := selfCPU()
+	sent, err := bcPublish(ctx, pc, o, send)
 	if err != nil {
-		return res, err
+		return err
 	}
-	res.Lost, res.Samples = lost, len(lats)
-	if len(lats) > 0 {
-		slices.Sort(lats)
-		res.P50US, res.P90US, res.P99US = us(pct(lats, 0.50)), us(pct(lats, 0.90)), us(pct(lats, 0.99))
-		res.MaxUS = us(lats[len(lats)-1])
-	}
-	fmt.Fprintf(c.progress, "bench broadcast: %s, %d followers: done (p50 %.0f µs, p99 %.0f µs, lost %d)\n",
-		transport, c.n, res.P50US, res.P99US, res.Lost)
-	return res, nil
-}
-
-func (c *bcCase) awaitReady(ctx context.Context, ch *bcChildren) error {
-	timer := time.NewTimer(bcReadyTimeout)
-	defer timer.Stop()
-	for ready := 0; ready < c.n; {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch.readyCh:
-			ready++
-		case e := <-ch.exits:
-			ch.exited++
-			return fmt.Errorf("follower %d exited before it was ready: %v %s", e.id, e.err, e.stderr)
-		case <-timer.C:
-			return fmt.Errorf("followers not ready after %v", bcReadyTimeout)
+	if nc != nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := nc.Flush(fctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("flush: %w", err)
 		}
 	}
+	if err := writeJSONLine(stdout, bcPublisherReport{SentIntervalUS: sent, CPUNS: int64(selfCPU() - cpu0)}); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, in) // until stdin ends: the followers have everything
 	return nil
 }
 
-// publish sends the messages on a fixed schedule and then the end marker.
-// It returns the achieved mean interval in µs.
-func (c *bcCase) publish(ctx context.Context, transport string, send func([]byte) error) (float64, error) {
-	msg := make([]byte, c.o.payload)
-	lastProgress := time.Now()
+// bcPublish sends the messages on a fixed schedule and then the end
+// marker. It returns the achieved mean interval in µs.
+func bcPublish(ctx context.Context, pc *pacer, o benchBroadcastPublisherOptions, send func([]byte) error) (float64, error) {
+	msg := make([]byte, o.payload)
 	start := time.Now()
 	next := start
-	for seq := range c.o.messages {
-		if err := waitUntil(ctx, next); err != nil {
-			return 0, err
+	for seq := range o.messages {
+		for d := time.Until(next); d > 0; d = time.Until(next) {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if err := pc.sleep(min(d, 100*time.Millisecond)); err != nil {
+				return 0, err
+			}
 		}
 		binary.LittleEndian.PutUint64(msg, uint64(seq))
 		binary.LittleEndian.PutUint64(msg[8:], uint64(time.Now().UnixNano()))
 		if err := send(msg); err != nil {
 			return 0, err
 		}
-		next = next.Add(c.o.interval)
+		next = next.Add(o.interval)
 		// After a stall (a descheduled publisher) drop the debt instead of
 		// sending a burst, which would measure queueing, not fan-out.
-		if now := time.Now(); now.Sub(next) > c.o.interval {
-			next = now.Add(c.o.interval)
-		}
-		if now := time.Now(); now.Sub(lastProgress) >= 2*time.Second {
-			lastProgress = now
-			fmt.Fprintf(c.progress, "bench broadcast: %s, %d followers: %d/%d sent\n", transport, c.n, seq+1, c.o.messages)
+		if now := time.Now(); now.Sub(next) > o.interval {
+			next = now.Add(o.interval)
 		}
 	}
-	sent := us(time.Since(start).Nanoseconds()) / float64(c.o.messages)
+	sent := us(time.Since(start).Nanoseconds()) / float64(o.messages)
 	binary.LittleEndian.PutUint64(msg, bcEndSeq)
 	binary.LittleEndian.PutUint64(msg[8:], uint64(time.Now().UnixNano()))
 	return sent, send(msg)
 }
 
-// waitUntil sleeps until t in nanosleep system calls. Go's timers on Linux
-// wake up ~1 ms late (the netpoller waits in whole milliseconds), which would
-// turn a 200 µs interval into bursts of five messages every millisecond, and
-// spinning instead takes a core from the followers (measured here on two
-// cores: NATS p50 2.5× higher at N=8, 16× at N=1). The kernel's timer slack (50 µs) makes nanosleep wake a
-// little late; the schedule is absolute, so that does not accumulate.
-func waitUntil(ctx context.Context, t time.Time) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d := time.Until(t)
-		if d <= 0 {
-			return nil
-		}
-		// Chunks of at most 10 ms keep long intervals cancellable.
-		pause(min(d, 10*time.Millisecond))
-	}
+// bcFollowerReport is the follower's report line: receive minus send in ns
+// per sequence number (-1 for a message never received), and its CPU time
+// from "ready" to the report.
+type bcFollowerReport struct {
+	LatNS []int64 `json:"lat_ns"`
+	CPUNS int64   `json:"cpu_ns"`
 }
-
-// collect waits for every follower's report and pools the latencies after
-// the warm-up.
-func (c *bcCase) collect(ctx context.Context, ch *bcChildren) ([]int64, int, error) {
-	timeout := bcFollowerDeadline(c.o) + 10*time.Second
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	warm := bcWarmup(c.o.messages)
-	lats := make([]int64, 0, c.n*(c.o.messages-warm))
-	lost := 0
-	for ch.exited < c.n {
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case <-timer.C:
-			return nil, 0, fmt.Errorf("%d followers did not report within %v", c.n-ch.exited, timeout)
-		case e := <-ch.exits:
-			ch.exited++
-			if e.err != nil {
-				return nil, 0, fmt.Errorf("follower %d: %w %s", e.id, e.err, e.stderr)
-			}
-			if len(e.lat) != c.o.messages {
-				return nil, 0, fmt.Errorf("follower %d reported %d latencies, want %d", e.id, len(e.lat), c.o.messages)
-			}
-			for seq, l := range e.lat {
-				switch {
-				case l < 0:
-					lost++
-				case seq >= warm:
-					lats = append(lats, l)
-				}
-			}
-		}
-	}
-	return lats, lost, nil
-}
-
-// pct is the nearest-rank q-quantile of sorted values.
-func pct(sorted []int64, q float64) int64 {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func us(ns int64) float64 { return float64(ns) / 1e3 }
 
 type benchBroadcastFollowerOptions struct {
 	transport string
@@ -578,16 +766,22 @@ func runBenchBroadcastFollower(w io.Writer, o benchBroadcastFollowerOptions) err
 	}
 	rec := newBcRecorder(o.messages)
 	deadline := time.Now().Add(o.deadline)
+	var cpu0 time.Duration
+	ready := func() error {
+		cpu0 = selfCPU()
+		_, err := fmt.Fprintln(w, "ready")
+		return err
+	}
 	var err error
 	if o.transport == "nats" {
-		err = followNATS(w, o, rec, deadline)
+		err = followNATS(o, rec, deadline, ready)
 	} else {
-		err = followTCP(w, o, rec, deadline)
+		err = followTCP(o, rec, deadline, ready)
 	}
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(bcFollowerReport{LatNS: rec.snapshot()})
+	b, err := json.Marshal(bcFollowerReport{LatNS: rec.snapshot(), CPUNS: int64(selfCPU() - cpu0)})
 	if err != nil {
 		return err
 	}
@@ -644,24 +838,26 @@ func (r *bcRecorder) snapshot() []int64 {
 	return slices.Clone(r.lat)
 }
 
-func followNATS(w io.Writer, o benchBroadcastFollowerOptions, rec *bcRecorder, deadline time.Time) error {
-	nc, err := nats.Connect(o.addr, nats.Name("tpcoord-bench-follower"), nats.Timeout(5*time.Second))
+// followNATS subscribes as an agent does (natsbus: its options and
+// pending limits).
+func followNATS(o benchBroadcastFollowerOptions, rec *bcRecorder, deadline time.Time, ready func() error) error {
+	nc, err := natsbus.Connect(natsbus.Config{URL: o.addr, Name: "tpcoord-bench-follower"})
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer nc.Close()
-	sub, err := nc.Subscribe(o.subject, func(m *nats.Msg) {
+	unsub, err := nc.Subscribe(o.subject, func(m *broadcast.Msg) {
 		rec.record(time.Now().UnixNano(), m.Data)
 	})
 	if err != nil {
-		return fmt.Errorf("subscribe: %w", err)
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = unsub() }()
 	// The server has the subscription once the flush round-trip returns.
-	if err := nc.Flush(); err != nil {
+	if err := nc.Flush(context.Background()); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
-	if _, err := fmt.Fprintln(w, "ready"); err != nil {
+	if err := ready(); err != nil {
 		return err
 	}
 	timer := time.NewTimer(time.Until(deadline))
@@ -673,7 +869,7 @@ func followNATS(w io.Writer, o benchBroadcastFollowerOptions, rec *bcRecorder, d
 	return nil
 }
 
-func followTCP(w io.Writer, o benchBroadcastFollowerOptions, rec *bcRecorder, deadline time.Time) error {
+func followTCP(o benchBroadcastFollowerOptions, rec *bcRecorder, deadline time.Time, ready func() error) error {
 	cn, err := net.DialTimeout("tcp", o.addr, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -682,7 +878,7 @@ func followTCP(w io.Writer, o benchBroadcastFollowerOptions, rec *bcRecorder, de
 	if err := cn.SetReadDeadline(deadline); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintln(w, "ready"); err != nil {
+	if err := ready(); err != nil {
 		return err
 	}
 	br := bufio.NewReaderSize(cn, 64<<10)

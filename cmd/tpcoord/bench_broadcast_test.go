@@ -13,26 +13,29 @@ import (
 	"go.uber.org/goleak"
 )
 
-// `bench broadcast` spawns its followers from os.Executable(), which under
-// go test is this test binary, not tpcoord: it would run the tests instead
-// of following. The bench therefore sets TPC_BENCH_FOLLOWER (benchFollowerEnv)
-// in every follower's environment, and this hook, seeing it, runs the
-// follower command with the arguments after "broadcast-follower" and exits
-// before any test starts. It is an init rather than a TestMain so that it
-// cannot clash with a TestMain that another file of package main may add.
+// `bench broadcast` spawns its publisher and followers from
+// os.Executable(), which under go test is this test binary, not tpcoord: it
+// would run the tests instead. The bench therefore sets TPC_BENCH_FOLLOWER
+// (benchFollowerEnv) in their environment, and this hook, seeing it, runs
+// the subcommand named in the arguments with the arguments after it and
+// exits before any test starts. It is an init rather than a TestMain so
+// that it cannot clash with a TestMain that another file of package main
+// may add.
 func init() {
 	if os.Getenv(benchFollowerEnv) == "" {
 		return
 	}
 	args := os.Args[1:]
-	if i := slices.Index(args, "broadcast-follower"); i >= 0 {
+	cmd := newBenchBroadcastFollowerCmd()
+	if i := slices.Index(args, "broadcast-publisher"); i >= 0 {
+		args, cmd = args[i+1:], newBenchBroadcastPublisherCmd()
+	} else if i := slices.Index(args, "broadcast-follower"); i >= 0 {
 		args = args[i+1:]
 	}
-	cmd := newBenchBroadcastFollowerCmd()
 	cmd.SetArgs(args)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "broadcast-follower:", err)
+		fmt.Fprintln(os.Stderr, cmd.Name()+":", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -57,7 +60,7 @@ func TestBenchBroadcastJSON(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const msgs, warm = 50, 2 // warm-up is 5%, at least 1
 	out, err := runBenchBroadcastCmd(t, "--followers", "1,2", "--messages", "50", "--interval", "1ms",
-		"--payload", "64", "--json")
+		"--payload", "64", "--rounds", "1", "--json")
 	if err != nil {
 		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
 	}
@@ -81,7 +84,8 @@ func TestBenchBroadcastJSON(t *testing.T) {
 		if r.Transport != w.transport || r.Followers != w.followers {
 			t.Errorf("line %d: case %s/%d, want %s/%d", i, r.Transport, r.Followers, w.transport, w.followers)
 		}
-		if r.Messages != msgs || r.Warmup != warm || r.Payload != 64 || r.IntervalUS != 1000 {
+		if r.Messages != msgs || r.Warmup != warm || r.Payload != 64 || r.IntervalUS != 1000 || r.Rounds != 1 ||
+			r.NATSServer != "embedded" || !r.TuneRuntime {
 			t.Errorf("line %d: configuration %+v", i, r)
 		}
 		if r.Lost != 0 {
@@ -95,6 +99,9 @@ func TestBenchBroadcastJSON(t *testing.T) {
 		}
 		if r.SentIntervalUS <= 0 {
 			t.Errorf("line %d: sent_interval_us %v", i, r.SentIntervalUS)
+		}
+		if r.FollowerCPUUS <= 0 || r.PublisherCPUUS <= 0 {
+			t.Errorf("line %d: CPU per message: followers %v, publisher %v", i, r.FollowerCPUUS, r.PublisherCPUUS)
 		}
 		if r.CPU == "" || r.Cores < 1 || !strings.HasPrefix(r.Go, "go") {
 			t.Errorf("line %d: machine %q %d %q", i, r.CPU, r.Cores, r.Go)
@@ -120,7 +127,7 @@ func TestBenchBroadcastJSON(t *testing.T) {
 
 func TestBenchBroadcastTable(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	out, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms")
+	out, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms", "--rounds", "2")
 	if err != nil {
 		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
 	}
@@ -144,6 +151,8 @@ func TestBenchBroadcastBadFlags(t *testing.T) {
 		{[]string{"--messages", "9"}, "--messages"},
 		{[]string{"--interval", "0s"}, "--interval"},
 		{[]string{"--interval", "fast"}, "--interval"},
+		{[]string{"--rounds", "0"}, "--rounds"},
+		{[]string{"--rounds", "101"}, "--rounds"},
 	} {
 		_, err := runBenchBroadcastCmd(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
@@ -169,6 +178,57 @@ func TestBenchBroadcastFollowerBadFlags(t *testing.T) {
 		err := runBenchBroadcastFollower(io.Discard, o)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: error %v, want one naming %s", o, err, tc.flag)
+		}
+	}
+}
+
+func TestBenchBroadcastPublisherBadFlags(t *testing.T) {
+	ok := benchBroadcastPublisherOptions{transport: "tcp", followers: 1, payload: 64, interval: 1, messages: 10, subject: "s"}
+	for _, tc := range []struct {
+		edit func(*benchBroadcastPublisherOptions)
+		flag string
+	}{
+		{func(o *benchBroadcastPublisherOptions) { o.transport = "udp" }, "--transport"},
+		{func(o *benchBroadcastPublisherOptions) { o.followers = 0 }, "--followers"},
+		{func(o *benchBroadcastPublisherOptions) { o.transport, o.subject = "nats", "" }, "--subject"},
+		{func(o *benchBroadcastPublisherOptions) { o.payload = 8 }, "--payload"},
+		{func(o *benchBroadcastPublisherOptions) { o.interval = 0 }, "--interval"},
+		{func(o *benchBroadcastPublisherOptions) { o.messages = 0 }, "--messages"},
+	} {
+		o := ok
+		tc.edit(&o)
+		err := runBenchBroadcastPublisher(t.Context(), strings.NewReader(""), io.Discard, o)
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%+v: error %v, want one naming %s", o, err, tc.flag)
+		}
+	}
+	// A publisher never told to go publishes nothing and says why.
+	var out bytes.Buffer
+	err := runBenchBroadcastPublisher(t.Context(), strings.NewReader("stop\n"), &out, ok)
+	if err == nil || !strings.Contains(err.Error(), `"go"`) || !strings.HasPrefix(out.String(), "addr 127.0.0.1:") {
+		t.Errorf("publisher told %q: err %v, output %q", "stop", err, out.String())
+	}
+}
+
+// The reported figures are per-round medians, and the ratios the median of
+// the per-round ratios (paired within a round), not a ratio of medians.
+func TestSummarizeRounds(t *testing.T) {
+	rs := []bcRound{
+		{p50: 100, p90: 200, p99: 300, max: 900, lost: 1, samples: 40, sent: 1000, fcpu: 10, pcpu: 5},
+		{p50: 300, p90: 400, p99: 500, max: 700, lost: 0, samples: 40, sent: 1002, fcpu: 30, pcpu: 7},
+		{p50: 200, p90: 300, p99: 400, max: 800, lost: 2, samples: 40, sent: 1001, fcpu: 20, pcpu: 6},
+	}
+	r := summarize(rs)
+	if r.P50US != 200 || r.P90US != 300 || r.P99US != 400 || r.MaxUS != 900 || r.Lost != 3 || r.Samples != 40 ||
+		r.SentIntervalUS != 1001 || r.FollowerCPUUS != 20 || r.PublisherCPUUS != 6 {
+		t.Errorf("summarize = %+v", r)
+	}
+	for _, tc := range []struct {
+		v    []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{4, 1}, 2.5}, {[]float64{5, 1, 3}, 3}} {
+		if got := median(tc.v); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.v, got, tc.want)
 		}
 	}
 }

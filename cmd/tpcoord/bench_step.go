@@ -138,7 +138,7 @@ func (o benchStepOptions) validate() error {
 	case o.timeout <= 0:
 		return configError("--timeout: must be > 0, got %v", o.timeout)
 	}
-	return benchBroadcastOptions{followers: []int{1}, payload: o.payload, interval: o.interval, messages: o.messages}.validate()
+	return benchBroadcastOptions{followers: []int{1}, payload: o.payload, interval: o.interval, messages: o.messages, rounds: 1}.validate()
 }
 
 func runBenchStep(ctx context.Context, o benchStepOptions, w, progress io.Writer) error {
@@ -171,15 +171,17 @@ func runBenchStep(ctx context.Context, o benchStepOptions, w, progress io.Writer
 		r.FloorFollowers, r.FloorPayload, r.TargetRatio = n-1, o.payload, bsTargetRatio
 		if n > 1 {
 			fmt.Fprintf(progress, "bench step: [%d/%d] nproc %d: TCP floor to %d followers ...\n", i+1, len(o.nproc), n, n-1)
-			c := bcCase{self: self, n: n - 1, progress: progress, o: benchBroadcastOptions{
-				followers: []int{n - 1}, payload: o.payload, interval: o.interval, messages: o.messages}}
-			fl, err := c.run(ctx, "tcp", "", nil)
+			// The floor's processes get the runtime settings launch gave
+			// the ranks (launch's --tune-runtime default).
+			c := bcCase{self: self, n: n - 1, transport: "tcp", progress: progress, o: benchBroadcastOptions{
+				followers: []int{n - 1}, payload: o.payload, interval: o.interval, messages: o.messages, rounds: 1, tune: true}}
+			fl, err := c.run(ctx)
 			if err != nil {
 				return fmt.Errorf("nproc %d: tcp floor: %w", n, err)
 			}
-			r.FloorP50US, r.FloorP99US = fl.P50US, fl.P99US
-			if fl.P50US > 0 {
-				r.Ratio = r.OverheadP50US / fl.P50US
+			r.FloorP50US, r.FloorP99US = fl.p50, fl.p99
+			if fl.p50 > 0 {
+				r.Ratio = r.OverheadP50US / fl.p50
 				r.TargetMet = r.Ratio <= bsTargetRatio
 			}
 		}

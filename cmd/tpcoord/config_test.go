@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tpcoord/tpcoord/rank"
 )
 
 func TestLayerConfigPrecedence(t *testing.T) {
@@ -60,6 +62,7 @@ func TestLayerConfigErrorsNameTheField(t *testing.T) {
 		{"unknown file key", nil, []string{"--config", bad}, "wrold-size"},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "config:"},
 		{"bad env value", map[string]string{"TPC_MAX_BATCH": "many"}, nil, "TPC_MAX_BATCH"},
+		{"bad byte budget", map[string]string{"TPC_STEP_QUEUE_BYTES": "64MiB"}, nil, "TPC_STEP_QUEUE_BYTES"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -92,6 +95,8 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"agent", "--rank", "1", "--world-size", "2"}, "join:"},
 		{[]string{"agent", "--eos", "100352"}, "eos:"},
 		{[]string{"agent", "--log-format", "xml"}, "log-format:"},
+		{[]string{"agent", "--replay-window-bytes", "0"}, "replay-window-bytes: must be > 0"},
+		{[]string{"agent", "--step-queue-bytes", "-1"}, "step-queue-bytes: must be > 0"},
 		{[]string{"launch", "--nproc", "0"}, "nproc:"},
 		{[]string{"agent", "--no-such-flag"}, "unknown flag"},
 	}
@@ -109,4 +114,50 @@ func TestVersion(t *testing.T) {
 	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "tpcoord ") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
+}
+
+// TestByteBudgetFlags: the replay window's and the step queue's byte
+// budgets default to rank's defaults and layer like every other flag;
+// the example config sets them.
+func TestByteBudgetFlags(t *testing.T) {
+	parse := func(t *testing.T, args ...string) agentConfig {
+		t.Helper()
+		var cfg agentConfig
+		fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+		cfg.flags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := layerConfig(fs); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	t.Run("defaults", func(t *testing.T) {
+		cfg := parse(t)
+		if cfg.ReplayWindowBytes != rank.DefaultReplayWindowBytes || cfg.StepQueueBytes != rank.DefaultStepQueueBytes || rank.DefaultReplayWindowBytes != 64<<20 {
+			t.Fatalf("replay-window-bytes %d, step-queue-bytes %d; want 64 MiB each", cfg.ReplayWindowBytes, cfg.StepQueueBytes)
+		}
+	})
+	t.Run("layers", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := os.WriteFile(file, []byte("replay_window_bytes: 1000\nstep-queue-bytes: 2000\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("TPC_STEP_QUEUE_BYTES", "3000")
+		cfg := parse(t, "--config", file)
+		if cfg.ReplayWindowBytes != 1000 || cfg.StepQueueBytes != 3000 {
+			t.Fatalf("replay-window-bytes %d (file: 1000), step-queue-bytes %d (env: 3000)", cfg.ReplayWindowBytes, cfg.StepQueueBytes)
+		}
+		cfg = parse(t, "--config", file, "--step-queue-bytes", "4000")
+		if cfg.StepQueueBytes != 4000 {
+			t.Fatalf("step-queue-bytes %d, want the flag's 4000", cfg.StepQueueBytes)
+		}
+	})
+	t.Run("example config", func(t *testing.T) {
+		cfg := parse(t, "--config", filepath.Join("..", "..", "configs", "agent.example.yaml"))
+		if cfg.ReplayWindowBytes != 64<<20 || cfg.StepQueueBytes != 64<<20 {
+			t.Fatalf("example config: replay-window-bytes %d, step-queue-bytes %d", cfg.ReplayWindowBytes, cfg.StepQueueBytes)
+		}
+	})
 }

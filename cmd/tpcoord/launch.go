@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -34,6 +31,7 @@ type launchConfig struct {
 	DemoRequests  int
 	DemoMaxTokens int
 	StopGrace     time.Duration
+	TuneRuntime   bool
 }
 
 func newLaunchCmd() *cobra.Command {
@@ -41,10 +39,18 @@ func newLaunchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "launch --nproc N [agent flags]",
 		Short: "Run a local job: an embedded NATS server and N agent processes (ranks 0..N-1)",
-		Long: `Run a whole TP job on this machine. launch starts an embedded NATS server on
-127.0.0.1 (random port, random token) unless --nats is given, spawns N
-'tpcoord agent' processes with memberlist on loopback, and once every rank
-reports ready writes {"nats_url","job","pids"} to --ready-file and logs it.
+		Long: `Run a whole TP job on this machine. launch spawns N 'tpcoord agent'
+processes with memberlist on loopback. Unless --nats is given, rank 0 hosts
+an embedded NATS server on 127.0.0.1 (free port, random token; agent
+--nats-serve) and publishes its steps to it in-process. Once every rank
+reports ready, launch writes {"nats_url","job","pids"} to --ready-file and
+logs it; the URL carries the token.
+
+With --tune-runtime (the default) each rank's Go runtime is set for a host
+the ranks share: GOMAXPROCS = cores/nproc (at least 1) and
+GODEBUG=schedtrace=2147483647, which keeps the runtime's sysmon thread from
+parking between steps; variables already set are kept. See
+docs/operations.md.
 
 SIGINT/SIGTERM are forwarded to the ranks; launch exits 0 once they stop.
 If a rank dies, launch stops the others and exits non-zero naming it.
@@ -74,8 +80,8 @@ tokens/s, and exits.`,
 			if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
 				natsURL = a.NATS
 			}
-			passthrough := agentArgs(fs, "config", "rank", "world-size", "bind", "join", "nats", "local",
-				"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace")
+			passthrough := agentArgs(fs, "config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "local",
+				"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime")
 			return runLaunch(ctx, cfg, natsURL, passthrough, cmd.OutOrStdout(), cmd.ErrOrStderr(), log)
 		},
 	}
@@ -87,6 +93,7 @@ tokens/s, and exits.`,
 	fs.IntVar(&cfg.DemoRequests, "demo-requests", 8, "demo: number of concurrent requests")
 	fs.IntVar(&cfg.DemoMaxTokens, "demo-max-tokens", 64, "demo: max tokens per request")
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", 10*time.Second, "time ranks get to stop before they are killed")
+	fs.BoolVar(&cfg.TuneRuntime, "tune-runtime", true, "set each rank's Go runtime for a shared host: GOMAXPROCS = cores/nproc, sysmon kept from parking (GODEBUG=schedtrace=2147483647); variables already set win")
 	return cmd
 }
 
@@ -111,17 +118,19 @@ type childExit struct {
 func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthrough []string, stdout, stderr io.Writer, log *slog.Logger) (err error) {
 	job := cfg.agent.Job
 	log = log.With("job", job)
-	if natsURL == "" {
-		srv, url, err := startEmbeddedNATS()
+	// Without --nats, rank 0 hosts the server (agent --nats-serve) on a
+	// free loopback port with a random token.
+	serve := natsURL == ""
+	if serve {
+		tok, err := natsbus.NewToken()
 		if err != nil {
 			return err
 		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		natsURL = url
-		log.Info("embedded NATS server started", "url", natsbus.Redact(url))
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		natsURL = fmt.Sprintf("nats://%s@127.0.0.1:%d", tok, port)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -133,25 +142,6 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 	}
 	rank0 := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 
-	// Watch heartbeats before any rank starts, so none is missed.
-	ncfg := natsbus.Config{URL: natsURL, Name: "tpcoord-launch", Logger: log}
-	cfg.agent.natsAuth.apply(&ncfg)
-	nc, err := natsbus.Connect(ncfg)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	subj := broadcast.Subjects{Prefix: cfg.agent.Prefix, Job: job}
-	ready := newReadiness(cfg.NProc, broadcast.JobHash(job))
-	unsub, err := nc.Subscribe(subj.Heartbeats(), ready.observe)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = unsub() }()
-	if err := nc.Flush(ctx); err != nil {
-		return err
-	}
-
 	exits := make(chan childExit, cfg.NProc)
 	gone := map[int]bool{} // ranks whose exit this goroutine has received
 	var children []*child
@@ -162,6 +152,9 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 			"--nats", natsURL, "--local"}, passthrough...)
 		if r == 0 {
 			args = append(args, "--bind", rank0)
+			if serve {
+				args = append(args, "--nats-serve")
+			}
 		} else {
 			args = append(args, "--bind", "127.0.0.1:0", "--join", rank0)
 		}
@@ -170,6 +163,7 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		}
 		c := exec.Command(self, args...)
 		c.Stdout, c.Stderr = stderr, stderr
+		c.Env = rankEnv(os.Environ(), cfg.NProc, cfg.TuneRuntime)
 		c.SysProcAttr = childProcAttr()
 		if err := c.Start(); err != nil {
 			stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
@@ -182,6 +176,54 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 			exits <- childExit{rank: ch.rank, pid: c.Process.Pid, err: err}
 		})
 	}
+	if serve {
+		log.Info("rank 0 hosts the NATS server", "url", natsbus.Redact(natsURL))
+	}
+
+	// Connect (while rank 0's server starts, retrying) and watch the ranks'
+	// heartbeats; a rank that dies meanwhile ends the wait.
+	ncfg := natsbus.Config{URL: natsURL, Name: "tpcoord-launch", Logger: log}
+	cfg.agent.natsAuth.apply(&ncfg)
+	type dialed struct {
+		nc  *natsbus.Conn
+		err error
+	}
+	dctx, dcancel := context.WithCancel(ctx)
+	defer dcancel()
+	dialCh := make(chan dialed, 1)
+	wg.Go(func() {
+		nc, err := natsbus.ConnectWait(dctx, ncfg, cfg.agent.RendezvousTimeout)
+		dialCh <- dialed{nc, err}
+	})
+	var nc *natsbus.Conn
+	select {
+	case d := <-dialCh:
+		if d.err != nil {
+			stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
+			if ctx.Err() != nil {
+				return nil
+			}
+			return d.err
+		}
+		nc = d.nc
+	case e := <-exits:
+		dcancel()
+		if d := <-dialCh; d.nc != nil {
+			d.nc.Close()
+		}
+		gone[e.rank] = true
+		stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
+		return fmt.Errorf("rank %d (pid %d) died before NATS was reachable: %s", e.rank, e.pid, exitHow(e))
+	}
+	defer nc.Close()
+	subj := broadcast.Subjects{Prefix: cfg.agent.Prefix, Job: job}
+	ready := newReadiness(cfg.NProc, broadcast.JobHash(job))
+	unsub, err := nc.Subscribe(subj.Heartbeats(), ready.observe)
+	if err != nil {
+		stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
+		return err
+	}
+	defer func() { _ = unsub() }()
 	pids := make([]int, len(children))
 	for i, c := range children {
 		pids[i] = c.cmd.Process.Pid
@@ -190,19 +232,22 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 
 	// A rank that exits before the job is stopped is a failure of the job.
 	failed := func(e childExit) error {
-		how := "exited with status 0"
-		if e.err != nil {
-			how = e.err.Error()
-		}
+		how := exitHow(e)
 		reason := fmt.Sprintf("rank %d (pid %d) died: %s", e.rank, e.pid, how)
 		log.Error("rank died; stopping the others", "failed_rank", e.rank, "pid", e.pid, "how", how)
 		// Tell the ranks why first, so rank 0's error replies to open
 		// requests and every rank's exit name the dead rank; then stop
 		// whatever is left.
 		gone[e.rank] = true
-		data, _ := json.Marshal(rank.Control{Kind: "peer_lost", Reason: reason, From: "launch"})
-		_ = nc.Publish(&broadcast.Msg{Subject: subj.Control(), Data: data})
-		_ = nc.Flush(context.Background())
+		// (When rank 0 hosted the server and is the one that died, there is
+		// no bus left: the followers notice by themselves.)
+		if !(serve && e.rank == 0) {
+			data, _ := json.Marshal(rank.Control{Kind: "peer_lost", Reason: reason, From: "launch"})
+			_ = nc.Publish(&broadcast.Msg{Subject: subj.Control(), Data: data})
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = nc.Flush(fctx)
+			cancel()
+		}
 		// The ranks stop by themselves on that message (exit 3); stragglers
 		// get SIGTERM after a moment.
 		_ = stopChildren(children, gone, exits, syscall.SIGTERM, 2*time.Second, cfg.StopGrace, log)
@@ -278,6 +323,14 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 			return failed(e)
 		}
 	}
+}
+
+// exitHow describes how a rank exited.
+func exitHow(e childExit) string {
+	if e.err == nil {
+		return "exited with status 0"
+	}
+	return e.err.Error()
 }
 
 // stopChildren stops every rank not in gone (ranks whose exit was already
@@ -400,30 +453,6 @@ func writeReadyFile(path string, info readyInfo) error {
 		return fmt.Errorf("ready-file: %w", err)
 	}
 	return nil
-}
-
-// startEmbeddedNATS starts a NATS server on loopback with a random port and
-// a random token; the URL it returns carries the token.
-func startEmbeddedNATS() (*server.Server, string, error) {
-	var tok [16]byte
-	if _, err := rand.Read(tok[:]); err != nil {
-		return nil, "", err
-	}
-	token := hex.EncodeToString(tok[:])
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
-		Authorization: token, MaxPayload: 8 << 20,
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("embedded NATS: %w", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, "", fmt.Errorf("embedded NATS: not ready after 10s")
-	}
-	addr := srv.Addr().(*net.TCPAddr)
-	return srv, fmt.Sprintf("nats://%s@127.0.0.1:%d", token, addr.Port), nil
 }
 
 // freePort finds a port free for both TCP and UDP on loopback (memberlist

@@ -4,5 +4,9 @@ package main
 
 import "time"
 
-// pause sleeps for d (coarser than the Linux version).
-func pause(d time.Duration) { time.Sleep(d) }
+// pacer sleeps with time.Sleep here: coarser than the Linux timerfd.
+type pacer struct{}
+
+func newPacer() (*pacer, error)            { return &pacer{}, nil }
+func (*pacer) sleep(d time.Duration) error { time.Sleep(d); return nil }
+func (*pacer) Close() error                { return nil }

@@ -1,0 +1,120 @@
+package natsbus
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// MaxPayload is the largest message an embedded server accepts (8 MiB).
+const MaxPayload = 8 << 20
+
+// Server is a NATS server embedded in this process: the single-machine
+// default. Rank 0 hosts it (agent --nats-serve), so its step messages
+// reach the server through an in-process pipe instead of a socket and a
+// wake-up of another process; followers and clients connect over TCP as
+// they would to any server.
+type Server struct {
+	srv *server.Server
+	url string
+}
+
+// NewToken returns a random 128-bit token, hex-encoded.
+func NewToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Serve starts a server where rawURL says: nats://[TOKEN@]HOST:PORT or
+// nats://USER:PASSWORD@HOST:PORT. Clients must present the URL's token or
+// user and password. Port 0 picks a free port (URL reports it). A server on
+// a non-loopback address must have credentials: a bus anyone on the network
+// can publish steps to is refused.
+func Serve(rawURL string) (*Server, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("nats-serve: %s is not a URL: %v", Redact(rawURL), err)
+	}
+	if u.Scheme != "nats" {
+		return nil, fmt.Errorf("nats-serve: %s: scheme must be nats://", Redact(rawURL))
+	}
+	host, portStr := u.Hostname(), u.Port()
+	port, err := strconv.Atoi(portStr)
+	if host == "" || err != nil || port < 0 || port > 65535 {
+		return nil, fmt.Errorf("nats-serve: %s: give host and port, e.g. nats://TOKEN@127.0.0.1:4222", Redact(rawURL))
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("nats-serve: %s: a server URL has no path", Redact(rawURL))
+	}
+	opts := &server.Options{Host: host, Port: port, NoSigs: true, NoLog: true, MaxPayload: MaxPayload}
+	if port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	switch pw, hasPW := u.User.Password(); {
+	case u.User == nil:
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("nats-serve: %s listens beyond loopback without credentials; put a token in the URL (nats://TOKEN@%s)", Redact(rawURL), u.Host)
+		}
+	case hasPW:
+		opts.Username, opts.Password = u.User.Username(), pw
+	default:
+		opts.Authorization = u.User.Username()
+	}
+	if port != 0 {
+		// The server would only log a listen error and never become ready;
+		// try the address first for a clear error now.
+		ln, err := net.Listen("tcp", u.Host)
+		if err != nil {
+			return nil, fmt.Errorf("nats-serve: %w", err)
+		}
+		ln.Close()
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats-serve: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("nats-serve: cannot listen on %s (port in use?)", u.Host)
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		return nil, fmt.Errorf("nats-serve: no TCP listener on %s", u.Host)
+	}
+	u.Host = net.JoinHostPort(host, strconv.Itoa(addr.Port))
+	return &Server{srv: srv, url: u.String()}, nil
+}
+
+// ServeLoopback starts a server on 127.0.0.1 with a free port and a
+// random token.
+func ServeLoopback() (*Server, error) {
+	tok, err := NewToken()
+	if err != nil {
+		return nil, err
+	}
+	return Serve("nats://" + tok + "@127.0.0.1:0")
+}
+
+// URL is the URL clients connect to; it carries the credentials.
+func (s *Server) URL() string { return s.url }
+
+// NumClients is the number of client connections, in-process ones
+// included.
+func (s *Server) NumClients() int { return s.srv.NumClients() }
+
+// Close shuts the server down and waits until it has.
+func (s *Server) Close() {
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+}

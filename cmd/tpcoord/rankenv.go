@@ -1,0 +1,77 @@
+package main
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// sysmonSetting keeps the Go runtime's sysmon thread out of its deep sleep.
+// A rank is idle between steps. With every P idle, sysmon parks on a futex,
+// and the first system call after the next wake-up, the read of the step
+// message, has to wake it: one more thread wake-up on the receive path of
+// every rank at every step, followed by a run of 20 µs polls. A positive
+// schedtrace is the runtime's only switch that keeps sysmon polling
+// instead, backing off to one poll per 10 ms while idle. The trace period
+// is the largest the runtime takes (2^31-1 ms, 24.8 days), so nothing is
+// printed, except one line at start on a host up for longer than that.
+// Measured in docs/benchmarks-broadcast.md.
+const sysmonSetting = "schedtrace=2147483647"
+
+// rankEnv is the environment of one rank process that `launch` (or a bench
+// that stands in for one) starts on a host shared by nproc ranks. With
+// tune, every rank gets sysmonSetting in GODEBUG and a GOMAXPROCS of its
+// share of the cores, at least 1: with more Ps than the cores a process
+// gets to run on, every hand-off between its goroutines (nats.go's read
+// loop to a subscription's goroutine, the embedded server's read loop to
+// its per-connection write loops) wakes another thread, which the host
+// pays for in CPU and the step in latency. Settings already in base
+// (GOMAXPROCS, a schedtrace in GODEBUG) are left as they are.
+func rankEnv(base []string, nproc int, tune bool) []string {
+	env := append([]string(nil), base...)
+	if !tune {
+		return env
+	}
+	godebug, hasGodebug, hasProcs := "", false, false
+	for _, kv := range env {
+		switch {
+		case strings.HasPrefix(kv, "GODEBUG="):
+			godebug, hasGodebug = strings.TrimPrefix(kv, "GODEBUG="), true
+		case strings.HasPrefix(kv, "GOMAXPROCS="):
+			hasProcs = true
+		}
+	}
+	if !godebugHas(godebug, "schedtrace") {
+		v := sysmonSetting
+		if godebug != "" {
+			v = godebug + "," + sysmonSetting
+		}
+		if hasGodebug {
+			env = withoutVar(env, "GODEBUG")
+		}
+		env = append(env, "GODEBUG="+v)
+	}
+	if !hasProcs {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/max(1, nproc))))
+	}
+	return env
+}
+
+func godebugHas(godebug, key string) bool {
+	for kv := range strings.SplitSeq(godebug, ",") {
+		if k, _, _ := strings.Cut(strings.TrimSpace(kv), "="); k == key {
+			return true
+		}
+	}
+	return false
+}
+
+func withoutVar(env []string, name string) []string {
+	out := env[:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -140,46 +140,57 @@ func TestKilledRankStopsJob(t *testing.T) {
 	}
 }
 
-// TestKilledRank0StopsJob: under launch rank 0 hosts the NATS server, so
-// its death takes the bus with it. launch must still stop the followers and
-// exit non-zero naming rank 0, and a requester must get an error, not hang.
+// TestKilledRank0StopsJob: SIGKILL rank 0, once with the NATS server in
+// launch (the default) and once hosted by rank 0 (--nats-in-rank0), whose
+// death then takes the bus with it. launch must stop the followers and exit
+// non-zero naming rank 0 either way, and a requester must not hang (it has
+// no one to answer it: it ends with an error by its --timeout at the
+// latest).
 func TestKilledRank0StopsJob(t *testing.T) {
-	j := launch(t, "--nproc", "3", "--job", "e2e-kill0", "--forward-time", "5ms")
-	genErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := contextWithTimeout(2 * time.Minute)
-		defer cancel()
-		_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", "90s")
-		genErr <- err
-	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
-		ranks, err := j.status()
-		return err == nil && len(ranks) == 3 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
-	})
-	victim := j.info.PIDs[0]
-	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err := j.wait(60 * time.Second)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-		t.Fatalf("launch exit: %v, want a non-zero exit", err)
-	}
-	if want := fmt.Sprintf("rank 0 (pid %d) died", victim); !strings.Contains(j.log.String(), want) {
-		t.Errorf("launch output does not name the dead rank (%q)", want)
-	}
-	select {
-	case err := <-genErr:
-		if err == nil {
-			t.Error("requester got no error after rank 0 died")
-		}
-	case <-time.After(90 * time.Second):
-		t.Error("requester still waiting 90s after launch exited")
-	}
-	for _, pid := range j.info.PIDs {
-		if alive(pid) {
-			t.Errorf("rank pid %d still running after launch exited", pid)
-		}
+	for _, mode := range []string{"server-in-launch", "server-in-rank0"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"--nproc", "3", "--job", "e2e-kill0", "--forward-time", "5ms"}
+			if mode == "server-in-rank0" {
+				args = append(args, "--nats-in-rank0")
+			}
+			j := launch(t, args...)
+			genErr := make(chan error, 1)
+			go func() {
+				ctx, cancel := contextWithTimeout(2 * time.Minute)
+				defer cancel()
+				_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", "20s")
+				genErr <- err
+			}()
+			waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+				ranks, err := j.status()
+				return err == nil && len(ranks) == 3 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
+			})
+			victim := j.info.PIDs[0]
+			if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			err := j.wait(60 * time.Second)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+				t.Fatalf("launch exit: %v, want a non-zero exit", err)
+			}
+			if want := fmt.Sprintf("rank 0 (pid %d) died", victim); !strings.Contains(j.log.String(), want) {
+				t.Errorf("launch output does not name the dead rank (%q)", want)
+			}
+			select {
+			case err := <-genErr:
+				if err == nil {
+					t.Error("requester got no error after rank 0 died")
+				}
+			case <-time.After(60 * time.Second):
+				t.Error("requester still waiting 60s after launch exited")
+			}
+			for _, pid := range j.info.PIDs {
+				if alive(pid) {
+					t.Errorf("rank pid %d still running after launch exited", pid)
+				}
+			}
+		})
 	}
 }
 

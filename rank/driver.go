@@ -60,6 +60,11 @@ type DriverConfig struct {
 	// (counted as step_queue_full) and recovered by replay; a step arriving
 	// at an empty queue is always taken, whatever its size.
 	StepQueueBytes int
+	// Steps, if set, is where rank 0 publishes its step messages; every
+	// other message uses the Driver's transport. The agent gives rank 0 a
+	// connection of its own for steps that writes each one out at once,
+	// while client replies and heartbeats on the other are batched.
+	Steps broadcast.Transport
 	// MaxStepBytes bounds one step message (the transport's max payload);
 	// admissions that do not fit wait for a later step.
 	MaxStepBytes int
@@ -758,7 +763,11 @@ func (d *Driver) lead(ctx context.Context) error {
 		buf = broadcast.AppendStep(buf[:0], d.job, st)
 		d.window.Add(st.Epoch, k, buf)
 		_, pub := d.span(sctx, "publish")
-		err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf, Header: stampSent(traceHeader(sctx))})
+		steps := d.tr
+		if d.cfg.Steps != nil {
+			steps = d.cfg.Steps
+		}
+		err := steps.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf, Header: stampSent(traceHeader(sctx))})
 		pub.End()
 		if err != nil {
 			stepSpan.End()

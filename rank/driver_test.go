@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -591,5 +592,63 @@ func TestDriverLeaderStopsWhileBusy(t *testing.T) {
 				t.Fatal("the interrupted request reported success")
 			}
 		})
+	}
+}
+
+// stepCounter counts the step messages published through it.
+type stepCounter struct {
+	broadcast.Transport
+	steps atomic.Int64
+}
+
+func (s *stepCounter) Publish(m *broadcast.Msg) error {
+	if m.Subject == drvSubj.Step() {
+		s.steps.Add(1)
+	}
+	return s.Transport.Publish(m)
+}
+
+// TestDriverStepsTransport: with DriverConfig.Steps, rank 0 publishes every
+// step message there and none on its main transport, and the cluster
+// decodes as usual.
+func TestDriverStepsTransport(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	client := hub.Connect()
+	t.Cleanup(client.Close)
+	main, steps := &stepCounter{Transport: hub.Connect()}, &stepCounter{Transport: hub.Connect()}
+	t.Cleanup(steps.Close)
+	cfg0 := driverConfig(0, 2)
+	cfg0.Steps = steps
+	ranks := []*runningRank{startRankOn(t, ctx, main, cfg0), startRank(t, ctx, hub, driverConfig(1, 2))}
+	t.Cleanup(func() {
+		cancel()
+		for _, r := range ranks {
+			_ = r.wait(t)
+		}
+	})
+	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
+	})
+	req := &GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer gcancel()
+	rep, err := Generate(gctx, client, drvSubj, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := predict(t, req)
+	if !slices.Equal(rep.Tokens, want) {
+		t.Fatalf("tokens %v, want %v", rep.Tokens, want)
+	}
+	eventually(t, 10*time.Second, "follower never caught up", func() bool {
+		s0, s1 := ranks[0].d.Status(), ranks[1].d.Status()
+		return s1.Step == s0.Step && s1.Digest == s0.Digest
+	})
+	if n := steps.steps.Load(); n < int64(len(want)) {
+		t.Errorf("%d steps on the steps transport, want at least %d", n, len(want))
+	}
+	if n := main.steps.Load(); n != 0 {
+		t.Errorf("%d steps on the main transport, want 0", n)
 	}
 }

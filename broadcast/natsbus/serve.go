@@ -16,10 +16,10 @@ import (
 const MaxPayload = 8 << 20
 
 // Server is a NATS server embedded in this process: the single-machine
-// default. Rank 0 hosts it (agent --nats-serve), so its step messages
-// reach the server through an in-process pipe instead of a socket and a
-// wake-up of another process; followers and clients connect over TCP as
-// they would to any server.
+// default, hosted by launch, or by rank 0 (agent --nats-serve), whose step
+// messages then reach it through an in-process pipe (Config.InProcess)
+// instead of a socket and a wake-up of another process. Everyone else
+// connects over TCP as to any server.
 type Server struct {
 	srv *server.Server
 	url string

@@ -84,7 +84,7 @@ func (c *agentConfig) flags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.Join, "join", nil, "comma-separated memberlist peers host:port to join")
 	fs.BoolVar(&c.Local, "local", false, "use memberlist's fast loopback timings (all ranks on one host)")
 	fs.StringVar(&c.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL")
-	fs.BoolVar(&c.NATSServe, "nats-serve", false, "rank 0 only: host the NATS server named by --nats in this process (its token or user:password are required of clients) and publish steps to it in-process; launch's default")
+	fs.BoolVar(&c.NATSServe, "nats-serve", false, "rank 0 only: host the NATS server named by --nats in this process (its token or user:password are required of clients) and publish steps to it in-process; launch --nats-in-rank0 uses it")
 	c.natsAuth.flags(fs)
 	c.workerOpts.flags(fs)
 	c.telemetryOpts.flags(fs)
@@ -257,11 +257,9 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 
 	natsClosed := make(chan struct{})
 	var closeOnce sync.Once
-	// Rank 0 writes its step messages through (no flusher goroutine on the
-	// way out); with --nats-serve it also hosts the server and reaches it
-	// in-process.
+	// With --nats-serve rank 0 hosts the server and reaches it in-process.
 	ncfg := natsbus.Config{URL: cfg.NATS, Name: fmt.Sprintf("tpcoord-%s-r%d", cfg.Job, cfg.Rank), Logger: log,
-		OnClosed: func() { closeOnce.Do(func() { close(natsClosed) }) }, WriteThrough: cfg.Rank == 0}
+		OnClosed: func() { closeOnce.Do(func() { close(natsClosed) }) }}
 	cfg.natsAuth.apply(&ncfg)
 	if cfg.NATSServe {
 		bus, err := natsbus.Serve(cfg.NATS)
@@ -281,6 +279,20 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 		return err
 	}
 	defer nc.Close()
+	// Rank 0 publishes its steps on a connection of their own that writes
+	// each one out in the publishing goroutine (no wake-up of nats.go's
+	// flusher on the way); client replies and heartbeats stay batched on
+	// the main one. Heartbeats may then overtake a step; followers only
+	// act on a rank 0 heartbeat a whole interval old.
+	var steps *natsbus.Conn
+	if cfg.Rank == 0 {
+		scfg := ncfg
+		scfg.Name, scfg.OnClosed, scfg.WriteThrough = ncfg.Name+"-steps", nil, true
+		if steps, err = natsbus.Connect(scfg); err != nil {
+			return err
+		}
+		defer steps.Close()
+	}
 
 	ex, err := newExecutor(ctx, cfg, log)
 	if err != nil {
@@ -368,6 +380,9 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 		Tracer: otel.Tracer("github.com/tpcoord/tpcoord"), TraceEvery: cfg.TraceEvery,
 		Flight: tel.flight, Metrics: tel.metrics,
 		HoldOnPeerLoss: cfg.OnPeerLoss == "wait",
+	}
+	if steps != nil {
+		dcfg.Steps = steps
 	}
 	if cfg.Rank != 0 && cfg.SamplingRanks == "all" {
 		dcfg.FollowerPick = picker

@@ -63,6 +63,7 @@ type benchBroadcastOptions struct {
 	rounds    int
 	json      bool
 	natsURL   string // an external server instead of the embedded one
+	inPub     bool   // the embedded server in the publisher (launch --nats-in-rank0)
 	tune      bool   // give the processes the runtime settings launch gives ranks
 }
 
@@ -99,7 +100,7 @@ type benchBroadcastResult struct {
 	TargetP99Ratio  float64 `json:"target_p99_ratio"`
 	// TargetsMet applies the N=8 targets' thresholds to this N's ratios.
 	TargetsMet  bool   `json:"targets_met"`
-	NATSServer  string `json:"nats_server"` // "embedded" (in the publisher, in-process) or "external"
+	NATSServer  string `json:"nats_server"` // "own-process" (as under launch), "in-publisher" (launch --nats-in-rank0) or "external"
 	TuneRuntime bool   `json:"tune_runtime"`
 	CPU         string `json:"cpu"`
 	Cores       int    `json:"cores"`
@@ -123,12 +124,14 @@ publishes --messages messages of --payload bytes every --interval. Each
 message carries its wall-clock send time; followers report receive minus
 send. The first 5% of messages are warm-up and not counted.
 
-The NATS case is set up as launch sets up a job: the publisher plays rank 0,
-hosting an embedded NATS server and publishing to it in-process, writing
-through (agent --nats-serve), and the followers connect and subscribe as
-agents do; with --nats the publisher and followers use that server instead.
-With --tune-runtime (the default) every process gets the Go runtime settings
-launch gives ranks (see launch --help), in both cases.
+The NATS case is set up as launch sets up a job: an embedded NATS server in a
+process of its own (as launch hosts it), the publisher playing rank 0 (its
+step connection writes every publish through) and followers that connect
+and subscribe as agents do. --server-in-publisher moves the server into the
+publisher, reached in-process (launch --nats-in-rank0); --nats uses that
+server instead. With --tune-runtime (the default) every process gets the Go
+runtime settings launch gives ranks and itself (see launch --help), in both
+cases.
 
 Prints, per (transport, N), the medians over rounds of p50/p90/p99 (max: the
 largest) in µs, lost messages, CPU per message of the followers and of the
@@ -153,7 +156,8 @@ interval.`,
 	f.IntVar(&o.messages, "messages", 5000, "messages per case (>= 10; the first 5% are warm-up)")
 	f.IntVar(&o.rounds, "rounds", 3, "rounds of (tcp, nats) per follower count; figures are medians over rounds")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per line")
-	f.StringVar(&o.natsURL, "nats", "", "use this NATS server (e.g. one in its own process) instead of one embedded in the publisher")
+	f.StringVar(&o.natsURL, "nats", "", "use this NATS server instead of an embedded one")
+	f.BoolVar(&o.inPub, "server-in-publisher", false, "embed the NATS server in the publisher, reached in-process (as launch --nats-in-rank0)")
 	f.BoolVar(&o.tune, "tune-runtime", true, "give every process the Go runtime settings launch gives ranks (GOMAXPROCS = cores/processes, GODEBUG=schedtrace for sysmon)")
 	return cmd
 }
@@ -179,6 +183,9 @@ func (o benchBroadcastOptions) validate() error {
 	if o.rounds < 1 || o.rounds > bcMaxRounds {
 		return configError("--rounds: %d is outside 1..%d", o.rounds, bcMaxRounds)
 	}
+	if o.inPub && o.natsURL != "" {
+		return configError("--server-in-publisher: not with --nats (the server is given)")
+	}
 	return nil
 }
 
@@ -196,9 +203,12 @@ func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBro
 	if err != nil {
 		return fmt.Errorf("locate own binary: %w", err)
 	}
-	server := "embedded"
-	if o.natsURL != "" {
+	server := "own-process"
+	switch {
+	case o.natsURL != "":
 		server = "external"
+	case o.inPub:
+		server = "in-publisher"
 	}
 	cpu, cores, gover := cpuModel(), runtime.NumCPU(), runtime.Version()
 	if !o.json {
@@ -422,14 +432,31 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 	var ps bcProcs
 	defer ps.stop()
 	life := bcFollowerDeadline(c.o.messages, c.o.interval)
+	readyBy := time.Now().Add(bcReadyTimeout)
+	natsURL := c.o.natsURL
+	if c.transport == "nats" && natsURL == "" && !c.o.inPub {
+		// The server in a process of its own, tuned as launch tunes itself
+		// (one process more than the ranks share the host with).
+		srv, err := ps.start(c.self, "NATS server", []string{"bench", "broadcast-server"}, rankEnv(os.Environ(), c.n+2, c.o.tune), true)
+		if err != nil {
+			return res, err
+		}
+		first, err := srv.line(ctx, readyBy, "its URL")
+		if err != nil {
+			return res, err
+		}
+		var ok bool
+		if natsURL, ok = strings.CutPrefix(first, "addr "); !ok {
+			return res, fmt.Errorf("NATS server: unexpected first line %q", first)
+		}
+	}
 	args := []string{"bench", "broadcast-publisher", "--transport", c.transport, "--followers", strconv.Itoa(c.n),
 		"--payload", strconv.Itoa(c.o.payload), "--interval", c.o.interval.String(), "--messages", strconv.Itoa(c.o.messages),
-		"--subject", c.subject, "--nats", c.o.natsURL}
+		"--subject", c.subject, "--nats", natsURL}
 	pub, err := ps.start(c.self, "publisher", args, rankEnv(os.Environ(), c.n+1, c.o.tune), true)
 	if err != nil {
 		return res, err
 	}
-	readyBy := time.Now().Add(bcReadyTimeout)
 	first, err := pub.line(ctx, readyBy, "its address")
 	if err != nil {
 		return res, err
@@ -496,7 +523,11 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 	if err := json.Unmarshal([]byte(l), &prep); err != nil {
 		return res, fmt.Errorf("publisher: report: %w", err)
 	}
-	pub.stdin.Close() // the publisher exits once stdin ends
+	for _, p := range ps.procs {
+		if p.stdin != nil {
+			p.stdin.Close() // the publisher and the server exit once stdin ends
+		}
+	}
 	for _, p := range ps.procs {
 		select {
 		case <-p.done:
@@ -528,6 +559,35 @@ func pct(sorted []int64, q float64) int64 {
 }
 
 func us(ns int64) float64 { return float64(ns) / 1e3 }
+
+// newBenchBroadcastServerCmd returns the hidden `tpcoord bench
+// broadcast-server` that `bench broadcast` spawns for the NATS case: an
+// embedded NATS server on loopback with a random token, in a process of
+// its own as under launch. It prints "addr URL" and runs until stdin ends.
+func newBenchBroadcastServerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "broadcast-server",
+		Short:  "NATS server process of bench broadcast (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchBroadcastServer(cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+}
+
+func runBenchBroadcastServer(stdin io.Reader, stdout io.Writer) error {
+	srv, err := natsbus.ServeLoopback()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if _, err := fmt.Fprintf(stdout, "addr %s\n", srv.URL()); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, stdin)
+	return nil
+}
 
 type benchBroadcastPublisherOptions struct {
 	transport string

@@ -29,6 +29,8 @@ func init() {
 	cmd := newBenchBroadcastFollowerCmd()
 	if i := slices.Index(args, "broadcast-publisher"); i >= 0 {
 		args, cmd = args[i+1:], newBenchBroadcastPublisherCmd()
+	} else if i := slices.Index(args, "broadcast-server"); i >= 0 {
+		args, cmd = args[i+1:], newBenchBroadcastServerCmd()
 	} else if i := slices.Index(args, "broadcast-follower"); i >= 0 {
 		args = args[i+1:]
 	}
@@ -85,7 +87,7 @@ func TestBenchBroadcastJSON(t *testing.T) {
 			t.Errorf("line %d: case %s/%d, want %s/%d", i, r.Transport, r.Followers, w.transport, w.followers)
 		}
 		if r.Messages != msgs || r.Warmup != warm || r.Payload != 64 || r.IntervalUS != 1000 || r.Rounds != 1 ||
-			r.NATSServer != "embedded" || !r.TuneRuntime {
+			r.NATSServer != "own-process" || !r.TuneRuntime {
 			t.Errorf("line %d: configuration %+v", i, r)
 		}
 		if r.Lost != 0 {
@@ -153,6 +155,7 @@ func TestBenchBroadcastBadFlags(t *testing.T) {
 		{[]string{"--interval", "fast"}, "--interval"},
 		{[]string{"--rounds", "0"}, "--rounds"},
 		{[]string{"--rounds", "101"}, "--rounds"},
+		{[]string{"--server-in-publisher", "--nats", "nats://127.0.0.1:4222"}, "--server-in-publisher"},
 	} {
 		_, err := runBenchBroadcastCmd(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
@@ -279,5 +282,29 @@ func TestPct(t *testing.T) {
 	}
 	if got := pct([]int64{7}, 0.99); got != 7 {
 		t.Errorf("single value: %d", got)
+	}
+}
+
+// With --server-in-publisher the publisher hosts the server (as rank 0
+// under launch --nats-in-rank0) and every message still arrives.
+func TestBenchBroadcastServerInPublisher(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "30", "--interval", "1ms", "--rounds", "1", "--server-in-publisher", "--json")
+	if err != nil {
+		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
+	}
+	var n int
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r benchBroadcastResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if r.NATSServer != "in-publisher" || r.Lost != 0 || r.Samples != 2*(30-bcWarmup(30)) {
+			t.Errorf("%s: server %q, lost %d, samples %d", r.Transport, r.NATSServer, r.Lost, r.Samples)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", n, out)
 	}
 }

@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +34,7 @@ type launchConfig struct {
 	DemoMaxTokens int
 	StopGrace     time.Duration
 	TuneRuntime   bool
+	NATSInRank0   bool
 }
 
 func newLaunchCmd() *cobra.Command {
@@ -39,18 +42,20 @@ func newLaunchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "launch --nproc N [agent flags]",
 		Short: "Run a local job: an embedded NATS server and N agent processes (ranks 0..N-1)",
-		Long: `Run a whole TP job on this machine. launch spawns N 'tpcoord agent'
-processes with memberlist on loopback. Unless --nats is given, rank 0 hosts
-an embedded NATS server on 127.0.0.1 (free port, random token; agent
---nats-serve) and publishes its steps to it in-process. Once every rank
-reports ready, launch writes {"nats_url","job","pids"} to --ready-file and
-logs it; the URL carries the token.
+		Long: `Run a whole TP job on this machine. launch starts an embedded NATS server
+on 127.0.0.1 (free port, random token) unless --nats is given, and spawns N
+'tpcoord agent' processes with memberlist on loopback. With --nats-in-rank0
+rank 0 hosts that server instead (agent --nats-serve) and publishes its steps
+to it in-process: a faster fan-out, but rank 0 then does the server's work
+for all of the job's traffic (see docs/benchmarks-broadcast.md). Once every
+rank reports ready, launch writes {"nats_url","job","pids"} to --ready-file
+and logs it; the URL carries the token.
 
-With --tune-runtime (the default) each rank's Go runtime is set for a host
-the ranks share: GOMAXPROCS = cores/nproc (at least 1) and
-GODEBUG=schedtrace=2147483647, which keeps the runtime's sysmon thread from
-parking between steps; variables already set are kept. See
-docs/operations.md.
+With --tune-runtime (the default) each rank's Go runtime, and launch's own
+(it re-executes itself once), is set for a host they share: GOMAXPROCS =
+cores/processes (at least 1) and GODEBUG=schedtrace=2147483647, which keeps
+the runtime's sysmon thread from parking between steps; variables already
+set are kept. See docs/operations.md.
 
 SIGINT/SIGTERM are forwarded to the ranks; launch exits 0 once they stop.
 If a rank dies, launch stops the others and exits non-zero naming it.
@@ -74,6 +79,9 @@ tokens/s, and exits.`,
 			if err != nil {
 				return err
 			}
+			if cfg.TuneRuntime {
+				tuneSelf(cfg.NProc+1, !testing.Testing(), log)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			natsURL := ""
@@ -81,7 +89,7 @@ tokens/s, and exits.`,
 				natsURL = a.NATS
 			}
 			passthrough := agentArgs(fs, "config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "local",
-				"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime")
+				"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0")
 			return runLaunch(ctx, cfg, natsURL, passthrough, cmd.OutOrStdout(), cmd.ErrOrStderr(), log)
 		},
 	}
@@ -93,6 +101,7 @@ tokens/s, and exits.`,
 	fs.IntVar(&cfg.DemoRequests, "demo-requests", 8, "demo: number of concurrent requests")
 	fs.IntVar(&cfg.DemoMaxTokens, "demo-max-tokens", 64, "demo: max tokens per request")
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", 10*time.Second, "time ranks get to stop before they are killed")
+	fs.BoolVar(&cfg.NATSInRank0, "nats-in-rank0", false, "without --nats: rank 0 hosts the NATS server and publishes to it in-process (faster fan-out; rank 0 does the server's work)")
 	fs.BoolVar(&cfg.TuneRuntime, "tune-runtime", true, "set each rank's Go runtime for a shared host: GOMAXPROCS = cores/nproc, sysmon kept from parking (GODEBUG=schedtrace=2147483647); variables already set win")
 	return cmd
 }
@@ -118,10 +127,12 @@ type childExit struct {
 func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthrough []string, stdout, stderr io.Writer, log *slog.Logger) (err error) {
 	job := cfg.agent.Job
 	log = log.With("job", job)
-	// Without --nats, rank 0 hosts the server (agent --nats-serve) on a
-	// free loopback port with a random token.
-	serve := natsURL == ""
-	if serve {
+	// Without --nats the server is embedded: here, or with --nats-in-rank0
+	// in rank 0 (agent --nats-serve) on a free loopback port with a random
+	// token.
+	serve := natsURL == "" && cfg.NATSInRank0
+	switch {
+	case serve:
 		tok, err := natsbus.NewToken()
 		if err != nil {
 			return err
@@ -131,12 +142,23 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 			return err
 		}
 		natsURL = fmt.Sprintf("nats://%s@127.0.0.1:%d", tok, port)
+	case natsURL == "":
+		srv, err := natsbus.ServeLoopback()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		natsURL = srv.URL()
+		log.Info("embedded NATS server started", "url", natsbus.Redact(natsURL))
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locate own binary: %w", err)
 	}
 	port, err := freePort()
+	for err == nil && serve && strings.HasSuffix(natsURL, ":"+strconv.Itoa(port)) {
+		port, err = freePort() // both were free, but only one can be bound
+	}
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks (JSON lines with the machine, the configuration and medians)"}
-	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastPublisherCmd(), newBenchBroadcastFollowerCmd(), newBenchE2ECmd())
+	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastPublisherCmd(), newBenchBroadcastServerCmd(), newBenchBroadcastFollowerCmd(), newBenchE2ECmd())
 	bench.AddCommand(newBenchNoiseCmd(), newBenchStepCmd())
 	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newWorkerCmd(), newVersionCmd())
 	return root

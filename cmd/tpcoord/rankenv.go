@@ -1,6 +1,8 @@
 package main
 
 import (
+	"log/slog"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -74,4 +76,31 @@ func withoutVar(env []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// tuneSelf gives this process (launch, which hosts the job's NATS server,
+// or a bench standing in for it) the runtime settings rankEnv gives ranks,
+// for a host shared by procs processes. GOMAXPROCS is set in place, unless
+// the environment sets it; the sysmon setting only takes effect at start,
+// so without it the process re-executes itself once with it added to
+// GODEBUG (reexec is false in a test binary, which must not be replaced).
+// It returns when no re-execution happened.
+func tuneSelf(procs int, reexec bool, log *slog.Logger) {
+	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/max(1, procs)))
+	}
+	godebug := os.Getenv("GODEBUG")
+	if !reexec || godebugHas(godebug, "schedtrace") {
+		return
+	}
+	self, err := os.Executable()
+	if err == nil {
+		env := withoutVar(os.Environ(), "GODEBUG")
+		v := sysmonSetting
+		if godebug != "" {
+			v = godebug + "," + sysmonSetting
+		}
+		err = execSelf(self, os.Args, append(env, "GODEBUG="+v)) // returns only on failure
+	}
+	log.Warn("running without the sysmon setting: could not re-execute", "err", err)
 }

@@ -1,0 +1,8 @@
+//go:build unix
+
+package main
+
+import "syscall"
+
+// execSelf replaces this process with path run with args and env.
+func execSelf(path string, args, env []string) error { return syscall.Exec(path, args, env) }

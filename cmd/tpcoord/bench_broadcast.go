@@ -91,6 +91,9 @@ type benchBroadcastResult struct {
 	// when there is one), from the start signal to the end.
 	FollowerCPUUS  float64 `json:"follower_cpu_us_per_msg"`
 	PublisherCPUUS float64 `json:"publisher_cpu_us_per_msg"`
+	// ServerCPUUS is the NATS server's process when it has one of its own
+	// (from its start to the end of the case; 0 otherwise).
+	ServerCPUUS float64 `json:"server_cpu_us_per_msg"`
 	// NATS over raw TCP for this follower count: the median over rounds of
 	// the ratio within the round (the two cases run back to back). On both
 	// lines.
@@ -134,8 +137,8 @@ runtime settings launch gives ranks and itself (see launch --help), in both
 cases.
 
 Prints, per (transport, N), the medians over rounds of p50/p90/p99 (max: the
-largest) in µs, lost messages, CPU per message of the followers and of the
-publisher, and the median over rounds of the NATS/TCP ratios of p50 and
+largest) in µs, lost messages, CPU per message of the followers, of the publisher
+and of the server process, and the median over rounds of the NATS/TCP ratios of p50 and
 p99. Progress goes to stderr. The publisher paces itself with a timerfd
 (Go's timers wake ~1 ms late); sent_interval_us reports the achieved
 interval.`,
@@ -214,8 +217,8 @@ func runBenchBroadcast(ctx context.Context, stdout, stderr io.Writer, o benchBro
 	if !o.json {
 		fmt.Fprintf(stdout, "%s, %d cores, %s; payload %d B, interval %v, %d messages (%d warm-up), %d rounds, NATS server %s, tune-runtime %v\n",
 			cpu, cores, gover, o.payload, o.interval, o.messages, bcWarmup(o.messages), o.rounds, server, o.tune)
-		fmt.Fprintf(stdout, "%-9s %9s %9s %9s %9s %9s %6s %9s %9s %9s %9s %9s\n",
-			"transport", "followers", "p50_us", "p90_us", "p99_us", "max_us", "lost", "sent_us", "fcpu_us", "pcpu_us", "p50/tcp", "p99/tcp")
+		fmt.Fprintf(stdout, "%-9s %9s %9s %9s %9s %9s %6s %9s %9s %9s %9s %9s %9s\n",
+			"transport", "followers", "p50_us", "p90_us", "p99_us", "max_us", "lost", "sent_us", "fcpu_us", "pcpu_us", "scpu_us", "p50/tcp", "p99/tcp")
 	}
 	for i, n := range o.followers {
 		var rounds [2][]bcRound // tcp, nats
@@ -263,6 +266,7 @@ type bcRound struct {
 	p50, p90, p99, max float64
 	lost, samples      int
 	sent, fcpu, pcpu   float64
+	scpu               float64
 }
 
 func summarize(rs []bcRound) benchBroadcastResult {
@@ -280,6 +284,7 @@ func summarize(rs []bcRound) benchBroadcastResult {
 	res.SentIntervalUS = pick(func(r bcRound) float64 { return r.sent })
 	res.FollowerCPUUS = pick(func(r bcRound) float64 { return r.fcpu })
 	res.PublisherCPUUS = pick(func(r bcRound) float64 { return r.pcpu })
+	res.ServerCPUUS = pick(func(r bcRound) float64 { return r.scpu })
 	for _, r := range rs {
 		res.MaxUS = max(res.MaxUS, r.max)
 		res.Lost += r.lost
@@ -305,9 +310,9 @@ func printBenchBroadcast(w io.Writer, r benchBroadcastResult, asJSON bool) error
 	if asJSON {
 		return writeJSONLine(w, r)
 	}
-	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %9.1f %9.1f %8.2fx %8.2fx\n",
+	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %9.1f %9.1f %9.1f %8.2fx %8.2fx\n",
 		r.Transport, r.Followers, r.P50US, r.P90US, r.P99US, r.MaxUS, r.Lost, r.SentIntervalUS,
-		r.FollowerCPUUS, r.PublisherCPUUS, r.P50RatioNATSTCP, r.P99RatioNATSTCP)
+		r.FollowerCPUUS, r.PublisherCPUUS, r.ServerCPUUS, r.P50RatioNATSTCP, r.P99RatioNATSTCP)
 	return err
 }
 
@@ -420,7 +425,8 @@ func tail(s string, n int) string {
 	return s
 }
 
-// bcPublisherReport is the publisher's report line.
+// bcPublisherReport is the publisher's report line (the server's has only
+// the CPU time).
 type bcPublisherReport struct {
 	SentIntervalUS float64 `json:"sent_interval_us"`
 	CPUNS          int64   `json:"cpu_ns"`
@@ -434,10 +440,12 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 	life := bcFollowerDeadline(c.o.messages, c.o.interval)
 	readyBy := time.Now().Add(bcReadyTimeout)
 	natsURL := c.o.natsURL
+	var srv *bcProc
 	if c.transport == "nats" && natsURL == "" && !c.o.inPub {
 		// The server in a process of its own, tuned as launch tunes itself
 		// (one process more than the ranks share the host with).
-		srv, err := ps.start(c.self, "NATS server", []string{"bench", "broadcast-server"}, rankEnv(os.Environ(), c.n+2, c.o.tune), true)
+		var err error
+		srv, err = ps.start(c.self, "NATS server", []string{"bench", "broadcast-server"}, rankEnv(os.Environ(), c.n+2, c.o.tune), true)
 		if err != nil {
 			return res, err
 		}
@@ -528,6 +536,17 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 			p.stdin.Close() // the publisher and the server exit once stdin ends
 		}
 	}
+	if srv != nil {
+		l, err := srv.line(ctx, time.Now().Add(10*time.Second), "its report")
+		if err != nil {
+			return res, err
+		}
+		var rep bcPublisherReport
+		if err := json.Unmarshal([]byte(l), &rep); err != nil {
+			return res, fmt.Errorf("NATS server: report: %w", err)
+		}
+		res.scpu = us(rep.CPUNS) / float64(c.o.messages)
+	}
 	for _, p := range ps.procs {
 		select {
 		case <-p.done:
@@ -547,8 +566,8 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 		res.p50, res.p90, res.p99 = us(pct(lats, 0.50)), us(pct(lats, 0.90)), us(pct(lats, 0.99))
 		res.max = us(lats[len(lats)-1])
 	}
-	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: p50 %.0f µs, p99 %.0f µs, lost %d, CPU per message: followers %.1f µs, publisher %.1f µs\n",
-		c.round+1, c.transport, c.n, res.p50, res.p99, res.lost, res.fcpu, res.pcpu)
+	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: p50 %.0f µs, p99 %.0f µs, lost %d, CPU per message: followers %.1f µs, publisher %.1f µs, server %.1f µs\n",
+		c.round+1, c.transport, c.n, res.p50, res.p99, res.lost, res.fcpu, res.pcpu, res.scpu)
 	return res, nil
 }
 
@@ -563,7 +582,8 @@ func us(ns int64) float64 { return float64(ns) / 1e3 }
 // newBenchBroadcastServerCmd returns the hidden `tpcoord bench
 // broadcast-server` that `bench broadcast` spawns for the NATS case: an
 // embedded NATS server on loopback with a random token, in a process of
-// its own as under launch. It prints "addr URL" and runs until stdin ends.
+// its own as under launch. It prints "addr URL", runs until stdin ends and
+// then prints {"cpu_ns"} (its CPU time since it started serving).
 func newBenchBroadcastServerCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "broadcast-server",
@@ -582,11 +602,12 @@ func runBenchBroadcastServer(stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	defer srv.Close()
+	cpu0 := selfCPU()
 	if _, err := fmt.Fprintf(stdout, "addr %s\n", srv.URL()); err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, stdin)
-	return nil
+	return writeJSONLine(stdout, bcPublisherReport{CPUNS: int64(selfCPU() - cpu0)})
 }
 
 type benchBroadcastPublisherOptions struct {

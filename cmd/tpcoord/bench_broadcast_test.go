@@ -102,8 +102,8 @@ func TestBenchBroadcastJSON(t *testing.T) {
 		if r.SentIntervalUS <= 0 {
 			t.Errorf("line %d: sent_interval_us %v", i, r.SentIntervalUS)
 		}
-		if r.FollowerCPUUS <= 0 || r.PublisherCPUUS <= 0 {
-			t.Errorf("line %d: CPU per message: followers %v, publisher %v", i, r.FollowerCPUUS, r.PublisherCPUUS)
+		if r.FollowerCPUUS <= 0 || r.PublisherCPUUS <= 0 || (r.Transport == "nats") != (r.ServerCPUUS > 0) {
+			t.Errorf("line %d: CPU per message: followers %v, publisher %v, server %v", i, r.FollowerCPUUS, r.PublisherCPUUS, r.ServerCPUUS)
 		}
 		if r.CPU == "" || r.Cores < 1 || !strings.HasPrefix(r.Go, "go") {
 			t.Errorf("line %d: machine %q %d %q", i, r.CPU, r.Cores, r.Go)

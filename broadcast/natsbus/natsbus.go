@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -270,9 +272,10 @@ func (c *Conn) Connected() bool { return c.nc.IsConnected() }
 func (c *Conn) MaxPayload() int { return int(c.nc.MaxPayload()) }
 
 // ConnectWait is Connect, retried while no server answers (one may still
-// be starting: rank 0 hosting it, or a restarting service) until ctx ends
-// or timeout passes. Other errors (authorization, TLS, configuration)
-// return at once. It logs progress every 5 seconds.
+// be starting: rank 0 hosting it, a restarting service, a host whose name
+// does not resolve yet) until ctx ends or timeout passes. Other errors
+// (authorization, TLS, configuration) return at once. It logs progress
+// every 5 seconds.
 func ConnectWait(ctx context.Context, cfg Config, timeout time.Duration) (*Conn, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -283,7 +286,7 @@ func ConnectWait(ctx context.Context, cfg Config, timeout time.Duration) (*Conn,
 	lastLog := start
 	for {
 		c, err := Connect(cfg)
-		if err == nil || !errors.Is(err, nats.ErrNoServers) {
+		if err == nil || !unreachable(err) {
 			return c, err
 		}
 		now := time.Now()
@@ -302,4 +305,18 @@ func ConnectWait(ctx context.Context, cfg Config, timeout time.Duration) (*Conn,
 		case <-t.C:
 		}
 	}
+}
+
+// unreachable reports whether a connect error means that no server
+// answered (worth retrying) rather than that one refused us.
+func unreachable(err error) bool {
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return false
+	}
+	var dns *net.DNSError
+	var op *net.OpError
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.As(err, &dns) || errors.As(err, &op)
 }

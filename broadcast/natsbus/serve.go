@@ -3,6 +3,7 @@ package natsbus
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -42,6 +43,10 @@ func NewToken() (string, error) {
 func Serve(rawURL string) (*Server, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error's text repeats the URL, secret and all
+		}
 		return nil, fmt.Errorf("nats-serve: %s is not a URL: %v", Redact(rawURL), err)
 	}
 	if u.Scheme != "nats" {
@@ -64,6 +69,10 @@ func Serve(rawURL string) (*Server, error) {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return nil, fmt.Errorf("nats-serve: %s listens beyond loopback without credentials; put a token in the URL (nats://TOKEN@%s)", Redact(rawURL), u.Host)
 		}
+	case u.User.Username() == "" || (hasPW && pw == ""):
+		// The server turns auth on only for a non-empty user or token: an
+		// empty one would silently leave the bus open.
+		return nil, fmt.Errorf("nats-serve: %s: empty token, user or password", Redact(rawURL))
 	case hasPW:
 		opts.Username, opts.Password = u.User.Username(), pw
 	default:

@@ -3,9 +3,11 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,12 +79,16 @@ func TestServeRefusesBadURLs(t *testing.T) {
 		{"nats://tok@127.0.0.1:0/x", "no path"},
 		{"nats://tok@127.0.0.1:99999", "host and port"},
 		{"::", "not a URL"},
+		{"nats://@0.0.0.0:4222", "empty token"},
+		{"nats://:secret@0.0.0.0:4222", "empty token, user or password"},
+		{"nats://u:@127.0.0.1:0", "empty token, user or password"},
+		{"nats://tok@127.0.0.1:42x2", "not a URL"},
 	} {
 		_, err := Serve(tc.url)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "nats-serve:") {
 			t.Errorf("Serve(%q) = %v, want an error naming nats-serve and %q", tc.url, err, tc.want)
 		}
-		if err != nil && strings.Contains(err.Error(), "tok@") {
+		if err != nil && (strings.Contains(err.Error(), "tok@") || strings.Contains(err.Error(), "secret")) {
 			t.Errorf("Serve(%q): error shows the token: %v", tc.url, err)
 		}
 	}
@@ -184,5 +190,29 @@ func TestConnectWait(t *testing.T) {
 	// Authorization errors are not retried.
 	if _, err := ConnectWait(context.Background(), Config{URL: "nats://wrong@" + addr}, time.Minute); !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("wrong token: err = %v", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nats.ErrNoServers, true},
+		{fmt.Errorf("connect: %w", &net.DNSError{Err: "no such host", Name: "rank0"}), true},
+		{&net.OpError{Op: "dial", Err: syscall.EHOSTUNREACH}, true},
+		{nats.ErrTimeout, true},
+		{fmt.Errorf("connect: %w", nats.ErrAuthorization), false},
+		{errors.New("nats-tls-ca: no such file"), false},
+	} {
+		if got := unreachable(tc.err); got != tc.want {
+			t.Errorf("unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	// A name that cannot resolve is retried until the deadline, not
+	// returned at once.
+	_, err := ConnectWait(context.Background(), Config{URL: "nats://tok@no-such-host.invalid:4222"}, 600*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "no NATS server answered within 600ms") {
+		t.Fatalf("unresolvable host: err = %v", err)
 	}
 }

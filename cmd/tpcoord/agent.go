@@ -160,6 +160,8 @@ func (c *agentConfig) validate() error {
 		return configError("nats: must not be empty")
 	case c.NATSServe && c.Rank != 0:
 		return configError("nats-serve: only rank 0 hosts the NATS server; this is rank %d", c.Rank)
+	case c.NATSServe && c.OnPeerLoss == "wait":
+		return configError("nats-serve: not with --on-peer-loss wait: the bus would die with rank 0, and the followers could not re-form around a new one")
 	case c.ReplayWindow < 1 || c.ReplayWindow > 1<<20:
 		return configError("replay-window: must be in [1, %d], got %d", 1<<20, c.ReplayWindow)
 	case c.ReplayWindowBytes < 1:
@@ -287,7 +289,7 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 	var steps *natsbus.Conn
 	if cfg.Rank == 0 {
 		scfg := ncfg
-		scfg.Name, scfg.OnClosed, scfg.WriteThrough = ncfg.Name+"-steps", nil, true
+		scfg.Name, scfg.WriteThrough = ncfg.Name+"-steps", true // OnClosed shared: either closing for good ends the agent
 		if steps, err = natsbus.Connect(scfg); err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
@@ -79,15 +80,27 @@ tokens/s, and exits.`,
 			if err != nil {
 				return err
 			}
-			if cfg.TuneRuntime {
-				tuneSelf(cfg.NProc+1, !testing.Testing(), log)
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			natsURL := ""
 			if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
 				natsURL = a.NATS
 			}
+			switch {
+			case a.NATSServe:
+				return configError("nats-serve: launch decides where the server runs; use --nats-in-rank0")
+			case cfg.NATSInRank0 && natsURL != "":
+				return configError("nats-in-rank0: not with --nats (that server is used)")
+			}
+			if cfg.TuneRuntime {
+				// The new process reads --config again: only a regular file
+				// can be read twice (not a pipe such as <(...)).
+				again := rereadable(fs)
+				if !again && !godebugHas(os.Getenv("GODEBUG"), "schedtrace") {
+					log.Warn("not re-executing with the sysmon setting: the config file cannot be read twice (not a regular file)")
+				}
+				tuneSelf(cfg.NProc+1, again && !testing.Testing(), log)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			passthrough := agentArgs(fs, "config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "local",
 				"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0")
 			return runLaunch(ctx, cfg, natsURL, passthrough, cmd.OutOrStdout(), cmd.ErrOrStderr(), log)
@@ -234,7 +247,10 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 			d.nc.Close()
 		}
 		gone[e.rank] = true
-		stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
+		serr := stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
+		if ctx.Err() != nil {
+			return serr // a signal (to the whole process group) stopped it
+		}
 		return fmt.Errorf("rank %d (pid %d) died before NATS was reachable: %s", e.rank, e.pid, exitHow(e))
 	}
 	defer nc.Close()
@@ -345,6 +361,21 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 			return failed(e)
 		}
 	}
+}
+
+// rereadable reports whether the config file, if any, can be read again by
+// a re-executed launch.
+func rereadable(fs *pflag.FlagSet) bool {
+	f := fs.Lookup("config")
+	path := f.Value.String()
+	if v, ok := os.LookupEnv(envName("config")); ok && !f.Changed {
+		path = v // as layerConfig reads it
+	}
+	if path == "" {
+		return true
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // exitHow describes how a rank exited.

@@ -15,10 +15,16 @@ import (
 // every rank at every step, followed by a run of 20 µs polls. A positive
 // schedtrace is the runtime's only switch that keeps sysmon polling
 // instead, backing off to one poll per 10 ms while idle. The trace period
-// is the largest the runtime takes (2^31-1 ms, 24.8 days), so nothing is
-// printed, except one line at start on a host up for longer than that.
+// is the largest the runtime takes (2^31-1 ms, 24.8 days), counted from
+// the host's boot: on a host up for longer, the process prints one SCHED
+// line to stderr at start and one every 24.8 days (docs/operations.md).
 // Measured in docs/benchmarks-broadcast.md.
 const sysmonSetting = "schedtrace=2147483647"
+
+// hostProcs is the runtime's own GOMAXPROCS at start, before tuneSelf
+// lowers it: the CPUs this process may use, cgroup CPU limits included
+// (runtime.NumCPU ignores those).
+var hostProcs = runtime.GOMAXPROCS(0)
 
 // rankEnv is the environment of one rank process that `launch` (or a bench
 // that stands in for one) starts on a host shared by nproc ranks. With
@@ -54,7 +60,7 @@ func rankEnv(base []string, nproc int, tune bool) []string {
 		env = append(env, "GODEBUG="+v)
 	}
 	if !hasProcs {
-		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/max(1, nproc))))
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, hostProcs/max(1, nproc))))
 	}
 	return env
 }
@@ -87,7 +93,7 @@ func withoutVar(env []string, name string) []string {
 // It returns when no re-execution happened.
 func tuneSelf(procs int, reexec bool, log *slog.Logger) {
 	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/max(1, procs)))
+		runtime.GOMAXPROCS(max(1, hostProcs/max(1, procs)))
 	}
 	godebug := os.Getenv("GODEBUG")
 	if !reexec || godebugHas(godebug, "schedtrace") {

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"runtime"
 	"slices"
 	"strconv"
 	"testing"
 )
 
 func TestRankEnv(t *testing.T) {
-	procs := "GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/8))
+	procs := "GOMAXPROCS=" + strconv.Itoa(max(1, hostProcs/8))
 	for _, tc := range []struct {
 		name       string
 		base       []string

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -18,10 +17,7 @@ import (
 // returned as an error too. While waiting it sends keepalives, so rank 0
 // drops the request if this client goes away; if ctx ends first it asks
 // rank 0 to cancel the request and returns the cancelled reply (or ctx's
-// error if none comes within a few seconds). If rank 0's heartbeat, once
-// heard, stops for Rank0SilenceLimit, it gives up: rank 0 is gone and
-// nobody will answer (where NATS permissions do not let the client
-// subscribe to the heartbeat, it waits for ctx).
+// error if none comes within a few seconds).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -53,16 +49,6 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 		return nil, err
 	}
 	defer func() { _ = unsub() }()
-	var rank0 rank0Watch
-	job := broadcast.JobHash(subj.Job)
-	if unsubHB, err := tr.Subscribe(subj.Heartbeat(0), func(m *broadcast.Msg) {
-		var hb broadcast.Heartbeat
-		if broadcast.DecodeHeartbeat(m.Data, job, &hb) == nil && hb.Rank == 0 {
-			rank0.heard(time.Now())
-		}
-	}); err == nil {
-		defer func() { _ = unsubHB() }()
-	}
 	if err := tr.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("subscribe reply inbox: %w", err)
 	}
@@ -95,9 +81,6 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 			// cannot come until ctx ends.
 			if err := send("keepalive"); errors.Is(err, broadcast.ErrClosed) {
 				return nil, fmt.Errorf("waiting for tokens: connection to NATS lost: %w", err)
-			}
-			if last, ok := rank0.silentSince(time.Now()); ok {
-				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q has been silent since %s (no heartbeat for %v): it is gone", subj.Job, last.Format(time.RFC3339Nano), Rank0SilenceLimit)
 			}
 		case <-overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
@@ -183,29 +166,4 @@ func sorted(m map[int]RankStatus) []RankStatus {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
 	return out
-}
-
-// Rank0SilenceLimit is how long a client waits without rank 0's heartbeat
-// (every 250 ms by default) before it gives up on its request. A variable
-// for tests.
-var Rank0SilenceLimit = 10 * time.Second
-
-// rank0Watch remembers when rank 0's heartbeat was last heard.
-type rank0Watch struct {
-	mu   sync.Mutex
-	last time.Time
-}
-
-func (w *rank0Watch) heard(t time.Time) {
-	w.mu.Lock()
-	w.last = t
-	w.mu.Unlock()
-}
-
-// silentSince reports the last heartbeat if one was heard and none since
-// for Rank0SilenceLimit.
-func (w *rank0Watch) silentSince(now time.Time) (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.last, !w.last.IsZero() && now.Sub(w.last) >= Rank0SilenceLimit
 }

@@ -107,36 +107,8 @@ func TestLockstepFourRanks(t *testing.T) {
 // non-zero naming that rank.
 func TestKilledRankStopsJob(t *testing.T) {
 	j := launch(t, "--nproc", "4", "--job", "e2e-kill", "--forward-time", "5ms")
-	genErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := contextWithTimeout(2 * time.Minute)
-		defer cancel()
-		_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", "90s")
-		genErr <- err
-	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
-		ranks, err := j.status()
-		return err == nil && len(ranks) == 4 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
-	})
-	victim := j.info.PIDs[2]
-	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err := j.wait(60 * time.Second)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-		t.Fatalf("launch exit: %v, want a non-zero exit", err)
-	}
-	if want := fmt.Sprintf("rank 2 (pid %d) died", victim); !strings.Contains(j.log.String(), want) {
-		t.Errorf("launch output does not name the dead rank (%q)", want)
-	}
-	if err := <-genErr; err == nil || !strings.Contains(err.Error(), "rank 2") {
+	if err := killDuringGeneration(t, j, 4, 2, "90s"); err == nil || !strings.Contains(err.Error(), "rank 2") {
 		t.Errorf("requester's error %v does not name rank 2", err)
-	}
-	for _, pid := range j.info.PIDs {
-		if alive(pid) {
-			t.Errorf("rank pid %d still running after launch exited", pid)
-		}
 	}
 }
 
@@ -154,43 +126,53 @@ func TestKilledRank0StopsJob(t *testing.T) {
 				args = append(args, "--nats-in-rank0")
 			}
 			j := launch(t, args...)
-			genErr := make(chan error, 1)
-			go func() {
-				ctx, cancel := contextWithTimeout(2 * time.Minute)
-				defer cancel()
-				_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", "20s")
-				genErr <- err
-			}()
-			waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
-				ranks, err := j.status()
-				return err == nil && len(ranks) == 3 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
-			})
-			victim := j.info.PIDs[0]
-			if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			err := j.wait(60 * time.Second)
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-				t.Fatalf("launch exit: %v, want a non-zero exit", err)
-			}
-			if want := fmt.Sprintf("rank 0 (pid %d) died", victim); !strings.Contains(j.log.String(), want) {
-				t.Errorf("launch output does not name the dead rank (%q)", want)
-			}
-			select {
-			case err := <-genErr:
-				if err == nil {
-					t.Error("requester got no error after rank 0 died")
-				}
-			case <-time.After(60 * time.Second):
-				t.Error("requester still waiting 60s after launch exited")
-			}
-			for _, pid := range j.info.PIDs {
-				if alive(pid) {
-					t.Errorf("rank pid %d still running after launch exited", pid)
-				}
+			if err := killDuringGeneration(t, j, 3, 0, "20s"); err == nil {
+				t.Error("requester got no error after rank 0 died")
 			}
 		})
+	}
+}
+
+// killDuringGeneration starts a long request on j (nranks ranks), SIGKILLs
+// rank victim once decoding is under way, and checks that launch exits
+// non-zero naming it and leaves no rank running. It returns the
+// requester's error (the request's --timeout bounds its wait).
+func killDuringGeneration(t *testing.T, j *job, nranks, victim int, timeout string) error {
+	t.Helper()
+	genErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := contextWithTimeout(2 * time.Minute)
+		defer cancel()
+		_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", timeout)
+		genErr <- err
+	}()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := j.status()
+		return err == nil && len(ranks) == nranks && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	pid := j.info.PIDs[victim]
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := j.wait(60 * time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("launch exit: %v, want a non-zero exit", err)
+	}
+	if want := fmt.Sprintf("rank %d (pid %d) died", victim, pid); !strings.Contains(j.log.String(), want) {
+		t.Errorf("launch output does not name the dead rank (%q)", want)
+	}
+	for _, p := range j.info.PIDs {
+		if alive(p) {
+			t.Errorf("rank pid %d still running after launch exited", p)
+		}
+	}
+	select {
+	case err := <-genErr:
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("requester still waiting 2 minutes after launch exited")
+		return nil
 	}
 }
 

@@ -65,6 +65,21 @@ func (l *heartbeatLog) last(match func(broadcast.Heartbeat) bool) (broadcast.Hea
 	return broadcast.Heartbeat{}, false
 }
 
+// followTestLeader starts rank 1 of 2 following testLeader, and a second
+// hub connection on which the test plays rank 0 (this job's or another).
+// The cleanup stops the rank and closes the connection.
+func followTestLeader(t *testing.T) (context.CancelFunc, *runningRank, broadcast.Transport) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	cfg := driverConfig(1, 2)
+	cfg.Leader = testLeader
+	r := startRank(t, ctx, hub, cfg)
+	pub := hub.Connect()
+	t.Cleanup(func() { cancel(); _ = r.wait(t); pub.Close() })
+	return cancel, r, pub
+}
+
 // TestLeaderRefusesOtherLeaderHeartbeat: rank 0 refuses and counts a
 // follower heartbeat that names another leader (the follower applied a
 // stale rank 0's steps) and a rank 0 heartbeat from another rank 0
@@ -116,13 +131,7 @@ func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 // nor send the follower after steps. Its own heartbeats name leader 0
 // until it applies a step, then that step's leader.
 func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	hub := broadcast.NewHub()
-	cfg := driverConfig(1, 2)
-	cfg.Leader = testLeader
-	r := startRank(t, ctx, hub, cfg)
-	pub := hub.Connect()
-	t.Cleanup(func() { cancel(); _ = r.wait(t); pub.Close() })
+	cancel, r, pub := followTestLeader(t)
 	own := watchHeartbeats(t, pub, drvSubj.Heartbeat(1))
 	replays := 0
 	var mu sync.Mutex
@@ -193,13 +202,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 // though they carry the right leader; the follower asks again and takes
 // the real rank 0's reply.
 func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	hub := broadcast.NewHub()
-	cfg := driverConfig(1, 2)
-	cfg.Leader = testLeader
-	r := startRank(t, ctx, hub, cfg)
-	pub := hub.Connect()
-	t.Cleanup(func() { cancel(); _ = r.wait(t); pub.Close() })
+	cancel, r, pub := followTestLeader(t)
 	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	steps := []*broadcast.Step{
@@ -272,13 +275,7 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 // another rank 0 the follower gives up after its retries, with an error
 // that says so, having applied none of them.
 func TestFollowerRefusesOnlyOtherLeaderReplays(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	hub := broadcast.NewHub()
-	cfg := driverConfig(1, 2)
-	cfg.Leader = testLeader
-	f := startRank(t, ctx, hub, cfg)
-	p := hub.Connect()
-	t.Cleanup(func() { cancel(); _ = f.wait(t); p.Close() })
+	_, f, p := followTestLeader(t)
 	eventually(t, 10*time.Second, "follower never became ready", func() bool { return f.d.Status().State == "ready" })
 	unsub, err := p.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
 		rep := broadcast.ReplayReply{Epoch: 1, Status: broadcast.ReplayWrongEpoch, Leader: otherLeader}

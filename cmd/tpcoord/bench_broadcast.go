@@ -42,12 +42,6 @@ const (
 	// bcEndSeq marks the message that tells a follower the run is over.
 	bcEndSeq = math.MaxUint64
 
-	// benchFollowerEnv is set in the environment of every process the
-	// bench spawns. The tpcoord binary ignores it; a test binary
-	// (os.Executable() under go test) uses it to act as the publisher or
-	// follower instead of running tests, see bench_broadcast_test.go.
-	benchFollowerEnv = "TPC_BENCH_FOLLOWER"
-
 	// Targets from the issue, at N=8; reported, never asserted.
 	bcTargetP50Ratio = 1.5
 	bcTargetP99Ratio = 2.0
@@ -355,7 +349,7 @@ type bcProcs struct {
 func (ps *bcProcs) start(self, name string, args []string, env []string, withStdin bool) (*bcProc, error) {
 	p := &bcProc{name: name, lines: make(chan string, 2), done: make(chan struct{})}
 	p.cmd = exec.Command(self, args...)
-	p.cmd.Env = append(env, benchFollowerEnv+"=1")
+	p.cmd.Env = append(env, runAsTPCoordEnv+"=1")
 	p.cmd.SysProcAttr = childProcAttr()
 	p.cmd.Stderr = &p.stderr
 	out, err := p.cmd.StdoutPipe()

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -13,46 +11,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// `bench broadcast` spawns its publisher and followers from
-// os.Executable(), which under go test is this test binary, not tpcoord: it
-// would run the tests instead. The bench therefore sets TPC_BENCH_FOLLOWER
-// (benchFollowerEnv) in their environment, and this hook, seeing it, runs
-// the subcommand named in the arguments with the arguments after it and
-// exits before any test starts. It is an init rather than a TestMain so
-// that it cannot clash with a TestMain that another file of package main
-// may add.
-func init() {
-	if os.Getenv(benchFollowerEnv) == "" {
-		return
-	}
-	args := os.Args[1:]
-	cmd := newBenchBroadcastFollowerCmd()
-	if i := slices.Index(args, "broadcast-publisher"); i >= 0 {
-		args, cmd = args[i+1:], newBenchBroadcastPublisherCmd()
-	} else if i := slices.Index(args, "broadcast-server"); i >= 0 {
-		args, cmd = args[i+1:], newBenchBroadcastServerCmd()
-	} else if i := slices.Index(args, "broadcast-follower"); i >= 0 {
-		args = args[i+1:]
-	}
-	cmd.SetArgs(args)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, cmd.Name()+":", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 func runBenchBroadcastCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := newBenchBroadcastCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(t.Context())
-	return out.String(), err
+	return execBench(t, newBenchBroadcastCmd(), args...)
 }
 
 // TestBenchBroadcastJSON runs the real thing with tiny sizes: follower

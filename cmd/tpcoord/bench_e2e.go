@@ -19,12 +19,6 @@ import (
 	"github.com/tpcoord/tpcoord/rank"
 )
 
-// runAsTPCoordEnv is set in the environment of the launch that `bench e2e`
-// spawns, and so of its agents. The tpcoord binary ignores it; a test binary
-// (os.Executable() under go test) runs the tpcoord command line instead of
-// the tests when it sees it (bench_e2e_test.go).
-const runAsTPCoordEnv = "TPC_RUN_AS_TPCOORD"
-
 // e2eCombo is one switch position of each of the three stages.
 type e2eCombo struct {
 	Noise, Sampling, Ranks string

@@ -1,39 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 )
 
-// `bench e2e` spawns `launch` from os.Executable(), which under go test is
-// this test binary, and launch spawns its agents the same way. The bench
-// sets TPC_RUN_AS_TPCOORD (runAsTPCoordEnv) in launch's environment, which
-// the agents inherit; this hook, seeing it, runs the tpcoord command line
-// and exits before any test starts. An init rather than a TestMain, like
-// the broadcast follower's hook.
-func init() {
-	if os.Getenv(runAsTPCoordEnv) == "" {
-		return
-	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
 func runBenchE2ECmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := newBenchE2ECmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(t.Context())
-	return out.String(), err
+	return execBench(t, newBenchE2ECmd(), args...)
 }
 
 // TestBenchE2EJSON runs two combinations on a real tiny cluster and checks

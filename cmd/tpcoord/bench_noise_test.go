@@ -1,25 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 )
 
 // TestBenchNoiseJSON checks every case's line and fields, never a time.
 func TestBenchNoiseJSON(t *testing.T) {
-	cmd := newBenchNoiseCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	cmd.SetArgs([]string{"--vocab", "1024", "--rows", "2", "--iters", "3", "--producers", "1,2", "--json"})
-	if err := cmd.ExecuteContext(t.Context()); err != nil {
-		t.Fatalf("bench noise: %v\n%s", err, out.String())
+	out, err := execBench(t, newBenchNoiseCmd(), "--vocab", "1024", "--rows", "2", "--iters", "3", "--producers", "1,2", "--json")
+	if err != nil {
+		t.Fatalf("bench noise: %v\n%s", err, out)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := []struct {
 		name      string
 		producers int
@@ -32,7 +25,7 @@ func TestBenchNoiseJSON(t *testing.T) {
 		{"pool_take32", -1, "us_per_take"},
 	}
 	if len(lines) != len(want) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out.String())
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out)
 	}
 	for i, line := range lines {
 		var r benchNoiseResult
@@ -67,17 +60,12 @@ func TestBenchNoiseJSON(t *testing.T) {
 }
 
 func TestBenchNoiseTableAndBadFlags(t *testing.T) {
-	cmd := newBenchNoiseCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	cmd.SetArgs([]string{"--vocab", "64", "--rows", "1", "--iters", "1", "--producers", "1"})
-	if err := cmd.ExecuteContext(t.Context()); err != nil {
+	out, err := execBench(t, newBenchNoiseCmd(), "--vocab", "64", "--rows", "1", "--iters", "1", "--producers", "1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if s := out.String(); !strings.Contains(s, "machine: ") || !strings.Contains(s, "pool_take32") {
-		t.Errorf("table:\n%s", s)
+	if !strings.Contains(out, "machine: ") || !strings.Contains(out, "pool_take32") {
+		t.Errorf("table:\n%s", out)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -88,12 +76,7 @@ func TestBenchNoiseTableAndBadFlags(t *testing.T) {
 		{[]string{"--iters", "0"}, "--iters"},
 		{[]string{"--producers", "0"}, "--producers"},
 	} {
-		cmd := newBenchNoiseCmd()
-		cmd.SetOut(io.Discard)
-		cmd.SetErr(io.Discard)
-		cmd.SilenceUsage, cmd.SilenceErrors = true, true
-		cmd.SetArgs(tc.args)
-		if err := cmd.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), tc.flag) {
+		if _, err := execBench(t, newBenchNoiseCmd(), tc.args...); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.flag)
 		}
 	}

@@ -1,34 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestBenchStepJSON runs a real tiny cluster (launch through the
-// TPC_RUN_AS_TPCOORD hook of bench_e2e_test.go, the TCP followers through
-// bench broadcast's) and checks the line's fields, never a time.
+// TestBenchStepJSON runs a real tiny cluster (launch and the floor's TCP
+// publisher and followers through the TPC_RUN_AS_TPCOORD hook of
+// selfexec_test.go) and checks the line's fields, never a time.
 func TestBenchStepJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real cluster")
 	}
-	cmd := newBenchStepCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	cmd.SetArgs([]string{"--nproc", "2", "--batch", "2", "--tokens", "8",
-		"--floor-messages", "50", "--json"})
-	if err := cmd.ExecuteContext(t.Context()); err != nil {
-		t.Fatalf("bench step: %v\n%s", err, out.String())
+	out, err := execBench(t, newBenchStepCmd(), "--nproc", "2", "--batch", "2", "--tokens", "8",
+		"--floor-messages", "50", "--json")
+	if err != nil {
+		t.Fatalf("bench step: %v\n%s", err, out)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 1 {
-		t.Fatalf("got %d lines, want 1:\n%s", len(lines), out.String())
+		t.Fatalf("got %d lines, want 1:\n%s", len(lines), out)
 	}
 	var r benchStepResult
 	dec := json.NewDecoder(strings.NewReader(lines[0]))
@@ -97,12 +90,7 @@ func TestBenchStepBadFlags(t *testing.T) {
 		{[]string{"--forward-time", "-1ms"}, "--forward-time"},
 		{[]string{"--floor-messages", "5"}, "--messages"},
 	} {
-		cmd := newBenchStepCmd()
-		cmd.SetOut(io.Discard)
-		cmd.SetErr(io.Discard)
-		cmd.SilenceUsage, cmd.SilenceErrors = true, true
-		cmd.SetArgs(tc.args)
-		if err := cmd.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), tc.flag) {
+		if _, err := execBench(t, newBenchStepCmd(), tc.args...); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.flag)
 		}
 	}

@@ -33,6 +33,13 @@ type benchJob struct {
 	subj      broadcast.Subjects
 }
 
+// runAsTPCoordEnv is set in the environment of every process a bench
+// spawns from os.Executable(): launch and its agents, the broadcast
+// publisher, server and followers. The tpcoord binary ignores it; a test
+// binary (os.Executable() under go test) runs the tpcoord command line
+// instead of the tests when it sees it (selfexec_test.go).
+const runAsTPCoordEnv = "TPC_RUN_AS_TPCOORD"
+
 // startBenchJob runs `self launch args...` (under `taskset -c cpus` when
 // cpus is set) with its flight recorder in dir, waits for its ready file and
 // connects to its NATS server.

@@ -65,14 +65,14 @@ func (l *heartbeatLog) last(match func(broadcast.Heartbeat) bool) (broadcast.Hea
 	return broadcast.Heartbeat{}, false
 }
 
-// followTestLeader starts rank 1 of 2 following testLeader, and a second
-// hub connection on which the test plays rank 0 (this job's or another).
-// The cleanup stops the rank and closes the connection.
-func followTestLeader(t *testing.T) (context.CancelFunc, *runningRank, broadcast.Transport) {
+// startWithLeader starts rank (of 2) with leader testLeader, and a second
+// hub connection on which the test plays the other rank, or another rank
+// 0. The cleanup stops the rank and closes the connection.
+func startWithLeader(t *testing.T, rank int) (context.CancelFunc, *runningRank, broadcast.Transport) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	hub := broadcast.NewHub()
-	cfg := driverConfig(1, 2)
+	cfg := driverConfig(rank, 2)
 	cfg.Leader = testLeader
 	r := startRank(t, ctx, hub, cfg)
 	pub := hub.Connect()
@@ -86,13 +86,7 @@ func followTestLeader(t *testing.T) (context.CancelFunc, *runningRank, broadcast
 // process; it accepts leader 0 (no step applied yet) and its own ID. Its
 // own heartbeats carry its ID.
 func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	hub := broadcast.NewHub()
-	cfg := driverConfig(0, 2)
-	cfg.Leader = testLeader
-	r := startRank(t, ctx, hub, cfg)
-	pub := hub.Connect()
-	t.Cleanup(func() { cancel(); _ = r.wait(t); pub.Close() })
+	_, r, pub := startWithLeader(t, 0)
 	own := watchHeartbeats(t, pub, drvSubj.Heartbeat(0))
 	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 	eventually(t, 10*time.Second, "no heartbeat from rank 0", func() bool {
@@ -131,7 +125,7 @@ func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 // nor send the follower after steps. Its own heartbeats name leader 0
 // until it applies a step, then that step's leader.
 func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
-	cancel, r, pub := followTestLeader(t)
+	cancel, r, pub := startWithLeader(t, 1)
 	own := watchHeartbeats(t, pub, drvSubj.Heartbeat(1))
 	replays := 0
 	var mu sync.Mutex
@@ -202,7 +196,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 // though they carry the right leader; the follower asks again and takes
 // the real rank 0's reply.
 func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
-	cancel, r, pub := followTestLeader(t)
+	cancel, r, pub := startWithLeader(t, 1)
 	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	steps := []*broadcast.Step{
@@ -275,7 +269,7 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 // another rank 0 the follower gives up after its retries, with an error
 // that says so, having applied none of them.
 func TestFollowerRefusesOnlyOtherLeaderReplays(t *testing.T) {
-	_, f, p := followTestLeader(t)
+	_, f, p := startWithLeader(t, 1)
 	eventually(t, 10*time.Second, "follower never became ready", func() bool { return f.d.Status().State == "ready" })
 	unsub, err := p.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
 		rep := broadcast.ReplayReply{Epoch: 1, Status: broadcast.ReplayWrongEpoch, Leader: otherLeader}

@@ -10,8 +10,10 @@ import (
 // Hub is an in-memory message bus for tests of the logic above the
 // transport. Each Connect returns a Transport; a message published on one
 // is delivered synchronously, in publish order, to every matching
-// subscription of every connection. It is not a model of NATS's delivery
-// guarantees: tests of those use the real server.
+// subscription of every connection. A request (a message with a reply
+// subject) that no subscription matches gets the "no responders" status
+// message on its reply subject, as from a NATS server. It is not a model of
+// NATS's delivery guarantees: tests of those use the real server.
 type Hub struct {
 	mu    sync.Mutex
 	subs  map[int]*hubSub
@@ -56,6 +58,18 @@ func (c *hubConn) Publish(m *Msg) error {
 		if !s.conn.isClosed() && SubjectMatch(s.pattern, m.Subject) {
 			fns = append(fns, s.fn)
 		}
+	}
+	if len(fns) == 0 && m.Reply != "" {
+		for _, s := range h.subs {
+			if !s.conn.isClosed() && SubjectMatch(s.pattern, m.Reply) {
+				fns = append(fns, s.fn)
+			}
+		}
+		h.mu.Unlock()
+		for _, fn := range fns {
+			fn(&Msg{Subject: m.Reply, Header: map[string]string{"Status": "503"}})
+		}
+		return nil
 	}
 	h.mu.Unlock()
 	for _, fn := range fns {

@@ -266,6 +266,40 @@ func TestHubInboxesAreUnique(t *testing.T) {
 	}
 }
 
+// A request nobody serves gets the server's "no responders" answer at once,
+// as from NATS; a plain publish nobody hears is dropped silently.
+func TestHubNoResponders(t *testing.T) {
+	h := NewHub()
+	c := h.Connect()
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := Request(ctx, c, "tpc.j.replay", []byte("x")); !errors.Is(err, ErrNoResponders) {
+		t.Fatalf("request nobody serves: %v, want ErrNoResponders", err)
+	}
+	var got []*Msg
+	if _, err := c.Subscribe("_INBOX.>", func(m *Msg) { got = append(got, m) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(&Msg{Subject: "tpc.j.step", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("a publish without a reply subject produced %d messages", len(got))
+	}
+	srv := h.Connect()
+	defer srv.Close()
+	if _, err := srv.Subscribe("tpc.j.replay", func(m *Msg) {
+		_ = srv.Publish(&Msg{Subject: m.Reply, Data: []byte("re")})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Request(ctx, c, "tpc.j.replay", []byte("x"))
+	if err != nil || string(rep) != "re" {
+		t.Fatalf("request once served: %q, %v", rep, err)
+	}
+}
+
 // TestHubConcurrent exercises the hub from several goroutines (for -race):
 // each publisher's messages arrive in its publish order.
 func TestHubConcurrent(t *testing.T) {

@@ -102,10 +102,16 @@ func (d *Driver) onReplay(m *broadcast.Msg) {
 	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, d.job, rep)})
 }
 
+// replayBackoff is the pause after the first failed replay request; it
+// doubles after each further one.
+const replayBackoff = 100 * time.Millisecond
+
 // catchUp asks rank 0 for the steps after the last applied one up to
 // target and applies them in order. A step rank 0 no longer keeps ends the
 // loop cleanly: this rank cannot rejoin lockstep.
 func (d *Driver) catchUp(ctx context.Context, target uint64) error {
+	// Five attempts, with pauses of 100, 200, 400 and 800 ms between them
+	// (each at most ReplayTimeout).
 	const attempts = 5
 	var (
 		st    broadcast.Step
@@ -123,7 +129,18 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 				return nil
 			}
 			if tries++; tries < attempts {
-				d.log.Warn("replay request failed; retrying", "from", from, "to", target, "err", err)
+				// "No responders" comes back at once, so without a pause
+				// every attempt would be spent in the moment rank 0 is
+				// resubscribing (after a NATS server restart, say).
+				wait := min(replayBackoff<<(tries-1), d.cfg.ReplayTimeout)
+				d.log.Warn("replay request failed; retrying", "from", from, "to", target, "in", wait, "err", err)
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil
+				case <-t.C:
+				}
 				continue
 			}
 			return fmt.Errorf("%w: rank %d missed steps %d..%d and rank 0 did not answer %d replay requests: %w", ErrAborted, d.cfg.Rank, from, target, attempts, err)

@@ -418,6 +418,88 @@ func TestDriverFollowerGapAborts(t *testing.T) {
 	}
 }
 
+// TestDriverFollowerReplayWaitsForRank0: a follower that finds a gap while
+// rank 0 is briefly off the bus (resubscribing after a NATS server restart)
+// gets "no responders" at once; it pauses between attempts (100, 200, 400,
+// 800 ms) instead of spending them all in that moment, and catches up when
+// rank 0 answers again. Rank 0 here comes back 300 ms after the first
+// refusal, so the follower's fourth attempt (at >= 700 ms) finds it; the
+// test fails only if this process stalls for over a second at that moment.
+func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hub := broadcast.NewHub()
+	cfg := driverConfig(1, 2)
+	cfg.ReplayTimeout = time.Second
+	r := startRank(t, ctx, hub, cfg)
+	pub := hub.Connect()
+	defer pub.Close()
+	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+
+	job := broadcast.JobHash(drvJob)
+	window := broadcast.NewWindow(8, 0)
+	steps := []*broadcast.Step{
+		{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}},
+		{Epoch: 1, Step: 2, Tokens: []broadcast.Token{{Seq: 1, Token: 7}}},
+		{Epoch: 1, Step: 3, Tokens: []broadcast.Token{{Seq: 1, Token: 9}}},
+	}
+	for _, st := range steps {
+		window.Add(1, st.Step, broadcast.AppendStep(nil, job, st))
+	}
+	// Rank 0's replay service, subscribed 300 ms after the follower's first
+	// request met nobody.
+	var (
+		once    sync.Once
+		refused atomic.Int32
+		back    = make(chan struct{})
+	)
+	spy := hub.Connect()
+	defer spy.Close()
+	if _, err := spy.Subscribe("_INBOX.>", func(m *broadcast.Msg) {
+		if !broadcast.IsNoResponders(m) {
+			return
+		}
+		refused.Add(1)
+		once.Do(func() {
+			time.AfterFunc(300*time.Millisecond, func() {
+				defer close(back)
+				_, err := pub.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
+					var req broadcast.ReplayRequest
+					if err := broadcast.DecodeReplayRequest(m.Data, job, &req); err != nil {
+						t.Errorf("replay request: %v", err)
+						return
+					}
+					_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, job, window.Serve(&req, 1<<20))})
+				})
+				if err != nil {
+					t.Errorf("subscribe replay: %v", err)
+				}
+			})
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if refused.Load() > 0 {
+			<-back // rank 0's return has run before pub closes
+		}
+	}()
+
+	publishStep(t, pub, steps[0])
+	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	publishStep(t, pub, steps[2]) // step 2 is lost on the way
+	eventually(t, 30*time.Second, "the follower never caught up to step 3", func() bool {
+		st := r.d.Status()
+		if st.State == "aborted" {
+			t.Fatalf("the follower aborted after %d refused replay requests: %+v", refused.Load(), st)
+		}
+		return st.Step == 3
+	})
+	if n := refused.Load(); n < 1 || n > 3 {
+		t.Fatalf("%d replay requests met nobody, want 1 to 3 (rank 0 was away 300 ms)", n)
+	}
+}
+
 func TestDriverFollowerDivergenceAborts(t *testing.T) {
 	r, pub, _ := lone(t)
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})

@@ -210,6 +210,11 @@ func (c *Conn) NewInbox() string { return c.nc.NewRespInbox() }
 // Flush waits for the server to acknowledge everything sent so far; without
 // a deadline on ctx it gives up after 10 seconds.
 func (c *Conn) Flush(ctx context.Context) error {
+	// nats.go may see the server's answer before it looks at a context
+	// that was already done, and report success.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)

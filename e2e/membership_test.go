@@ -152,6 +152,45 @@ func killAndMeasure(t *testing.T, jobName string, extra ...string) time.Duration
 	return took
 }
 
+// TestKilledRank0BusStays: SIGKILL rank 0 of a job on a NATS server that
+// outlives it (a standalone server, as in a multi-node job). The followers
+// stop (peer lost), and the requester, whose keepalives now find nobody,
+// ends with an error naming rank 0 instead of waiting out its --timeout
+// (10 minutes).
+func TestKilledRank0BusStays(t *testing.T) {
+	m := newManualJob(t, "e2e-kill0-bus", 3, "--forward-time", "5ms")
+	m.startAll(3)
+	m.waitRunning(3)
+	c := m.client()
+	genErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
+		defer cancel()
+		_, err := c.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "50000", "--ignore-eos", "--timeout", "10m")
+		genErr <- err
+	}()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := c.status()
+		return err == nil && len(ranks) == 3 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	if err := m.agents[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{1, 2} {
+		if code := m.agents[r].wait(2 * time.Minute); code != 3 {
+			t.Errorf("rank %d exited %d, want 3 (peer lost)", r, code)
+		}
+	}
+	select {
+	case err := <-genErr:
+		if err == nil || !strings.Contains(err.Error(), `rank 0 of job "e2e-kill0-bus" is gone`) {
+			t.Errorf("requester's error: %v, want one saying rank 0 is gone", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("requester still waiting 2 minutes after the followers stopped")
+	}
+}
+
 // TestDetectionTimes repeats the kill TPC_DETECTION_RUNS times and reports
 // the median and maximum detection time (for docs/benchmarks.md). Extra
 // agent flags come from TPC_DETECTION_FLAGS (e.g. "--heartbeat-timeout 0"
@@ -283,6 +322,12 @@ func TestWaitPolicyResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-victim.exited
+	// Between epochs the survivors still answer status, and rank 0 the
+	// requesters' keepalives (or they would give up on it).
+	waitFor(t, 2*time.Minute, "rank 0 reporting the re-formation", func() (bool, string) {
+		ranks, err := c.status()
+		return err == nil && len(ranks) == 3 && ranks[0].Rank == 0 && ranks[0].State == "reforming", fmt.Sprintf("%+v %v", ranks, err)
+	})
 	m.start(2)
 
 	var got []generated

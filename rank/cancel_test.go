@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,5 +295,108 @@ func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Generate still waiting 10s after its connection closed")
+	}
+}
+
+// ackOf sends a keepalive for the request whose reply subject is tag, with
+// a reply subject, and returns rank 0's answer.
+func ackOf(t *testing.T, tr broadcast.Transport, tag string) KeepaliveAck {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	data, _ := json.Marshal(ClientMessage{Reply: tag, Op: "keepalive"})
+	b, err := broadcast.Request(ctx, tr, drvSubj.Client(), data)
+	if err != nil {
+		t.Fatalf("keepalive for %s: %v", tag, err)
+	}
+	var ack KeepaliveAck
+	if err := json.Unmarshal(b, &ack); err != nil {
+		t.Fatalf("keepalive answer %q: %v", b, err)
+	}
+	return ack
+}
+
+// TestDriverAcksKeepalives: rank 0 answers a keepalive sent with a reply
+// subject with whether it holds the request.
+func TestDriverAcksKeepalives(t *testing.T) {
+	c := startCluster(t, 2)
+	inbox := c.client.NewInbox()
+	streaming := make(chan struct{})
+	var once sync.Once
+	if _, err := c.client.Subscribe(inbox, func(*broadcast.Msg) { once.Do(func() { close(streaming) }) }); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
+	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: inbox, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	<-streaming
+	if ack := ackOf(t, c.client, inbox); !ack.Known {
+		t.Error("keepalive for a request being decoded: not known")
+	}
+	if ack := ackOf(t, c.client, "_INBOX.nobody"); ack.Known {
+		t.Error("keepalive for a request never submitted: known")
+	}
+	cancelMsg, _ := json.Marshal(ClientMessage{Reply: inbox, Op: "cancel"})
+	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelMsg}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the cancelled request still known", func() bool { return !ackOf(t, c.client, inbox).Known })
+}
+
+// TestGenerateEndsWhenRank0Dies: rank 0's connection goes away mid-request
+// while the bus stays up (a standalone NATS server); the requester's
+// keepalives then find nobody, and after three in a row it stops with
+// ErrRequestLost instead of waiting out its context (60 s here).
+func TestGenerateEndsWhenRank0Dies(t *testing.T) {
+	c := startCluster(t, 2)
+	errc := make(chan error, 1)
+	first := make(chan struct{})
+	var once sync.Once
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()},
+			func(int, int32) { once.Do(func() { close(first) }) })
+		errc <- err
+	}()
+	<-first
+	c.ranks[0].tr.Close() // as a SIGKILL looks to the NATS server
+	err := <-errc
+	if !errors.Is(err, ErrRequestLost) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "gone") {
+		t.Fatalf("Generate after rank 0 died: %v, want ErrRequestLost saying rank 0 is gone", err)
+	}
+}
+
+// TestGenerateEndsWhenRank0ForgetsRequest: a rank 0 that answers keepalives
+// but no longer holds the request (it restarted) ends the wait after two
+// such answers in a row; one "not known" between known ones does not.
+func TestGenerateEndsWhenRank0ForgetsRequest(t *testing.T) {
+	hub := broadcast.NewHub()
+	server := hub.Connect() // a fake rank 0, for the client's logic
+	t.Cleanup(server.Close)
+	if _, err := server.Subscribe(drvSubj.Generate(), func(*broadcast.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	var keepalives atomic.Int32
+	answers := []bool{false, true, false, false} // then "not known" forever
+	if _, err := server.Subscribe(drvSubj.Client(), func(m *broadcast.Msg) {
+		n := int(keepalives.Add(1)) - 1
+		known := n < len(answers) && answers[n]
+		data, _ := json.Marshal(KeepaliveAck{Known: known})
+		_ = server.Publish(&broadcast.Msg{Subject: m.Reply, Data: data})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := hub.Connect()
+	t.Cleanup(client.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+	if !errors.Is(err, ErrRequestLost) || !strings.Contains(err.Error(), "no longer holds") {
+		t.Fatalf("Generate: %v, want ErrRequestLost saying rank 0 no longer holds the request", err)
+	}
+	if n := keepalives.Load(); n != 4 {
+		t.Fatalf("gave up after %d keepalives, want 4 (answers: not known, known, not known, not known)", n)
 	}
 }

@@ -12,10 +12,27 @@ import (
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
+// ErrRequestLost is returned by Generate when rank 0 is gone or no longer
+// holds the request, so no reply can come.
+var ErrRequestLost = errors.New("request lost")
+
+// A client gives up when this many keepalives in a row found nobody
+// subscribed (one is normal while rank 0 resubscribes after a NATS
+// reconnect), or this many in a row were answered "not known" (one may
+// cross the request's last message).
+const (
+	lostAfterNobody  = 3
+	lostAfterUnknown = 2
+)
+
+type keepaliveAnswer struct{ nobody, known bool }
+
 // Generate submits req to rank 0 and calls onToken for each streamed token
 // (it may be nil). It returns the final reply; a reply carrying an error is
 // returned as an error too. While waiting it sends keepalives, so rank 0
-// drops the request if this client goes away; if ctx ends first it asks
+// drops the request if this client goes away, and rank 0's answers to them
+// end the wait with ErrRequestLost if rank 0 goes away or restarts without
+// the request; if ctx ends first it asks
 // rank 0 to cancel the request and returns the cancelled reply (or ctx's
 // error if none comes within a few seconds).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
@@ -55,19 +72,45 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: inbox, Data: data}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)
 	}
-	send := func(op string) error {
+	// Rank 0 answers each keepalive on ackInbox; the answers tell a rank
+	// 0 that died (nobody subscribed: "no responders") or restarted (the
+	// request unknown) from one that is merely slow (no answer yet).
+	ackInbox := tr.NewInbox()
+	acks := make(chan keepaliveAnswer, 8)
+	unsubAck, err := tr.Subscribe(ackInbox, func(m *broadcast.Msg) {
+		var a keepaliveAnswer
+		if broadcast.IsNoResponders(m) {
+			a.nobody = true
+		} else {
+			var ack KeepaliveAck
+			if json.Unmarshal(m.Data, &ack) != nil {
+				return
+			}
+			a.known = ack.Known
+		}
+		select {
+		case acks <- a:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = unsubAck() }()
+	send := func(op, ack string) error {
 		b, _ := json.Marshal(ClientMessage{Reply: inbox, Op: op})
-		return tr.Publish(&broadcast.Msg{Subject: subj.Client(), Data: b})
+		return tr.Publish(&broadcast.Msg{Subject: subj.Client(), Reply: ack, Data: b})
 	}
 	keepalive := time.NewTicker(KeepaliveInterval)
 	defer keepalive.Stop()
 	var cancelled <-chan time.Time // set once a cancel was sent
 	var logprobs []sampler.Logprobs
+	var nobody, unknown int // keepalive answers of each kind in a row
 	done := ctx.Done()
 	for {
 		select {
 		case <-done:
-			_ = send("cancel")
+			_ = send("cancel", "")
 			_ = tr.Flush(context.Background())
 			done = nil
 			t := time.NewTimer(3 * time.Second)
@@ -79,8 +122,23 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 			// A connection closed for good (the server gone, reconnects
 			// exhausted) would otherwise leave us waiting for a reply that
 			// cannot come until ctx ends.
-			if err := send("keepalive"); errors.Is(err, broadcast.ErrClosed) {
+			if err := send("keepalive", ackInbox); errors.Is(err, broadcast.ErrClosed) {
 				return nil, fmt.Errorf("waiting for tokens: connection to NATS lost: %w", err)
+			}
+		case a := <-acks:
+			switch {
+			case a.nobody:
+				nobody, unknown = nobody+1, 0
+			case !a.known:
+				nobody, unknown = 0, unknown+1
+			default:
+				nobody, unknown = 0, 0
+			}
+			if nobody >= lostAfterNobody {
+				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q is gone: %d keepalives in a row found nobody on %s: %w", subj.Job, nobody, subj.Client(), ErrRequestLost)
+			}
+			if unknown >= lostAfterUnknown && cancelled == nil {
+				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q no longer holds this request (it restarted, or the request's last message was lost): %w", subj.Job, ErrRequestLost)
 			}
 		case <-overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")

@@ -25,9 +25,19 @@ type ClientMessage struct {
 	Op    string `json:"op"` // "cancel" or "keepalive"
 }
 
+// KeepaliveAck is rank 0's answer to a keepalive sent with a reply subject:
+// whether it still holds the request (waiting, decoding, or held across a
+// re-formation). A client that hears "not known" twice in a row stops
+// waiting: rank 0 restarted, or the request ended and its last message was
+// lost.
+type KeepaliveAck struct {
+	Known bool `json:"known"`
+}
+
 type clientOp struct {
 	reply  string
 	cancel bool
+	ack    string // keepalive: where to send the KeepaliveAck ("" for none)
 }
 
 // onClient hands a client's cancel or keepalive to the loop.
@@ -38,7 +48,7 @@ func (d *Driver) onClient(m *broadcast.Msg) {
 		return
 	}
 	select {
-	case d.ops <- clientOp{reply: c.Reply, cancel: c.Op == "cancel"}:
+	case d.ops <- clientOp{reply: c.Reply, cancel: c.Op == "cancel", ack: m.Reply}:
 	default:
 		d.reject("client_queue_full", errors.New("client message dropped"))
 	}
@@ -52,6 +62,9 @@ func (d *Driver) clientOps(now time.Time) {
 		case op := <-d.ops:
 			if !op.cancel {
 				d.alive[op.reply] = now
+				if op.ack != "" {
+					d.ack(op.ack, d.sched.Has(op.reply))
+				}
 				continue
 			}
 			if r := d.sched.Cancel(op.reply, errors.New("cancelled by the client")); r != nil {
@@ -77,4 +90,10 @@ func (d *Driver) clientOps(now time.Time) {
 			d.finish(r, now)
 		}
 	}
+}
+
+// ack answers a keepalive.
+func (d *Driver) ack(subject string, known bool) {
+	data, _ := json.Marshal(KeepaliveAck{Known: known})
+	_ = d.tr.Publish(&broadcast.Msg{Subject: subject, Data: data})
 }

@@ -214,6 +214,22 @@ func (s *Scheduler) Cancel(tag string, why error) *Request {
 	return nil
 }
 
+// Has reports whether the request whose reply subject is tag is waiting or
+// being decoded (and not yet finished).
+func (s *Scheduler) Has(tag string) bool {
+	for _, r := range s.waiting {
+		if r.Tag == tag {
+			return true
+		}
+	}
+	for _, r := range s.active {
+		if r.Tag == tag && r.Finish == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Resume queues requests carried over from the previous epoch ahead of
 // everything else, keeping their sequence IDs and the tokens they have.
 // Call it before any Submit.

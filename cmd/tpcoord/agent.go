@@ -408,12 +408,20 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 		dcfg.Resume = d.InFlight()
 		log.Warn("peer lost; waiting for the world to re-form", "err", err, "requests_held", len(dcfg.Resume))
 		sd.notify("STATUS=waiting for the world to re-form after: " + err.Error())
+		// Meanwhile status requests, and rank 0's clients, still get answers.
+		hold, err := rank.NewHold(nc, broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job}, d.Status(), dcfg.Resume)
+		if err != nil {
+			return fmt.Errorf("answer for the rank while the world re-forms: %w", err)
+		}
 		if err := w.reform(ctx); err != nil {
 			if ctx.Err() != nil {
+				hold.Fail(errors.New("rank 0 is shutting down"))
 				return nil
 			}
+			hold.Fail(fmt.Errorf("the world did not re-form: %w", err))
 			return err
 		}
+		dcfg.Resume = hold.Close()
 		sd.notify(fmt.Sprintf("STATUS=world re-formed: epoch %d", w.epoch))
 	}
 }

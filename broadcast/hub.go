@@ -12,7 +12,8 @@ import (
 // is delivered synchronously, in publish order, to every matching
 // subscription of every connection. A request (a message with a reply
 // subject) that no subscription matches gets the "no responders" status
-// message on its reply subject, as from a NATS server. It is not a model of
+// message on its reply subject, delivered as a NATS server does: to the
+// requesting connection's own subscriptions only. It is not a model of
 // NATS's delivery guarantees: tests of those use the real server.
 type Hub struct {
 	mu    sync.Mutex
@@ -61,7 +62,7 @@ func (c *hubConn) Publish(m *Msg) error {
 	}
 	if len(fns) == 0 && m.Reply != "" {
 		for _, s := range h.subs {
-			if !s.conn.isClosed() && SubjectMatch(s.pattern, m.Reply) {
+			if s.conn == c && SubjectMatch(s.pattern, m.Reply) {
 				fns = append(fns, s.fn)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,7 +331,11 @@ func TestDriverAcksKeepalives(t *testing.T) {
 	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	<-streaming
+	select {
+	case <-streaming:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no token within 30s")
+	}
 	if ack := ackOf(t, c.client, inbox); !ack.Known {
 		t.Error("keepalive for a request being decoded: not known")
 	}
@@ -399,4 +404,121 @@ func TestGenerateEndsWhenRank0ForgetsRequest(t *testing.T) {
 	if n := keepalives.Load(); n != 4 {
 		t.Fatalf("gave up after %d keepalives, want 4 (answers: not known, known, not known, not known)", n)
 	}
+}
+
+// TestKeepaliveVerdict: the client's rule for giving up on rank 0. A burst
+// of answers (keepalives nats.go buffered while disconnected, answered all
+// at once) never decides; answers spread over time do; a "known" answer or
+// a change of kind starts over.
+func TestKeepaliveVerdict(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	nobody, unknown, known := keepaliveAnswer{nobody: true}, keepaliveAnswer{}, keepaliveAnswer{known: true}
+	type step struct {
+		a    keepaliveAnswer
+		at   time.Duration
+		lost bool
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"nobody: a burst, then one a second", []step{
+			{nobody, 0, false}, {nobody, 0, false}, {nobody, 0, false}, {nobody, 0, false}, {nobody, 0, false},
+			{nobody, time.Second, false}, {nobody, 2 * time.Second, false}, {nobody, 3 * time.Second, true}}},
+		{"nobody: one a second", []step{
+			{nobody, 0, false}, {nobody, time.Second, false}, {nobody, 2 * time.Second, false}, {nobody, 3 * time.Second, true}}},
+		{"nobody: rank 0 back in between", []step{
+			{nobody, 0, false}, {nobody, time.Second, false}, {nobody, 2 * time.Second, false}, {known, 3 * time.Second, false},
+			{nobody, 4 * time.Second, false}, {nobody, 5 * time.Second, false}, {nobody, 6 * time.Second, false}, {nobody, 7 * time.Second, true}}},
+		{"unknown: a burst, then a second later", []step{
+			{unknown, 0, false}, {unknown, 0, false}, {unknown, 0, false}, {unknown, time.Second, true}}},
+		{"unknown between known ones", []step{
+			{unknown, 0, false}, {known, time.Second, false}, {unknown, 2 * time.Second, false}, {known, 3 * time.Second, false}}},
+		{"kinds alternating", []step{
+			{unknown, 0, false}, {nobody, time.Second, false}, {unknown, 2 * time.Second, false}, {nobody, 3 * time.Second, false},
+			{nobody, 4 * time.Second, false}, {nobody, 5 * time.Second, false}, {nobody, 6 * time.Second, true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v keepaliveVerdict
+			for i, s := range tc.steps {
+				lost, why := v.observe(s.a, at(s.at))
+				if lost != s.lost {
+					t.Fatalf("answer %d (%+v at %v): lost = %v (%q), want %v", i, s.a, s.at, lost, why, s.lost)
+				}
+			}
+		})
+	}
+}
+
+// A client that reads its tokens more slowly than rank 0 decodes them
+// still gets every token and the final reply: rank 0 has long finished the
+// request and answers its keepalives "not known", but the replies queued
+// before those answers are read first. (onToken's pause plays the slow
+// reader.)
+func TestGenerateSlowReader(t *testing.T) {
+	c := startCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := 0
+	rep, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 80, Params: greedyParams()},
+		func(int, int32) { n++; time.Sleep(50 * time.Millisecond) })
+	if err != nil || len(rep.Tokens) != 80 || n != 80 {
+		t.Fatalf("slow reader: %d tokens streamed, reply %+v, err %v", n, rep, err)
+	}
+}
+
+// A step that takes longer than two keepalive intervals (a long prefill, a
+// slow rank) does not make a live request look lost, with logprobs (whose
+// final reply waits for them) or without.
+func TestGenerateLongStep(t *testing.T) {
+	for _, logprobs := range []bool{true, false} {
+		t.Run(fmt.Sprintf("logprobs=%v", logprobs), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hub := broadcast.NewHub()
+			ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: true, ForwardTime: 2500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := hub.Connect()
+			r := &runningRank{d: NewDriver(driverConfig(0, 1), tr, ex, Greedy{}), tr: tr, done: make(chan error, 1)}
+			go func() { r.done <- r.d.Run(ctx) }()
+			t.Cleanup(func() { cancel(); _ = r.wait(t); tr.Close() })
+			client := hub.Connect()
+			defer client.Close()
+			waitServing(t, client, 1)
+			p := greedyParams()
+			if logprobs {
+				two := 2
+				p.Logprobs = &two
+			}
+			gctx, gcancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer gcancel()
+			rep, err := Generate(gctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 1, Params: p}, nil)
+			if err != nil || len(rep.Tokens) != 1 {
+				t.Fatalf("request with %v steps: reply %+v, err %v", 2500*time.Millisecond, rep, err)
+			}
+		})
+	}
+}
+
+// An idle rank 0 with no followers (nothing else wakes its loop) answers a
+// keepalive at once rather than at its next step.
+func TestDriverIdleAnswersKeepalive(t *testing.T) {
+	c := startCluster(t, 1)
+	if ackOf(t, c.client, "_INBOX.gone").Known {
+		t.Fatal("a request never submitted is known")
+	}
+}
+
+// waitServing waits until world ranks answer status through tr.
+func waitServing(t *testing.T, tr broadcast.Transport, world int) {
+	t.Helper()
+	eventually(t, 10*time.Second, "ranks not serving", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, _ := CollectStatus(ctx, tr, drvSubj, 100*time.Millisecond)
+		return len(st) == world
+	})
 }

@@ -16,16 +16,55 @@ import (
 // holds the request, so no reply can come.
 var ErrRequestLost = errors.New("request lost")
 
-// A client gives up when this many keepalives in a row found nobody
-// subscribed (one is normal while rank 0 resubscribes after a NATS
-// reconnect), or this many in a row were answered "not known" (one may
-// cross the request's last message).
+type keepaliveAnswer struct{ nobody, known bool }
+
+// keepaliveVerdict judges rank 0's answers to one request's keepalives. A
+// client gives up after lostNobody answers in a row found nobody
+// subscribed (rank 0 gone) or lostUnknown answers in a row said the
+// request is not known (rank 0 restarted, or the last reply was lost), each
+// run spread over at least its span. One of either is normal: rank 0
+// resubscribing after a NATS reconnect, or an answer crossing the request's
+// last message. The span keeps a burst from deciding: nats.go sends the
+// keepalives it buffered while disconnected all at once on reconnect, and
+// they may all arrive before rank 0 has resubscribed.
+type keepaliveVerdict struct {
+	nobody, unknown int
+	since           time.Time // the first answer of the current run
+}
+
 const (
-	lostAfterNobody  = 3
-	lostAfterUnknown = 2
+	lostNobody      = 4
+	lostNobodySpan  = 2500 * time.Millisecond
+	lostUnknown     = 2
+	lostUnknownSpan = 500 * time.Millisecond
 )
 
-type keepaliveAnswer struct{ nobody, known bool }
+// observe records an answer received at now and reports whether the
+// request is lost, and why.
+func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool, why string) {
+	switch {
+	case a.known:
+		*v = keepaliveVerdict{}
+		return false, ""
+	case a.nobody:
+		if v.nobody == 0 {
+			*v = keepaliveVerdict{since: now}
+		}
+		v.nobody++
+		if v.nobody >= lostNobody && now.Sub(v.since) >= lostNobodySpan {
+			return true, fmt.Sprintf("is gone: %d keepalives in a row over %v found nobody", v.nobody, now.Sub(v.since).Round(time.Second))
+		}
+	default:
+		if v.unknown == 0 {
+			*v = keepaliveVerdict{since: now}
+		}
+		v.unknown++
+		if v.unknown >= lostUnknown && now.Sub(v.since) >= lostUnknownSpan {
+			return true, "no longer holds this request (it restarted, or the request's last message was lost)"
+		}
+	}
+	return false, ""
+}
 
 // Generate submits req to rank 0 and calls onToken for each streamed token
 // (it may be nil). It returns the final reply; a reply carrying an error is
@@ -105,7 +144,7 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	defer keepalive.Stop()
 	var cancelled <-chan time.Time // set once a cancel was sent
 	var logprobs []sampler.Logprobs
-	var nobody, unknown int // keepalive answers of each kind in a row
+	var verdict keepaliveVerdict
 	done := ctx.Done()
 	for {
 		select {
@@ -113,6 +152,7 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 			_ = send("cancel", "")
 			_ = tr.Flush(context.Background())
 			done = nil
+			keepalive.Stop() // only the cancelled reply matters now
 			t := time.NewTimer(3 * time.Second)
 			defer t.Stop()
 			cancelled = t.C
@@ -126,25 +166,20 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 				return nil, fmt.Errorf("waiting for tokens: connection to NATS lost: %w", err)
 			}
 		case a := <-acks:
-			switch {
-			case a.nobody:
-				nobody, unknown = nobody+1, 0
-			case !a.known:
-				nobody, unknown = 0, unknown+1
-			default:
-				nobody, unknown = 0, 0
+			// Replies still queued are news from rank 0 that came before
+			// this answer: read them first.
+			if cancelled != nil || len(replies) > 0 {
+				continue
 			}
-			if nobody >= lostAfterNobody {
-				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q is gone: %d keepalives in a row found nobody on %s: %w", subj.Job, nobody, subj.Client(), ErrRequestLost)
-			}
-			if unknown >= lostAfterUnknown && cancelled == nil {
-				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q no longer holds this request (it restarted, or the request's last message was lost): %w", subj.Job, ErrRequestLost)
+			if lost, why := verdict.observe(a, time.Now()); lost {
+				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q %s: %w", subj.Job, why, ErrRequestLost)
 			}
 		case <-overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
 		case <-noResponders:
 			return nil, fmt.Errorf("no rank 0 serves job %q on %s (%w)", subj.Job, subj.Generate(), broadcast.ErrNoResponders)
 		case b := <-replies:
+			verdict = keepaliveVerdict{} // rank 0 is there and has the request
 			var r GenerateReply
 			if err := json.Unmarshal(b, &r); err != nil {
 				return nil, fmt.Errorf("malformed reply from rank 0: %w", err)

@@ -51,6 +51,13 @@ func (d *Driver) onClient(m *broadcast.Msg) {
 	case d.ops <- clientOp{reply: c.Reply, cancel: c.Op == "cancel", ack: m.Reply}:
 	default:
 		d.reject("client_queue_full", errors.New("client message dropped"))
+		return
+	}
+	// An idle loop applies it now, not at the next step, which may be
+	// far off (a job without followers has nothing else to wake it).
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
 }
 

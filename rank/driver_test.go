@@ -119,9 +119,7 @@ func startClusterWith(t *testing.T, world int, wrap func(rank int, tr broadcast.
 		}
 	})
 	// Every rank answers status once it has subscribed.
-	eventually(t, 10*time.Second, "not every rank answered status", func() bool {
-		return len(c.status(t)) == world
-	})
+	waitServing(t, c.client, world)
 	return c
 }
 
@@ -418,6 +416,22 @@ func TestDriverFollowerGapAborts(t *testing.T) {
 	}
 }
 
+// noResponderSpy calls on for every "no responders" answer delivered to a
+// subscription of the connection it wraps. Set on before traffic starts.
+type noResponderSpy struct {
+	broadcast.Transport
+	on func()
+}
+
+func (s *noResponderSpy) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
+	return s.Transport.Subscribe(subject, func(m *broadcast.Msg) {
+		if broadcast.IsNoResponders(m) && s.on != nil {
+			s.on()
+		}
+		fn(m)
+	})
+}
+
 // TestDriverFollowerReplayWaitsForRank0: a follower that finds a gap while
 // rank 0 is briefly off the bus (resubscribing after a NATS server restart)
 // gets "no responders" at once; it pauses between attempts (100, 200, 400,
@@ -431,7 +445,10 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	hub := broadcast.NewHub()
 	cfg := driverConfig(1, 2)
 	cfg.ReplayTimeout = time.Second
-	r := startRank(t, ctx, hub, cfg)
+	// The follower's own connection tells the test of every "no
+	// responders" it gets (NATS sends them to the requester alone).
+	refusals := &noResponderSpy{Transport: hub.Connect()}
+	r := startRankOn(t, ctx, refusals, cfg)
 	pub := hub.Connect()
 	defer pub.Close()
 	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
@@ -453,12 +470,7 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 		refused atomic.Int32
 		back    = make(chan struct{})
 	)
-	spy := hub.Connect()
-	defer spy.Close()
-	if _, err := spy.Subscribe("_INBOX.>", func(m *broadcast.Msg) {
-		if !broadcast.IsNoResponders(m) {
-			return
-		}
+	refusals.on = func() {
 		refused.Add(1)
 		once.Do(func() {
 			time.AfterFunc(300*time.Millisecond, func() {
@@ -476,8 +488,6 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 				}
 			})
 		})
-	}); err != nil {
-		t.Fatal(err)
 	}
 	defer func() {
 		if refused.Load() > 0 {

@@ -28,8 +28,9 @@ type Hold struct {
 	status RankStatus
 	unsubs []func() error
 
-	mu   sync.Mutex
-	held []*Request // rank 0: the requests to resume, in sequence order
+	mu     sync.Mutex
+	held   []*Request // rank 0: the requests to resume, in sequence order
+	closed bool       // handlers still running after Close do nothing
 }
 
 // NewHold subscribes the job's status subject (and, when last is rank 0's
@@ -67,7 +68,12 @@ func (h *Hold) Close() []*Request {
 	h.unsubs = nil
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Clone(h.held)
+	// A handler already running when its subscription ended (NATS does
+	// not wait for it) sees closed and leaves the requests alone.
+	h.closed = true
+	held := h.held
+	h.held = nil
+	return held
 }
 
 // Fail stops answering and ends every request still held with err.
@@ -92,10 +98,12 @@ func (h *Hold) onStatus(m *broadcast.Msg) {
 		return
 	}
 	h.mu.Lock()
-	st := h.status
+	st, closed := h.status, h.closed
 	st.Waiting = len(h.held)
 	h.mu.Unlock()
-	h.publish(m.Reply, st)
+	if !closed {
+		h.publish(m.Reply, st)
+	}
 }
 
 func (h *Hold) onGenerate(m *broadcast.Msg) {
@@ -111,6 +119,10 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 		return
 	}
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
 	i := slices.IndexFunc(h.held, func(r *Request) bool { return r.Tag == c.Reply })
 	var cancelled *Request
 	if i >= 0 && c.Op == "cancel" {

@@ -72,6 +72,21 @@ func TestHoldRank0(t *testing.T) {
 	if _, err := broadcast.Request(ctx, client, drvSubj.Client(), msg); !errors.Is(err, broadcast.ErrNoResponders) {
 		t.Fatalf("request after Close: %v, want no responders", err)
 	}
+	// A handler still running when Close came (NATS does not wait for it)
+	// must not end a request that now belongs to the next epoch.
+	var late []GenerateReply
+	if _, err := client.Subscribe(b.Tag, func(m *broadcast.Msg) {
+		var r GenerateReply
+		_ = json.Unmarshal(m.Data, &r)
+		late = append(late, r)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cancelB, _ := json.Marshal(ClientMessage{Reply: b.Tag, Op: "cancel"})
+	h.onClient(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelB})
+	if len(late) != 0 {
+		t.Fatalf("a cancel handled after Close sent %+v", late)
+	}
 }
 
 // TestHoldFollower: a follower between epochs answers status only.

@@ -215,7 +215,9 @@ func (s *Scheduler) Cancel(tag string, why error) *Request {
 }
 
 // Has reports whether the request whose reply subject is tag is waiting or
-// being decoded (and not yet finished).
+// in the batch. A request that finished stays in the batch until the next
+// step removes it, which is after its final reply has gone out (a final
+// reply held back for logprobs goes out during that step).
 func (s *Scheduler) Has(tag string) bool {
 	for _, r := range s.waiting {
 		if r.Tag == tag {
@@ -223,7 +225,7 @@ func (s *Scheduler) Has(tag string) bool {
 		}
 	}
 	for _, r := range s.active {
-		if r.Tag == tag && r.Finish == "" {
+		if r.Tag == tag {
 			return true
 		}
 	}

@@ -416,17 +416,18 @@ func TestDriverFollowerGapAborts(t *testing.T) {
 	}
 }
 
-// noResponderSpy calls on for every "no responders" answer delivered to a
-// subscription of the connection it wraps. Set on before traffic starts.
-type noResponderSpy struct {
+// deliverySpy calls on with every message delivered to a subscription of
+// the connection it wraps, before the subscriber sees it. Set on before
+// traffic starts.
+type deliverySpy struct {
 	broadcast.Transport
-	on func()
+	on func(*broadcast.Msg)
 }
 
-func (s *noResponderSpy) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
+func (s *deliverySpy) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
 	return s.Transport.Subscribe(subject, func(m *broadcast.Msg) {
-		if broadcast.IsNoResponders(m) && s.on != nil {
-			s.on()
+		if s.on != nil {
+			s.on(m)
 		}
 		fn(m)
 	})
@@ -447,7 +448,7 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	cfg.ReplayTimeout = time.Second
 	// The follower's own connection tells the test of every "no
 	// responders" it gets (NATS sends them to the requester alone).
-	refusals := &noResponderSpy{Transport: hub.Connect()}
+	refusals := &deliverySpy{Transport: hub.Connect()}
 	r := startRankOn(t, ctx, refusals, cfg)
 	pub := hub.Connect()
 	defer pub.Close()
@@ -470,7 +471,10 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 		refused atomic.Int32
 		back    = make(chan struct{})
 	)
-	refusals.on = func() {
+	refusals.on = func(m *broadcast.Msg) {
+		if !broadcast.IsNoResponders(m) {
+			return
+		}
 		refused.Add(1)
 		once.Do(func() {
 			time.AfterFunc(300*time.Millisecond, func() {

@@ -31,6 +31,9 @@ func TestSchedulerCancel(t *testing.T) {
 	}
 	s.Sampled(m.Rows(), []int32{5}, nil)
 
+	if s.Find("a") != a || s.Find("b") != b || s.Find("nobody") != nil {
+		t.Fatal("Find does not see the admitted and the waiting request")
+	}
 	// Cancel the waiting one: it leaves the queue at once.
 	why := errors.New("client said so")
 	if r := s.Cancel("b", why); r != b || b.Finish != FinishCancelled || !errors.Is(b.Err, why) || s.Waiting() != 0 {
@@ -43,6 +46,11 @@ func TestSchedulerCancel(t *testing.T) {
 	if r := s.Cancel("a", why); r != nil {
 		t.Fatalf("second cancel returned %v", r)
 	}
+	// A finished row stays known until the next step removes it: its final
+	// reply may still be on its way (after its logprobs).
+	if s.Find("b") != nil || s.Find("a") != a {
+		t.Fatal("after the cancels: want b gone and a (finished, not yet removed) still found")
+	}
 	if r := s.Cancel("nobody", why); r != nil {
 		t.Fatalf("cancel of an unknown tag returned %v", r)
 	}
@@ -52,6 +60,9 @@ func TestSchedulerCancel(t *testing.T) {
 	}
 	if err := m.Apply(st); err != nil || len(m.Rows()) != 0 {
 		t.Fatalf("mirror after the cancel: %v, %d rows", err, len(m.Rows()))
+	}
+	if s.Find("a") != nil {
+		t.Fatal("a still found after the step that removed it")
 	}
 	if !s.Idle() {
 		t.Fatal("scheduler not idle")
@@ -351,7 +362,7 @@ func TestDriverAcksKeepalives(t *testing.T) {
 
 // TestGenerateEndsWhenRank0Dies: rank 0's connection goes away mid-request
 // while the bus stays up (a standalone NATS server); the requester's
-// keepalives then find nobody, and after three in a row it stops with
+// keepalives then find nobody, and after four in a row it stops with
 // ErrRequestLost instead of waiting out its context (60 s here).
 func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 	c := startCluster(t, 2)
@@ -472,8 +483,8 @@ func TestGenerateSlowReader(t *testing.T) {
 	if err != nil || len(rep.Tokens) != 80 || n != 80 {
 		t.Fatalf("slow reader: %d tokens streamed, reply %+v, err %v", n, rep, err)
 	}
-	if k := notKnown.Load(); k < 2 {
-		t.Fatalf("only %d keepalives were answered \"not known\" while the reader caught up; the test proves nothing", k)
+	if notKnown.Load() == 0 {
+		t.Fatal("no keepalive was answered \"not known\" while the reader caught up; the test proves nothing")
 	}
 }
 
@@ -530,4 +541,76 @@ func waitServing(t *testing.T, tr broadcast.Transport, world int) {
 		st, _ := CollectStatus(ctx, tr, drvSubj, 100*time.Millisecond)
 		return len(st) == world
 	})
+}
+
+// TestDriverResumedClientTimeout: requests carried into a new epoch keep
+// their clients' last keepalive, so one whose client went away while the
+// world re-formed is cancelled like any other; one whose client never sent
+// keepalives is never timed out.
+func TestDriverResumedClientTimeout(t *testing.T) {
+	hub := broadcast.NewHub()
+	client := hub.Connect()
+	defer client.Close()
+	gone, quiet := subscribeReplies(t, client), subscribeReplies(t, client)
+	cfg := driverConfig(0, 1)
+	cfg.ClientTimeout = 300 * time.Millisecond
+	cfg.Resume = []*Request{
+		{Seq: 1, Tag: gone.inbox, Prompt: []int32{4}, MaxTokens: 1000000, Params: greedyParams(), keepalive: time.Now().Add(-time.Hour)},
+		{Seq: 2, Tag: quiet.inbox, Prompt: []int32{5}, MaxTokens: 3, Params: greedyParams()},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := startRank(t, ctx, hub, cfg)
+	t.Cleanup(func() { cancel(); _ = r.wait(t) })
+	last := func(rs *replies) GenerateReply {
+		for range 1000 {
+			if rep := rs.next(t); rep.Done {
+				return rep
+			}
+		}
+		t.Fatal("no final reply within 1000 messages (the request was never timed out)")
+		return GenerateReply{}
+	}
+	if rep := last(gone); rep.FinishReason != FinishCancelled || !strings.Contains(rep.Error, "client went away") {
+		t.Fatalf("resumed request whose client went away: %+v, want cancelled", rep)
+	}
+	if rep := last(quiet); rep.FinishReason != FinishLength || len(rep.Tokens) != 3 {
+		t.Fatalf("resumed request without keepalives: %+v, want its 3 tokens", rep)
+	}
+}
+
+// The final reply and "not known" answers arriving together (rank 0 ended
+// the request just before a keepalive reached it) end the request with its
+// reply, not as lost. The fake rank 0 answers the first keepalive "not
+// known", and the second with the final reply followed by eight more.
+func TestGenerateFinalReplyCrossesAnswers(t *testing.T) {
+	hub := broadcast.NewHub()
+	server := hub.Connect() // a fake rank 0, for the client's logic
+	t.Cleanup(server.Close)
+	var reqInbox atomic.Value
+	if _, err := server.Subscribe(drvSubj.Generate(), func(m *broadcast.Msg) { reqInbox.Store(m.Reply) }); err != nil {
+		t.Fatal(err)
+	}
+	notKnown, _ := json.Marshal(KeepaliveAck{Known: false})
+	var keepalives atomic.Int32
+	if _, err := server.Subscribe(drvSubj.Client(), func(m *broadcast.Msg) {
+		if keepalives.Add(1) == 2 {
+			final, _ := json.Marshal(GenerateReply{Done: true, FinishReason: FinishLength, Tokens: []int32{1, 2}})
+			_ = server.Publish(&broadcast.Msg{Subject: reqInbox.Load().(string), Data: final})
+			for range 8 {
+				_ = server.Publish(&broadcast.Msg{Subject: m.Reply, Data: notKnown})
+			}
+			return
+		}
+		_ = server.Publish(&broadcast.Msg{Subject: m.Reply, Data: notKnown})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := hub.Connect()
+	t.Cleanup(client.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil)
+	if err != nil || rep.FinishReason != FinishLength {
+		t.Fatalf("Generate: %+v, %v; want the final reply", rep, err)
+	}
 }

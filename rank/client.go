@@ -145,6 +145,35 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	var cancelled <-chan time.Time // set once a cancel was sent
 	var logprobs []sampler.Logprobs
 	var verdict keepaliveVerdict
+	// handle takes one reply; done reports the request's end (rep and err
+	// are then what Generate returns), as does a malformed reply (err).
+	handle := func(b []byte) (rep *GenerateReply, done bool, err error) {
+		verdict = keepaliveVerdict{} // rank 0 is there and has the request
+		var r GenerateReply
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, true, fmt.Errorf("malformed reply from rank 0: %w", err)
+		}
+		if r.Token != nil && onToken != nil {
+			onToken(r.Index, *r.Token)
+		}
+		if r.Logprobs != nil {
+			if r.Index < 0 || r.Index > req.MaxTokens {
+				return nil, true, fmt.Errorf("malformed reply from rank 0: logprobs for token %d of at most %d", r.Index, req.MaxTokens)
+			}
+			for len(logprobs) <= r.Index {
+				logprobs = append(logprobs, sampler.Logprobs{Token: -1})
+			}
+			logprobs[r.Index] = *r.Logprobs
+		}
+		if !r.Done {
+			return nil, false, nil
+		}
+		r.TokenLogprobs = logprobs
+		if r.Error != "" {
+			return &r, true, fmt.Errorf("rank 0: %s", r.Error)
+		}
+		return &r, true, nil
+	}
 	done := ctx.Done()
 	for {
 		select {
@@ -166,10 +195,16 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 				return nil, fmt.Errorf("waiting for tokens: connection to NATS lost: %w", err)
 			}
 		case a := <-acks:
-			// Replies still queued are news from rank 0 that came before
-			// this answer: read them first.
-			if cancelled != nil || len(replies) > 0 {
+			if cancelled != nil {
 				continue
+			}
+			// Replies already queued are news from rank 0 that came
+			// before this answer (the final reply and a "not known" may
+			// arrive together): read them first.
+			for len(replies) > 0 {
+				if rep, done, err := handle(<-replies); done || err != nil {
+					return rep, err
+				}
 			}
 			if lost, why := verdict.observe(a, time.Now()); lost {
 				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q %s: %w", subj.Job, why, ErrRequestLost)
@@ -179,31 +214,9 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 		case <-noResponders:
 			return nil, fmt.Errorf("no rank 0 serves job %q on %s (%w)", subj.Job, subj.Generate(), broadcast.ErrNoResponders)
 		case b := <-replies:
-			verdict = keepaliveVerdict{} // rank 0 is there and has the request
-			var r GenerateReply
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, fmt.Errorf("malformed reply from rank 0: %w", err)
+			if rep, done, err := handle(b); done || err != nil {
+				return rep, err
 			}
-			if r.Token != nil && onToken != nil {
-				onToken(r.Index, *r.Token)
-			}
-			if r.Logprobs != nil {
-				if r.Index < 0 || r.Index > req.MaxTokens {
-					return nil, fmt.Errorf("malformed reply from rank 0: logprobs for token %d of at most %d", r.Index, req.MaxTokens)
-				}
-				for len(logprobs) <= r.Index {
-					logprobs = append(logprobs, sampler.Logprobs{Token: -1})
-				}
-				logprobs[r.Index] = *r.Logprobs
-			}
-			if !r.Done {
-				continue
-			}
-			r.TokenLogprobs = logprobs
-			if r.Error != "" {
-				return &r, fmt.Errorf("rank 0: %s", r.Error)
-			}
-			return &r, nil
 		}
 	}
 }

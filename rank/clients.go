@@ -69,8 +69,12 @@ func (d *Driver) clientOps(now time.Time) {
 		case op := <-d.ops:
 			if !op.cancel {
 				d.alive[op.reply] = now
+				r := d.sched.Find(op.reply)
+				if r != nil {
+					r.keepalive = now
+				}
 				if op.ack != "" {
-					d.ack(op.ack, d.sched.Has(op.reply))
+					d.ack(op.ack, r != nil)
 				}
 				continue
 			}

@@ -247,6 +247,11 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	if cfg.Rank == 0 {
 		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens})
 		d.sched.Resume(cfg.Resume)
+		for _, r := range cfg.Resume {
+			if !r.keepalive.IsZero() {
+				d.alive[r.Tag] = r.keepalive // its client is timed out as before
+			}
+		}
 		d.window = broadcast.NewWindow(cfg.ReplayWindow, cfg.ReplayWindowBytes)
 		d.lp = newLogprober(ex.Vocab(), cfg.EOS)
 	}

@@ -436,24 +436,16 @@ func (s *deliverySpy) Subscribe(subject string, fn func(*broadcast.Msg)) (func()
 // TestDriverFollowerReplayWaitsForRank0: a follower that finds a gap while
 // rank 0 is briefly off the bus (resubscribing after a NATS server restart)
 // gets "no responders" at once; it pauses between attempts (100, 200, 400,
-// 800 ms) instead of spending them all in that moment, and catches up when
-// rank 0 answers again. Rank 0 here comes back 300 ms after the first
-// refusal, so the follower's fourth attempt (at >= 700 ms) finds it; the
-// test fails only if this process stalls for over a second at that moment.
+// 800 ms, each at most ReplayTimeout) instead of spending them all in that
+// moment, and catches up when rank 0 answers again. Rank 0 comes back when
+// the third request has met nobody, so the fourth finds it. The pauses are
+// checked from below only (a timer never fires early).
 func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hub := broadcast.NewHub()
-	cfg := driverConfig(1, 2)
-	cfg.ReplayTimeout = time.Second
-	// The follower's own connection tells the test of every "no
-	// responders" it gets (NATS sends them to the requester alone).
-	refusals := &deliverySpy{Transport: hub.Connect()}
-	r := startRankOn(t, ctx, refusals, cfg)
 	pub := hub.Connect()
 	defer pub.Close()
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
-
 	job := broadcast.JobHash(drvJob)
 	window := broadcast.NewWindow(8, 0)
 	steps := []*broadcast.Step{
@@ -464,40 +456,39 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	for _, st := range steps {
 		window.Add(1, st.Step, broadcast.AppendStep(nil, job, st))
 	}
-	// Rank 0's replay service, subscribed 300 ms after the follower's first
-	// request met nobody.
+	serveReplay := func(m *broadcast.Msg) {
+		var req broadcast.ReplayRequest
+		if err := broadcast.DecodeReplayRequest(m.Data, job, &req); err != nil {
+			t.Errorf("replay request: %v", err)
+			return
+		}
+		_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, job, window.Serve(&req, 1<<20))})
+	}
+	// The follower's own connection reports every "no responders" it gets
+	// (NATS sends them to the requester alone). The hub calls it outside
+	// its lock, in the follower's goroutine, so rank 0 can subscribe there.
 	var (
-		once    sync.Once
-		refused atomic.Int32
-		back    = make(chan struct{})
+		mu      sync.Mutex
+		refused []time.Time
 	)
-	refusals.on = func(m *broadcast.Msg) {
+	refusals := &deliverySpy{Transport: hub.Connect(), on: func(m *broadcast.Msg) {
 		if !broadcast.IsNoResponders(m) {
 			return
 		}
-		refused.Add(1)
-		once.Do(func() {
-			time.AfterFunc(300*time.Millisecond, func() {
-				defer close(back)
-				_, err := pub.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
-					var req broadcast.ReplayRequest
-					if err := broadcast.DecodeReplayRequest(m.Data, job, &req); err != nil {
-						t.Errorf("replay request: %v", err)
-						return
-					}
-					_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, job, window.Serve(&req, 1<<20))})
-				})
-				if err != nil {
-					t.Errorf("subscribe replay: %v", err)
-				}
-			})
-		})
-	}
-	defer func() {
-		if refused.Load() > 0 {
-			<-back // rank 0's return has run before pub closes
+		mu.Lock()
+		refused = append(refused, time.Now())
+		n := len(refused)
+		mu.Unlock()
+		if n == 3 {
+			if _, err := pub.Subscribe(drvSubj.Replay(), serveReplay); err != nil {
+				t.Errorf("subscribe replay: %v", err)
+			}
 		}
-	}()
+	}}
+	cfg := driverConfig(1, 2)
+	cfg.ReplayTimeout = time.Second
+	r := startRankOn(t, ctx, refusals, cfg)
+	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	publishStep(t, pub, steps[0])
 	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
@@ -505,12 +496,19 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	eventually(t, 30*time.Second, "the follower never caught up to step 3", func() bool {
 		st := r.d.Status()
 		if st.State == "aborted" {
-			t.Fatalf("the follower aborted after %d refused replay requests: %+v", refused.Load(), st)
+			t.Fatalf("the follower aborted: %+v", st)
 		}
 		return st.Step == 3
 	})
-	if n := refused.Load(); n < 1 || n > 3 {
-		t.Fatalf("%d replay requests met nobody, want 1 to 3 (rank 0 was away 300 ms)", n)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 3 {
+		t.Fatalf("%d replay requests met nobody, want 3", len(refused))
+	}
+	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
+		if gap := refused[i+1].Sub(refused[i]); gap < want {
+			t.Errorf("pause before attempt %d: %v, want at least %v", i+2, gap, want)
+		}
 	}
 }
 

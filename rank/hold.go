@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 )
@@ -107,7 +108,10 @@ func (h *Hold) onStatus(m *broadcast.Msg) {
 }
 
 func (h *Hold) onGenerate(m *broadcast.Msg) {
-	if m.Reply == "" {
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if m.Reply == "" || closed {
 		return
 	}
 	h.publish(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: ErrReforming.Error(), Tokens: []int32{}})
@@ -124,6 +128,9 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 		return
 	}
 	i := slices.IndexFunc(h.held, func(r *Request) bool { return r.Tag == c.Reply })
+	if i >= 0 && c.Op == "keepalive" {
+		h.held[i].keepalive = time.Now()
+	}
 	var cancelled *Request
 	if i >= 0 && c.Op == "cancel" {
 		cancelled = h.held[i]

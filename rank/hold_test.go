@@ -65,8 +65,14 @@ func TestHoldRank0(t *testing.T) {
 	if ackOf(t, client, a.Tag).Known {
 		t.Fatal("the cancelled request is still known")
 	}
+	if !ackOf(t, client, b.Tag).Known {
+		t.Fatal("keepalive for b: not known")
+	}
 	if left := h.Close(); len(left) != 1 || left[0] != b {
 		t.Fatalf("Close returned %v, want only the request not cancelled", left)
+	}
+	if b.keepalive.IsZero() {
+		t.Fatal("b's keepalive while held was not recorded (the next epoch could not time its client out)")
 	}
 	// Closed: nobody answers any more.
 	if _, err := broadcast.Request(ctx, client, drvSubj.Client(), msg); !errors.Is(err, broadcast.ErrNoResponders) {

@@ -37,6 +37,10 @@ type Request struct {
 	Tag string
 
 	times struct{ enqueued, first, last time.Time } // the driver's
+	// keepalive is when its client's last keepalive reached rank 0 (zero:
+	// none yet), carried across epochs so a client that went away while
+	// the world re-formed is still timed out.
+	keepalive time.Time
 }
 
 // Event is something a requester must hear about after a step: a new
@@ -214,22 +218,22 @@ func (s *Scheduler) Cancel(tag string, why error) *Request {
 	return nil
 }
 
-// Has reports whether the request whose reply subject is tag is waiting or
-// in the batch. A request that finished stays in the batch until the next
-// step removes it, which is after its final reply has gone out (a final
-// reply held back for logprobs goes out during that step).
-func (s *Scheduler) Has(tag string) bool {
+// Find returns the request whose reply subject is tag if it is waiting or
+// in the batch, else nil. A request that finished stays in the batch until
+// the next step removes it, which is after its final reply has gone out (a
+// final reply held back for logprobs goes out during that step).
+func (s *Scheduler) Find(tag string) *Request {
 	for _, r := range s.waiting {
 		if r.Tag == tag {
-			return true
+			return r
 		}
 	}
 	for _, r := range s.active {
 		if r.Tag == tag {
-			return true
+			return r
 		}
 	}
-	return false
+	return nil
 }
 
 // Resume queues requests carried over from the previous epoch ahead of

@@ -56,6 +56,13 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 		d.reject("heartbeat_other_leader", fmt.Errorf("rank 0 heartbeat from leader %08x, rank 0 of this job is %08x", hb.Leader, d.cfg.Leader), "subject", m.Subject)
 		return
 	}
+	if hb.Epoch > d.cfg.Epoch && d.cfg.Leader != 0 {
+		// This rank's rank 0 has moved on (it re-formed the world and
+		// this rank, new, adopted the epoch it advertised just before):
+		// re-form now rather than when rank 0 seems silent.
+		d.Abort(fmt.Errorf("%w: rank 0 is in epoch %d, this rank in %d", ErrPeerLost, hb.Epoch, d.cfg.Epoch))
+		return
+	}
 	if hb.Epoch != d.cfg.Epoch {
 		return
 	}

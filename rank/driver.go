@@ -247,9 +247,13 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	if cfg.Rank == 0 {
 		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens})
 		d.sched.Resume(cfg.Resume)
+		// A resumed request whose client sends keepalives gets a whole
+		// client timeout from now: its keepalives may have gone unheard
+		// while the loop waited for followers or the world re-formed.
+		now := time.Now()
 		for _, r := range cfg.Resume {
 			if !r.keepalive.IsZero() {
-				d.alive[r.Tag] = r.keepalive // its client is timed out as before
+				d.alive[r.Tag] = now
 			}
 		}
 		d.window = broadcast.NewWindow(cfg.ReplayWindow, cfg.ReplayWindowBytes)

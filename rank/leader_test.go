@@ -431,3 +431,24 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 		return len(ranks[1].d.steps) == 0 && ranks[1].d.queued.Load() == 0
 	})
 }
+
+// TestFollowerRejoinsRank0sNewEpoch: a follower that hears its rank 0
+// heartbeat from a later epoch (it adopted the epoch rank 0 advertised just
+// before rank 0 moved on) stops with ErrPeerLost, so its agent re-forms
+// into rank 0's epoch at once. A later epoch from another leader, or an
+// earlier epoch, does not stop it.
+func TestFollowerRejoinsRank0sNewEpoch(t *testing.T) {
+	_, r, pub := startWithLeader(t, 1)
+	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 2, Rank: 0, Phase: broadcast.PhaseRunning, Leader: otherLeader})
+	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 0, Rank: 0, Phase: broadcast.PhaseRunning, Leader: testLeader})
+	// The loop goes on: it applies the next step.
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Leader: testLeader, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
+	eventually(t, 10*time.Second, "step 1 not applied after another leader's and an earlier epoch's heartbeats", func() bool {
+		return r.d.Status().Step == 1
+	})
+	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 2, Rank: 0, Phase: broadcast.PhaseRunning, Leader: testLeader})
+	if err := r.wait(t); !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "epoch 2") {
+		t.Fatalf("Run = %v, want ErrPeerLost naming rank 0's epoch 2", err)
+	}
+}

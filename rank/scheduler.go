@@ -38,8 +38,8 @@ type Request struct {
 
 	times struct{ enqueued, first, last time.Time } // the driver's
 	// keepalive is when its client's last keepalive reached rank 0 (zero:
-	// none yet), carried across epochs so a client that went away while
-	// the world re-formed is still timed out.
+	// none yet). Carried across epochs, it marks a client that sends them,
+	// so one that went away while the world re-formed is still timed out.
 	keepalive time.Time
 }
 

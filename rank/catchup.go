@@ -59,8 +59,8 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 	if hb.Epoch > d.cfg.Epoch && d.cfg.Leader != 0 {
 		// This rank's rank 0 has moved on (it re-formed the world and
 		// this rank, new, adopted the epoch it advertised just before):
-		// re-form now rather than when rank 0 seems silent.
-		d.Abort(fmt.Errorf("%w: rank 0 is in epoch %d, this rank in %d", ErrPeerLost, hb.Epoch, d.cfg.Epoch))
+		// follow it now rather than when rank 0 seems silent.
+		d.Abort(&EpochMovedError{Epoch: hb.Epoch, Was: d.cfg.Epoch})
 		return
 	}
 	if hb.Epoch != d.cfg.Epoch {
@@ -80,6 +80,19 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 		}
 	}
 }
+
+// EpochMovedError stops a follower whose rank 0 (the same leader) leads a
+// later epoch: rank 0 re-formed the world, with this rank in it, and this
+// rank had adopted the epoch rank 0 advertised just before. It is a peer
+// loss (errors.Is ErrPeerLost); the agent can follow rank 0 into Epoch
+// without waiting for the membership gossip to say so.
+type EpochMovedError struct{ Epoch, Was uint32 }
+
+func (e *EpochMovedError) Error() string {
+	return fmt.Sprintf("%v: rank 0 is in epoch %d, this rank in %d", ErrPeerLost, e.Epoch, e.Was)
+}
+
+func (e *EpochMovedError) Unwrap() error { return ErrPeerLost }
 
 // follows reports whether a message stamped with leader comes from the rank
 // 0 this follower follows: DriverConfig.Leader, or any when that is 0.

@@ -434,8 +434,8 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 
 // TestFollowerRejoinsRank0sNewEpoch: a follower that hears its rank 0
 // heartbeat from a later epoch (it adopted the epoch rank 0 advertised just
-// before rank 0 moved on) stops with ErrPeerLost, so its agent re-forms
-// into rank 0's epoch at once. A later epoch from another leader, or an
+// before rank 0 moved on) stops with an EpochMovedError, a peer loss, so
+// its agent follows rank 0 into its epoch at once. A later epoch from another leader, or an
 // earlier epoch, does not stop it.
 func TestFollowerRejoinsRank0sNewEpoch(t *testing.T) {
 	_, r, pub := startWithLeader(t, 1)
@@ -448,7 +448,9 @@ func TestFollowerRejoinsRank0sNewEpoch(t *testing.T) {
 		return r.d.Status().Step == 1
 	})
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 2, Rank: 0, Phase: broadcast.PhaseRunning, Leader: testLeader})
-	if err := r.wait(t); !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "epoch 2") {
-		t.Fatalf("Run = %v, want ErrPeerLost naming rank 0's epoch 2", err)
+	err := r.wait(t)
+	var moved *EpochMovedError
+	if !errors.Is(err, ErrPeerLost) || !errors.As(err, &moved) || moved.Epoch != 2 || moved.Was != 1 {
+		t.Fatalf("Run = %v, want an EpochMovedError (a peer loss) from epoch 1 to 2", err)
 	}
 }

@@ -398,6 +398,13 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 		d := rank.NewDriver(dcfg, nc, ex, picker)
 		err, peerLeft := w.run(ctx, d)
 		tel.runEnded(err)
+		var moved *rank.EpochMovedError
+		if cfg.OnPeerLoss == "wait" && errors.As(err, &moved) {
+			// Rank 0 re-formed the world with this rank in it: follow it.
+			log.Warn("rank 0 leads a later epoch; following it", "epoch", moved.Epoch, "was", moved.Was)
+			w.epoch = moved.Epoch
+			continue
+		}
 		if err == nil || !errors.Is(err, rank.ErrPeerLost) || cfg.OnPeerLoss == "fail" {
 			stop()
 			cleanExit = err == nil

@@ -388,24 +388,10 @@ func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 // but no longer holds the request (it restarted) ends the wait after two
 // such answers in a row; one "not known" between known ones does not.
 func TestGenerateEndsWhenRank0ForgetsRequest(t *testing.T) {
-	hub := broadcast.NewHub()
-	server := hub.Connect() // a fake rank 0, for the client's logic
-	t.Cleanup(server.Close)
-	if _, err := server.Subscribe(drvSubj.Generate(), func(*broadcast.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
-	var keepalives atomic.Int32
 	answers := []bool{false, true, false, false} // then "not known" forever
-	if _, err := server.Subscribe(drvSubj.Client(), func(m *broadcast.Msg) {
-		n := int(keepalives.Add(1)) - 1
-		known := n < len(answers) && answers[n]
-		data, _ := json.Marshal(KeepaliveAck{Known: known})
-		_ = server.Publish(&broadcast.Msg{Subject: m.Reply, Data: data})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+	keepalives, client := fakeRank0(t, func(n int, _ string, publish func(string, any)) {
+		publish("", KeepaliveAck{Known: n <= len(answers) && answers[n-1]})
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
@@ -585,34 +571,52 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 // reply, not as lost. The fake rank 0 answers the first keepalive "not
 // known", and the second with the final reply followed by eight more.
 func TestGenerateFinalReplyCrossesAnswers(t *testing.T) {
-	hub := broadcast.NewHub()
-	server := hub.Connect() // a fake rank 0, for the client's logic
-	t.Cleanup(server.Close)
-	var reqInbox atomic.Value
-	if _, err := server.Subscribe(drvSubj.Generate(), func(m *broadcast.Msg) { reqInbox.Store(m.Reply) }); err != nil {
-		t.Fatal(err)
-	}
-	notKnown, _ := json.Marshal(KeepaliveAck{Known: false})
-	var keepalives atomic.Int32
-	if _, err := server.Subscribe(drvSubj.Client(), func(m *broadcast.Msg) {
-		if keepalives.Add(1) == 2 {
-			final, _ := json.Marshal(GenerateReply{Done: true, FinishReason: FinishLength, Tokens: []int32{1, 2}})
-			_ = server.Publish(&broadcast.Msg{Subject: reqInbox.Load().(string), Data: final})
+	_, client := fakeRank0(t, func(n int, request string, publish func(string, any)) {
+		if n == 2 {
+			publish(request, GenerateReply{Done: true, FinishReason: FinishLength, Tokens: []int32{1, 2}})
 			for range 8 {
-				_ = server.Publish(&broadcast.Msg{Subject: m.Reply, Data: notKnown})
+				publish("", KeepaliveAck{Known: false})
 			}
-			return
 		}
-		_ = server.Publish(&broadcast.Msg{Subject: m.Reply, Data: notKnown})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+		publish("", KeepaliveAck{Known: false})
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil)
 	if err != nil || rep.FinishReason != FinishLength {
 		t.Fatalf("Generate: %+v, %v; want the final reply", rep, err)
 	}
+}
+
+// fakeRank0 stands in for rank 0 in tests of the client's logic alone. It
+// takes requests without answering them and hands every keepalive to
+// onKeepalive with its number (from 1), the request's reply subject, and
+// publish, which sends v as JSON to subject (to the keepalive's answer
+// subject when subject is ""). It returns the keepalive count and a client
+// connection.
+func fakeRank0(t *testing.T, onKeepalive func(n int, request string, publish func(subject string, v any))) (*atomic.Int32, broadcast.Transport) {
+	t.Helper()
+	hub := broadcast.NewHub()
+	server := hub.Connect()
+	t.Cleanup(server.Close)
+	var request atomic.Value
+	if _, err := server.Subscribe(drvSubj.Generate(), func(m *broadcast.Msg) { request.Store(m.Reply) }); err != nil {
+		t.Fatal(err)
+	}
+	keepalives := new(atomic.Int32)
+	if _, err := server.Subscribe(drvSubj.Client(), func(m *broadcast.Msg) {
+		req, _ := request.Load().(string)
+		onKeepalive(int(keepalives.Add(1)), req, func(subject string, v any) {
+			if subject == "" {
+				subject = m.Reply
+			}
+			data, _ := json.Marshal(v)
+			_ = server.Publish(&broadcast.Msg{Subject: subject, Data: data})
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := hub.Connect()
+	t.Cleanup(client.Close)
+	return keepalives, client
 }

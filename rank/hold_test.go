@@ -47,20 +47,13 @@ func TestHoldRank0(t *testing.T) {
 		t.Fatalf("a new request while re-forming: %+v, want an error naming the re-formation", r)
 	}
 
-	var final []GenerateReply
-	if _, err := client.Subscribe(a.Tag, func(m *broadcast.Msg) {
-		var r GenerateReply
-		_ = json.Unmarshal(m.Data, &r)
-		final = append(final, r)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	final := recordReplies(t, client, a.Tag)
 	msg, _ := json.Marshal(ClientMessage{Reply: a.Tag, Op: "cancel"})
 	if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: msg}); err != nil {
 		t.Fatal(err)
 	}
-	if len(final) != 1 || !final[0].Done || final[0].FinishReason != FinishCancelled || !slices.Equal(final[0].Tokens, []int32{5, 6}) {
-		t.Fatalf("cancel while re-forming: replies %+v, want one final cancelled reply with tokens [5 6]", final)
+	if f := *final; len(f) != 1 || !f[0].Done || f[0].FinishReason != FinishCancelled || !slices.Equal(f[0].Tokens, []int32{5, 6}) {
+		t.Fatalf("cancel while re-forming: replies %+v, want one final cancelled reply with tokens [5 6]", f)
 	}
 	if ackOf(t, client, a.Tag).Known {
 		t.Fatal("the cancelled request is still known")
@@ -80,18 +73,11 @@ func TestHoldRank0(t *testing.T) {
 	}
 	// A handler still running when Close came (NATS does not wait for it)
 	// must not end a request that now belongs to the next epoch.
-	var late []GenerateReply
-	if _, err := client.Subscribe(b.Tag, func(m *broadcast.Msg) {
-		var r GenerateReply
-		_ = json.Unmarshal(m.Data, &r)
-		late = append(late, r)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	late := recordReplies(t, client, b.Tag)
 	cancelB, _ := json.Marshal(ClientMessage{Reply: b.Tag, Op: "cancel"})
 	h.onClient(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelB})
-	if len(late) != 0 {
-		t.Fatalf("a cancel handled after Close sent %+v", late)
+	if len(*late) != 0 {
+		t.Fatalf("a cancel handled after Close sent %+v", *late)
 	}
 }
 
@@ -133,4 +119,20 @@ func TestHoldFail(t *testing.T) {
 	if r := rep.next(t); !r.Done || r.FinishReason != FinishError || r.Error != "rank 0 is shutting down" || !slices.Equal(r.Tokens, []int32{8}) {
 		t.Fatalf("held request after Fail: %+v", r)
 	}
+}
+
+// recordReplies collects the replies published on subject. The hub
+// delivers in the publisher's goroutine, so the test reads them once its
+// own publish has returned.
+func recordReplies(t *testing.T, tr broadcast.Transport, subject string) *[]GenerateReply {
+	t.Helper()
+	var got []GenerateReply
+	if _, err := tr.Subscribe(subject, func(m *broadcast.Msg) {
+		var r GenerateReply
+		_ = json.Unmarshal(m.Data, &r)
+		got = append(got, r)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return &got
 }

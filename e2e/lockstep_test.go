@@ -107,7 +107,7 @@ func TestLockstepFourRanks(t *testing.T) {
 // non-zero naming that rank.
 func TestKilledRankStopsJob(t *testing.T) {
 	j := launch(t, "--nproc", "4", "--job", "e2e-kill", "--forward-time", "5ms")
-	if err := killDuringGeneration(t, j, 4, 2, "90s"); err == nil || !strings.Contains(err.Error(), "rank 2") {
+	if err := killDuringGeneration(t, j, 4, 2, 90*time.Second); err == nil || !strings.Contains(err.Error(), "rank 2") {
 		t.Errorf("requester's error %v does not name rank 2", err)
 	}
 }
@@ -125,7 +125,7 @@ func TestKilledRank0StopsJob(t *testing.T) {
 				args = append(args, "--nats-in-rank0")
 			}
 			j := launch(t, args...)
-			err := killDuringGeneration(t, j, 3, 0, "10m")
+			err := killDuringGeneration(t, j, 3, 0, 10*time.Minute)
 			if err == nil || !(strings.Contains(err.Error(), "rank 0 of job") && strings.Contains(err.Error(), "is gone") || strings.Contains(err.Error(), "connection to NATS lost")) {
 				t.Errorf("requester's error after rank 0 died: %v, want rank 0 gone or the bus lost", err)
 			}
@@ -137,19 +137,9 @@ func TestKilledRank0StopsJob(t *testing.T) {
 // rank victim once decoding is under way, and checks that launch exits
 // non-zero naming it and leaves no rank running. It returns the
 // requester's error (the request's --timeout bounds its wait).
-func killDuringGeneration(t *testing.T, j *job, nranks, victim int, timeout string) error {
+func killDuringGeneration(t *testing.T, j *job, nranks, victim int, timeout time.Duration) error {
 	t.Helper()
-	genErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := contextWithTimeout(2 * time.Minute)
-		defer cancel()
-		_, err := j.generate(ctx, "--prompt", "2,7,1", "--max-tokens", "5000", "--ignore-eos", "--timeout", timeout)
-		genErr <- err
-	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
-		ranks, err := j.status()
-		return err == nil && len(ranks) == nranks && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
-	})
+	genErr := longRequest(t, j, nranks, timeout)
 	pid := j.info.PIDs[victim]
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -174,6 +164,25 @@ func killDuringGeneration(t *testing.T, j *job, nranks, victim int, timeout stri
 		t.Fatal("requester still waiting 2 minutes after launch exited")
 		return nil
 	}
+}
+
+// longRequest starts a generate on j that decodes far longer than a test
+// lasts (with --timeout timeout), waits until nranks ranks are decoding it,
+// and returns where its error will arrive.
+func longRequest(t *testing.T, j *job, nranks int, timeout time.Duration) <-chan error {
+	t.Helper()
+	genErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := contextWithTimeout(timeout + time.Minute)
+		defer cancel()
+		_, err := j.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "50000", "--ignore-eos", "--timeout", timeout.String())
+		genErr <- err
+	}()
+	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+		ranks, err := j.status()
+		return err == nil && len(ranks) == nranks && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	return genErr
 }
 
 // TestSameRequestsSameTokens: two separate runs of the same requests give

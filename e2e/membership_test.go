@@ -103,19 +103,7 @@ func killAndMeasure(t *testing.T, jobName string, extra ...string) time.Duration
 	m := newManualJob(t, jobName, 4, append([]string{"--forward-time", "5ms"}, extra...)...)
 	m.startAll(4)
 	m.waitRunning(4)
-	c := m.client()
-
-	genErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_, err := c.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "5000", "--ignore-eos", "--timeout", "90s")
-		genErr <- err
-	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
-		ranks, err := c.status()
-		return err == nil && len(ranks) == 4 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
-	})
+	genErr := longRequest(t, m.client(), 4, 90*time.Second)
 	victim := m.agents[2]
 	killed := time.Now()
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -161,18 +149,7 @@ func TestKilledRank0BusStays(t *testing.T) {
 	m := newManualJob(t, "e2e-kill0-bus", 3, "--forward-time", "5ms")
 	m.startAll(3)
 	m.waitRunning(3)
-	c := m.client()
-	genErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
-		defer cancel()
-		_, err := c.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "50000", "--ignore-eos", "--timeout", "10m")
-		genErr <- err
-	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
-		ranks, err := c.status()
-		return err == nil && len(ranks) == 3 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
-	})
+	genErr := longRequest(t, m.client(), 3, 10*time.Minute)
 	if err := m.agents[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

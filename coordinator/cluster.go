@@ -330,7 +330,11 @@ func (c *Cluster) hasJoined() bool {
 	return c.didJoin || len(c.cfg.Join) == 0
 }
 
-// UpdateMeta changes this member's metadata and gossips it.
+// UpdateMeta changes this member's metadata, gossips it, and then
+// exchanges full state with every other member. Gossip sends an update to
+// a few members a few times; a member that joined meanwhile can miss it
+// and learn it only at the next periodic state exchange (15–30 s later), as
+// a rank restarted just as rank 0 announced its next epoch did.
 func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
 	c.mu.Lock()
 	update(&c.cfg.Meta)
@@ -342,7 +346,20 @@ func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return c.ml.UpdateNode(timeout)
+	gossipErr := c.ml.UpdateNode(timeout)
+	var peers []string
+	for _, m := range c.Members() {
+		if m.Name != c.name {
+			peers = append(peers, m.Addr)
+		}
+	}
+	var syncErr error
+	if len(peers) > 0 {
+		if n, err := c.ml.Join(peers); n < len(peers) {
+			syncErr = fmt.Errorf("state exchange with %d of %d members failed: %w", len(peers)-n, len(peers), err)
+		}
+	}
+	return errors.Join(gossipErr, syncErr)
 }
 
 func missingRanks(present []Member, world int) []int {

@@ -87,11 +87,21 @@ func withVersion(v string) opt { return func(m *Meta) { m.Version = v } }
 // joining join (none for the first member).
 func start(t *testing.T, rank int, join []string, opts ...opt) *member {
 	t.Helper()
+	return startWith(t, rank, join, nil, opts...)
+}
+
+// startWith is start with the cluster config changed by cfg (if not nil).
+func startWith(t *testing.T, rank int, join []string, cfg func(*Config), opts ...opt) *member {
+	t.Helper()
 	meta := Meta{Job: testJob, Rank: rank, World: 3, Digest: "cfg-1", NATS: "nats://127.0.0.1:4222", Version: "test"}
 	for _, o := range opts {
 		o(&meta)
 	}
-	c, err := Start(Config{Meta: meta, Bind: "127.0.0.1:0", Join: join, Local: true})
+	conf := Config{Meta: meta, Bind: "127.0.0.1:0", Join: join, Local: true}
+	if cfg != nil {
+		cfg(&conf)
+	}
+	c, err := Start(conf)
 	if err != nil {
 		t.Fatalf("Start rank %d: %v", rank, err)
 	}
@@ -126,10 +136,16 @@ func ranks(ms []Member) []int {
 // formWorld starts ranks 0..2 and completes their rendezvous.
 func formWorld(t *testing.T) []*member {
 	t.Helper()
+	return formWorldWith(t, nil)
+}
+
+// formWorldWith is formWorld with every member's config changed by cfg.
+func formWorldWith(t *testing.T, cfg func(*Config)) []*member {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m0 := start(t, 0, nil)
-	members := []*member{m0, start(t, 1, []string{m0.Addr()}), start(t, 2, []string{m0.Addr()})}
+	m0 := startWith(t, 0, nil, cfg)
+	members := []*member{m0, startWith(t, 1, []string{m0.Addr()}, cfg), startWith(t, 2, []string{m0.Addr()}, cfg)}
 	var results []<-chan result
 	for _, m := range members {
 		results = append(results, rendezvous(ctx, m))
@@ -502,5 +518,27 @@ func TestProtocolVersionRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "incompatible protocol version") ||
 		!strings.Contains(err.Error(), "speaks wire protocol 99") || !strings.Contains(err.Error(), "speaks 0") {
 		t.Fatalf("refusal: %v", err)
+	}
+}
+
+// TestUpdateMetaReachesEveryMember: a metadata update reaches every member
+// without gossip (here gossip and probes, which carry gossip too, are off):
+// UpdateMeta exchanges state with each member itself. Otherwise a member
+// that joined as the update went out could wait for the periodic state
+// exchange, 15 s in the local profile.
+func TestUpdateMetaReachesEveryMember(t *testing.T) {
+	quiet := func(c *Config) { c.GossipInterval, c.ProbeInterval = time.Hour, time.Hour }
+	members := formWorldWith(t, quiet)
+	err := members[0].UpdateMeta(func(m *Meta) { m.Epoch = 7 }, 200*time.Millisecond)
+	t.Logf("UpdateMeta: %v (the gossip part cannot be confirmed with gossip off)", err)
+	for _, m := range members[1:] {
+		eventually(t, 5*time.Second, fmt.Sprintf("%s does not see rank 0 in epoch 7", m.Name()), func() bool {
+			for _, p := range m.Members() {
+				if p.Meta.Rank == 0 && p.Meta.Epoch == 7 {
+					return true
+				}
+			}
+			return false
+		})
 	}
 }

@@ -487,10 +487,8 @@ func TestGenerateLongStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr := hub.Connect()
-			r := &runningRank{d: NewDriver(driverConfig(0, 1), tr, ex, Greedy{}), tr: tr, done: make(chan error, 1)}
-			go func() { r.done <- r.d.Run(ctx) }()
-			t.Cleanup(func() { cancel(); _ = r.wait(t); tr.Close() })
+			r := runRank(t, ctx, hub.Connect(), driverConfig(0, 1), ex)
+			t.Cleanup(func() { cancel(); _ = r.wait(t) })
 			client := hub.Connect()
 			defer client.Close()
 			waitServing(t, client, 1)

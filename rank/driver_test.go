@@ -65,6 +65,13 @@ func startRankOn(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runRank(t, ctx, tr, cfg, ex)
+}
+
+// runRank runs a driver over tr with executor ex until ctx ends; tr is
+// closed when the test ends.
+func runRank(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg DriverConfig, ex Executor) *runningRank {
+	t.Helper()
 	r := &runningRank{d: NewDriver(cfg, tr, ex, Greedy{}), tr: tr, done: make(chan error, 1)}
 	go func() { r.done <- r.d.Run(ctx) }()
 	t.Cleanup(tr.Close)

@@ -50,9 +50,8 @@ func TestGenerateAcrossNATSRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runningRank{d: NewDriver(driverConfig(0, 1), rank0, ex, Greedy{}), tr: rank0, done: make(chan error, 1)}
-	go func() { r.done <- r.d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); _ = r.wait(t); rank0.Close(); client.Close() })
+	r := runRank(t, ctx, rank0, driverConfig(0, 1), ex)
+	t.Cleanup(func() { cancel(); _ = r.wait(t); client.Close() })
 
 	waitServing(t, client, 1)
 	errc := make(chan error, 1)

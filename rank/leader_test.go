@@ -373,11 +373,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 			cfg.StepQueueBytes = 100
 			e = &gatedExecutor{Executor: ex, open: gate}
 		}
-		tr := hub.Connect()
-		rr := &runningRank{d: NewDriver(cfg, tr, e, Greedy{}), tr: tr, done: make(chan error, 1)}
-		go func() { rr.done <- rr.d.Run(ctx) }()
-		t.Cleanup(tr.Close)
-		ranks = append(ranks, rr)
+		ranks = append(ranks, runRank(t, ctx, hub.Connect(), cfg, e))
 	}
 	client := hub.Connect()
 	t.Cleanup(func() {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -38,7 +38,7 @@ func TestManyMixedRequests(t *testing.T) {
 	j := launch(t, "--nproc", "2", "--job", "e2e-many", "--forward-time", "2ms", "--max-batch", "64", "--vocab", "32000")
 	nc, subj := connect(t, j)
 	rng := rand.New(rand.NewPCG(7, 7))
-	reqs := make([]*rank.GenerateRequest, 200)
+	reqs := make([]*client.GenerateRequest, 200)
 	for i := range reqs {
 		p := sampler.DefaultParams()
 		switch i % 6 {
@@ -59,7 +59,7 @@ func TestManyMixedRequests(t *testing.T) {
 			seed := uint64(i)
 			p.Seed = &seed
 		}
-		reqs[i] = &rank.GenerateRequest{
+		reqs[i] = &client.GenerateRequest{
 			PromptTokenIDs: []int32{int32(rng.IntN(32000)), int32(rng.IntN(32000))},
 			MaxTokens:      4 + rng.IntN(40),
 			Params:         p,
@@ -71,18 +71,18 @@ func TestManyMixedRequests(t *testing.T) {
 	errs := make([]error, len(reqs))
 	for i, req := range reqs {
 		wg.Go(func() {
-			rep, err := rank.Generate(ctx, nc, subj, req, nil)
+			rep, err := client.Generate(ctx, nc, subj, req, nil)
 			if err != nil {
 				errs[i] = fmt.Errorf("request %d: %w", i, err)
 				return
 			}
 			n := len(rep.Tokens)
 			switch rep.FinishReason {
-			case rank.FinishLength:
+			case client.FinishLength:
 				if n != req.MaxTokens {
 					errs[i] = fmt.Errorf("request %d: length with %d tokens, max %d", i, n, req.MaxTokens)
 				}
-			case rank.FinishStop:
+			case client.FinishStop:
 				last := rep.Tokens[n-1]
 				if n < req.MinTokens || (last != eos && !slices.Contains(req.StopTokenIDs, last)) {
 					errs[i] = fmt.Errorf("request %d: stop on token %d after %d tokens (min %d, stop ids %v)", i, last, n, req.MinTokens, req.StopTokenIDs)
@@ -126,7 +126,7 @@ func TestCancelMidStream(t *testing.T) {
 		nc, subj := connect(t, j)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st, err := rank.CollectStatus(ctx, nc, subj, time.Second)
+		st, err := client.CollectStatus(ctx, nc, subj, time.Second)
 		return err == nil && len(st) == 2 && st[0].Rows == 0 && st[0].Step == st[1].Step && st[0].Digest == st[1].Digest, fmt.Sprintf("%+v %v", st, err)
 	})
 }
@@ -146,7 +146,7 @@ func TestOverload(t *testing.T) {
 		wg.Go(func() {
 			p := sampler.DefaultParams()
 			p.Temperature, p.IgnoreEOS = 0, true
-			_, err := rank.Generate(ctx, nc, subj, &rank.GenerateRequest{PromptTokenIDs: []int32{int32(i + 1)}, MaxTokens: 10, Params: p}, nil)
+			_, err := client.Generate(ctx, nc, subj, &client.GenerateRequest{PromptTokenIDs: []int32{int32(i + 1)}, MaxTokens: 10, Params: p}, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

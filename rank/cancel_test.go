@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -36,11 +37,11 @@ func TestSchedulerCancel(t *testing.T) {
 	}
 	// Cancel the waiting one: it leaves the queue at once.
 	why := errors.New("client said so")
-	if r := s.Cancel("b", why); r != b || b.Finish != FinishCancelled || !errors.Is(b.Err, why) || s.Waiting() != 0 {
+	if r := s.Cancel("b", why); r != b || b.Finish != client.FinishCancelled || !errors.Is(b.Err, why) || s.Waiting() != 0 {
 		t.Fatalf("cancel waiting: %v %+v waiting=%d", r, b, s.Waiting())
 	}
 	// Cancel the admitted one: its token and its removal go in the next step.
-	if r := s.Cancel("a", why); r != a || a.Finish != FinishCancelled {
+	if r := s.Cancel("a", why); r != a || a.Finish != client.FinishCancelled {
 		t.Fatalf("cancel active: %v %+v", r, a)
 	}
 	if r := s.Cancel("a", why); r != nil {
@@ -129,8 +130,8 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 			_ = r.wait(t)
 		}
 	})
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
 	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
@@ -138,35 +139,35 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 	// Cancel through Generate's context.
 	gctx, gcancel := context.WithCancel(context.Background())
 	got := make(chan int, 64)
-	var rep *GenerateReply
+	var rep *client.GenerateReply
 	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rep, err = Generate(gctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()}, func(i int, _ int32) { got <- i })
+		rep, err = client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()}, func(i int, _ int32) { got <- i })
 	}()
 	<-got // streaming
 	gcancel()
 	<-done
-	if rep == nil || rep.FinishReason != FinishCancelled {
+	if rep == nil || rep.FinishReason != client.FinishCancelled {
 		t.Fatalf("cancelled request: reply %+v, err %v", rep, err)
 	}
 
 	// A client that sent one keepalive and went silent.
-	reply := subscribeReplies(t, client)
-	data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
-	if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+	reply := subscribeReplies(t, requester)
+	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
+	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	ka, _ := json.Marshal(ClientMessage{Reply: reply.inbox, Op: "keepalive"})
-	if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: ka}); err != nil {
+	ka, _ := json.Marshal(client.ClientMessage{Reply: reply.inbox, Op: "keepalive"})
+	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: ka}); err != nil {
 		t.Fatal(err)
 	}
 	for {
 		r := reply.next(t)
 		if r.Done {
-			if r.FinishReason != FinishCancelled {
-				t.Fatalf("silent client's request ended %+v, want cancelled", r)
+			if r.FinishReason != client.FinishCancelled {
+				t.Fatalf("silent requester's request ended %+v, want cancelled", r)
 			}
 			break
 		}
@@ -194,7 +195,7 @@ func TestDriverLogprobs(t *testing.T) {
 	p := greedyParams()
 	n := 3
 	p.Logprobs = &n
-	rep, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 12, Params: p}, nil)
+	rep, err := client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 12, Params: p}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestDriverLogprobs(t *testing.T) {
 			t.Fatalf("token %d: greedy token has rank %d, top %+v", i, lp.Rank, lp.Top)
 		}
 	}
-	rep, err = Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 4, Params: greedyParams()}, nil)
+	rep, err = client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 4, Params: greedyParams()}, nil)
 	if err != nil || rep.TokenLogprobs != nil {
 		t.Fatalf("request without logprobs: %v, %+v", err, rep.TokenLogprobs)
 	}
@@ -288,10 +289,10 @@ func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	client := hub.Connect()
+	requester := hub.Connect()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := Generate(context.Background(), client, subj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+		_, err := client.Generate(context.Background(), requester, subj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
 		errc <- err
 	}()
 	select {
@@ -299,7 +300,7 @@ func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("request not submitted within 10s")
 	}
-	client.Close()
+	requester.Close()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, broadcast.ErrClosed) || !strings.Contains(err.Error(), "connection to NATS lost") {
@@ -312,16 +313,16 @@ func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
 
 // ackOf sends a keepalive for the request whose reply subject is tag, with
 // a reply subject, and returns rank 0's answer.
-func ackOf(t *testing.T, tr broadcast.Transport, tag string) KeepaliveAck {
+func ackOf(t *testing.T, tr broadcast.Transport, tag string) client.KeepaliveAck {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	data, _ := json.Marshal(ClientMessage{Reply: tag, Op: "keepalive"})
+	data, _ := json.Marshal(client.ClientMessage{Reply: tag, Op: "keepalive"})
 	b, err := broadcast.Request(ctx, tr, drvSubj.Client(), data)
 	if err != nil {
 		t.Fatalf("keepalive for %s: %v", tag, err)
 	}
-	var ack KeepaliveAck
+	var ack client.KeepaliveAck
 	if err := json.Unmarshal(b, &ack); err != nil {
 		t.Fatalf("keepalive answer %q: %v", b, err)
 	}
@@ -332,14 +333,14 @@ func ackOf(t *testing.T, tr broadcast.Transport, tag string) KeepaliveAck {
 // subject with whether it holds the request.
 func TestDriverAcksKeepalives(t *testing.T) {
 	c := startCluster(t, 2)
-	inbox := c.client.NewInbox()
+	inbox := c.requester.NewInbox()
 	streaming := make(chan struct{})
 	var once sync.Once
-	if _, err := c.client.Subscribe(inbox, func(*broadcast.Msg) { once.Do(func() { close(streaming) }) }); err != nil {
+	if _, err := c.requester.Subscribe(inbox, func(*broadcast.Msg) { once.Do(func() { close(streaming) }) }); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
-	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: inbox, Data: data}); err != nil {
+	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
+	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -347,23 +348,23 @@ func TestDriverAcksKeepalives(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no token within 30s")
 	}
-	if ack := ackOf(t, c.client, inbox); !ack.Known {
+	if ack := ackOf(t, c.requester, inbox); !ack.Known {
 		t.Error("keepalive for a request being decoded: not known")
 	}
-	if ack := ackOf(t, c.client, "_INBOX.nobody"); ack.Known {
+	if ack := ackOf(t, c.requester, "_INBOX.nobody"); ack.Known {
 		t.Error("keepalive for a request never submitted: known")
 	}
-	cancelMsg, _ := json.Marshal(ClientMessage{Reply: inbox, Op: "cancel"})
-	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelMsg}); err != nil {
+	cancelMsg, _ := json.Marshal(client.ClientMessage{Reply: inbox, Op: "cancel"})
+	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelMsg}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the cancelled request still known", func() bool { return !ackOf(t, c.client, inbox).Known })
+	eventually(t, 10*time.Second, "the cancelled request still known", func() bool { return !ackOf(t, c.requester, inbox).Known })
 }
 
 // TestGenerateEndsWhenRank0Dies: rank 0's connection goes away mid-request
 // while the bus stays up (a standalone NATS server); the requester's
 // keepalives then find nobody, and after four in a row it stops with
-// ErrRequestLost instead of waiting out its context (60 s here).
+// client.ErrRequestLost instead of waiting out its context (60 s here).
 func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 	c := startCluster(t, 2)
 	errc := make(chan error, 1)
@@ -372,15 +373,15 @@ func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		_, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()},
+		_, err := client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()},
 			func(int, int32) { once.Do(func() { close(first) }) })
 		errc <- err
 	}()
 	<-first
 	c.ranks[0].tr.Close() // as a SIGKILL looks to the NATS server
 	err := <-errc
-	if !errors.Is(err, ErrRequestLost) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "gone") {
-		t.Fatalf("Generate after rank 0 died: %v, want ErrRequestLost saying rank 0 is gone", err)
+	if !errors.Is(err, client.ErrRequestLost) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "gone") {
+		t.Fatalf("Generate after rank 0 died: %v, want client.ErrRequestLost saying rank 0 is gone", err)
 	}
 }
 
@@ -389,62 +390,17 @@ func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 // such answers in a row; one "not known" between known ones does not.
 func TestGenerateEndsWhenRank0ForgetsRequest(t *testing.T) {
 	answers := []bool{false, true, false, false} // then "not known" forever
-	keepalives, client := fakeRank0(t, func(n int, _ string, publish func(string, any)) {
-		publish("", KeepaliveAck{Known: n <= len(answers) && answers[n-1]})
+	keepalives, requester := fakeRank0(t, func(n int, _ string, publish func(string, any)) {
+		publish("", client.KeepaliveAck{Known: n <= len(answers) && answers[n-1]})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
-	if !errors.Is(err, ErrRequestLost) || !strings.Contains(err.Error(), "no longer holds") {
-		t.Fatalf("Generate: %v, want ErrRequestLost saying rank 0 no longer holds the request", err)
+	_, err := client.Generate(ctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+	if !errors.Is(err, client.ErrRequestLost) || !strings.Contains(err.Error(), "no longer holds") {
+		t.Fatalf("Generate: %v, want client.ErrRequestLost saying rank 0 no longer holds the request", err)
 	}
 	if n := keepalives.Load(); n != 4 {
 		t.Fatalf("gave up after %d keepalives, want 4 (answers: not known, known, not known, not known)", n)
-	}
-}
-
-// TestKeepaliveVerdict: the client's rule for giving up on rank 0. A burst
-// of answers (keepalives nats.go buffered while disconnected, answered all
-// at once) never decides; answers spread over time do; a "known" answer or
-// a change of kind starts over.
-func TestKeepaliveVerdict(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	nobody, unknown, known := keepaliveAnswer{nobody: true}, keepaliveAnswer{}, keepaliveAnswer{known: true}
-	type step struct {
-		a    keepaliveAnswer
-		at   time.Duration
-		lost bool
-	}
-	for _, tc := range []struct {
-		name  string
-		steps []step
-	}{
-		{"nobody: a burst, then one a second", []step{
-			{nobody, 0, false}, {nobody, 0, false}, {nobody, 0, false}, {nobody, 0, false}, {nobody, 0, false},
-			{nobody, time.Second, false}, {nobody, 2 * time.Second, false}, {nobody, 3 * time.Second, true}}},
-		{"nobody: one a second", []step{
-			{nobody, 0, false}, {nobody, time.Second, false}, {nobody, 2 * time.Second, false}, {nobody, 3 * time.Second, true}}},
-		{"nobody: rank 0 back in between", []step{
-			{nobody, 0, false}, {nobody, time.Second, false}, {nobody, 2 * time.Second, false}, {known, 3 * time.Second, false},
-			{nobody, 4 * time.Second, false}, {nobody, 5 * time.Second, false}, {nobody, 6 * time.Second, false}, {nobody, 7 * time.Second, true}}},
-		{"unknown: a burst, then a second later", []step{
-			{unknown, 0, false}, {unknown, 0, false}, {unknown, 0, false}, {unknown, time.Second, true}}},
-		{"unknown between known ones", []step{
-			{unknown, 0, false}, {known, time.Second, false}, {unknown, 2 * time.Second, false}, {known, 3 * time.Second, false}}},
-		{"kinds alternating", []step{
-			{unknown, 0, false}, {nobody, time.Second, false}, {unknown, 2 * time.Second, false}, {nobody, 3 * time.Second, false},
-			{nobody, 4 * time.Second, false}, {nobody, 5 * time.Second, false}, {nobody, 6 * time.Second, true}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var v keepaliveVerdict
-			for i, s := range tc.steps {
-				lost, why := v.observe(s.a, at(s.at))
-				if lost != s.lost {
-					t.Fatalf("answer %d (%+v at %v): lost = %v (%q), want %v", i, s.a, s.at, lost, why, s.lost)
-				}
-			}
-		})
 	}
 }
 
@@ -456,7 +412,7 @@ func TestKeepaliveVerdict(t *testing.T) {
 func TestGenerateSlowReader(t *testing.T) {
 	c := startCluster(t, 2)
 	var notKnown atomic.Int32
-	client := &deliverySpy{Transport: c.client, on: func(m *broadcast.Msg) {
+	requester := &deliverySpy{Transport: c.requester, on: func(m *broadcast.Msg) {
 		if string(m.Data) == `{"known":false}` {
 			notKnown.Add(1)
 		}
@@ -464,7 +420,7 @@ func TestGenerateSlowReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n := 0
-	rep, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 80, Params: greedyParams()},
+	rep, err := client.Generate(ctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 80, Params: greedyParams()},
 		func(int, int32) { n++; time.Sleep(50 * time.Millisecond) })
 	if err != nil || len(rep.Tokens) != 80 || n != 80 {
 		t.Fatalf("slow reader: %d tokens streamed, reply %+v, err %v", n, rep, err)
@@ -489,9 +445,9 @@ func TestGenerateLongStep(t *testing.T) {
 			}
 			r := runRank(t, ctx, hub.Connect(), driverConfig(0, 1), ex)
 			t.Cleanup(func() { cancel(); _ = r.wait(t) })
-			client := hub.Connect()
-			defer client.Close()
-			waitServing(t, client, 1)
+			requester := hub.Connect()
+			defer requester.Close()
+			waitServing(t, requester, 1)
 			p := greedyParams()
 			if logprobs {
 				two := 2
@@ -499,7 +455,7 @@ func TestGenerateLongStep(t *testing.T) {
 			}
 			gctx, gcancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer gcancel()
-			rep, err := Generate(gctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 1, Params: p}, nil)
+			rep, err := client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 1, Params: p}, nil)
 			if err != nil || len(rep.Tokens) != 1 {
 				t.Fatalf("request with %v steps: reply %+v, err %v", 2500*time.Millisecond, rep, err)
 			}
@@ -511,7 +467,7 @@ func TestGenerateLongStep(t *testing.T) {
 // keepalive at once rather than at its next step.
 func TestDriverIdleAnswersKeepalive(t *testing.T) {
 	c := startCluster(t, 1)
-	if ackOf(t, c.client, "_INBOX.gone").Known {
+	if ackOf(t, c.requester, "_INBOX.gone").Known {
 		t.Fatal("a request never submitted is known")
 	}
 }
@@ -522,7 +478,7 @@ func waitServing(t *testing.T, tr broadcast.Transport, world int) {
 	eventually(t, 10*time.Second, "ranks not serving", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		st, _ := CollectStatus(ctx, tr, drvSubj, 100*time.Millisecond)
+		st, _ := client.CollectStatus(ctx, tr, drvSubj, 100*time.Millisecond)
 		return len(st) == world
 	})
 }
@@ -534,9 +490,9 @@ func waitServing(t *testing.T, tr broadcast.Transport, world int) {
 // timed out.
 func TestDriverResumedClientTimeout(t *testing.T) {
 	hub := broadcast.NewHub()
-	client := hub.Connect()
-	defer client.Close()
-	gone, quiet := subscribeReplies(t, client), subscribeReplies(t, client)
+	requester := hub.Connect()
+	defer requester.Close()
+	gone, quiet := subscribeReplies(t, requester), subscribeReplies(t, requester)
 	cfg := driverConfig(0, 1)
 	cfg.ClientTimeout = 300 * time.Millisecond
 	cfg.Resume = []*Request{
@@ -546,7 +502,7 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := startRank(t, ctx, hub, cfg)
 	t.Cleanup(func() { cancel(); _ = r.wait(t) })
-	last := func(rs *replies) GenerateReply {
+	last := func(rs *replies) client.GenerateReply {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			if rep := rs.next(t); rep.Done {
@@ -554,12 +510,12 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 			}
 		}
 		t.Fatal("no final reply within 30s (the request was never timed out)")
-		return GenerateReply{}
+		return client.GenerateReply{}
 	}
-	if rep := last(gone); rep.FinishReason != FinishCancelled || !strings.Contains(rep.Error, "client went away") {
-		t.Fatalf("resumed request whose client went away: %+v, want cancelled", rep)
+	if rep := last(gone); rep.FinishReason != client.FinishCancelled || !strings.Contains(rep.Error, "client went away") {
+		t.Fatalf("resumed request whose requester went away: %+v, want cancelled", rep)
 	}
-	if rep := last(quiet); rep.FinishReason != FinishLength || len(rep.Tokens) != 3 {
+	if rep := last(quiet); rep.FinishReason != client.FinishLength || len(rep.Tokens) != 3 {
 		t.Fatalf("resumed request without keepalives: %+v, want its 3 tokens", rep)
 	}
 }
@@ -569,19 +525,19 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 // reply, not as lost. The fake rank 0 answers the first keepalive "not
 // known", and the second with the final reply followed by eight more.
 func TestGenerateFinalReplyCrossesAnswers(t *testing.T) {
-	_, client := fakeRank0(t, func(n int, request string, publish func(string, any)) {
+	_, requester := fakeRank0(t, func(n int, request string, publish func(string, any)) {
 		if n == 2 {
-			publish(request, GenerateReply{Done: true, FinishReason: FinishLength, Tokens: []int32{1, 2}})
+			publish(request, client.GenerateReply{Done: true, FinishReason: client.FinishLength, Tokens: []int32{1, 2}})
 			for range 8 {
-				publish("", KeepaliveAck{Known: false})
+				publish("", client.KeepaliveAck{Known: false})
 			}
 		}
-		publish("", KeepaliveAck{Known: false})
+		publish("", client.KeepaliveAck{Known: false})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rep, err := Generate(ctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil)
-	if err != nil || rep.FinishReason != FinishLength {
+	rep, err := client.Generate(ctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil)
+	if err != nil || rep.FinishReason != client.FinishLength {
 		t.Fatalf("Generate: %+v, %v; want the final reply", rep, err)
 	}
 }
@@ -614,7 +570,7 @@ func fakeRank0(t *testing.T, onKeepalive func(n int, request string, publish fun
 	}); err != nil {
 		t.Fatal(err)
 	}
-	client := hub.Connect()
-	t.Cleanup(client.Close)
-	return keepalives, client
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
+	return keepalives, requester
 }

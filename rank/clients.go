@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // DefaultClientTimeout is how long rank 0 keeps a request whose client
@@ -15,34 +16,15 @@ import (
 // keepalives are never timed out.
 const DefaultClientTimeout = 5 * time.Second
 
-// KeepaliveInterval is how often a client sends a keepalive.
-const KeepaliveInterval = time.Second
-
-// ClientMessage is a requester's message on tpc.<job>.client about its
-// request, which it names by the request's reply subject.
-type ClientMessage struct {
-	Reply string `json:"reply"`
-	Op    string `json:"op"` // "cancel" or "keepalive"
-}
-
-// KeepaliveAck is rank 0's answer to a keepalive sent with a reply subject:
-// whether it still holds the request (waiting, decoding, or held across a
-// re-formation). A client that hears "not known" twice in a row stops
-// waiting: rank 0 restarted, or the request ended and its last message was
-// lost.
-type KeepaliveAck struct {
-	Known bool `json:"known"`
-}
-
 type clientOp struct {
 	reply  string
 	cancel bool
-	ack    string // keepalive: where to send the KeepaliveAck ("" for none)
+	ack    string // keepalive: where to send the client.KeepaliveAck ("" for none)
 }
 
 // onClient hands a client's cancel or keepalive to the loop.
 func (d *Driver) onClient(m *broadcast.Msg) {
-	var c ClientMessage
+	var c client.ClientMessage
 	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" || (c.Op != "cancel" && c.Op != "keepalive") {
 		d.reject("client", fmt.Errorf("malformed client message %q", m.Data))
 		return
@@ -105,6 +87,6 @@ func (d *Driver) clientOps(now time.Time) {
 
 // ack answers a keepalive.
 func (d *Driver) ack(subject string, known bool) {
-	data, _ := json.Marshal(KeepaliveAck{Known: known})
+	data, _ := json.Marshal(client.KeepaliveAck{Known: known})
 	_ = d.tr.Publish(&broadcast.Msg{Subject: subject, Data: data})
 }

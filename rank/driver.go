@@ -8,14 +8,16 @@ import (
 	"log/slog"
 	"maps"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // Errors that end a driver's Run. The agent maps them to exit codes.
@@ -284,7 +286,7 @@ func (d *Driver) InFlight() []*Request {
 }
 
 // Status returns this rank's current status.
-func (d *Driver) Status() RankStatus {
+func (d *Driver) Status() client.RankStatus {
 	d.mu.Lock()
 	p := d.pos
 	var rejected map[string]uint64
@@ -292,7 +294,7 @@ func (d *Driver) Status() RankStatus {
 		rejected = maps.Clone(d.rejected)
 	}
 	d.mu.Unlock()
-	st := RankStatus{
+	st := client.RankStatus{
 		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Epoch: d.cfg.Epoch,
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
 		Rejected: rejected,
@@ -540,16 +542,16 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		d.log.Warn("ignoring generate request without a reply subject")
 		return
 	}
-	req, err := ParseGenerateRequest(m.Data, d.ex.Vocab())
+	req, err := client.ParseGenerateRequest(m.Data, d.ex.Vocab())
 	if err != nil {
-		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
+		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: err.Error()})
 		return
 	}
 	// A request may be re-admitted in a new epoch with all its tokens, so
 	// prompt + max_tokens must fit one step message and the decoder's bound.
 	total := len(req.PromptTokenIDs) + req.MaxTokens
 	if need := broadcast.StepSize(&broadcast.Step{}) + d.cfg.MaxBatch*20 + broadcast.AdmissionSize(total); need > d.cfg.stepBudget() || total > broadcast.MaxPromptLen {
-		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: fmt.Sprintf(
+		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: fmt.Sprintf(
 			"max_tokens: prompt (%d tokens) plus max_tokens (%d) do not fit in one step message (%d bytes needed, %d available under the NATS max payload; at most %d tokens); lower max_tokens, shorten the prompt or raise max_payload",
 			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen)})
 		return
@@ -558,11 +560,11 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	select {
 	case d.intake <- r:
 	default:
-		d.reply(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: ErrOverloaded.Error()})
+		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: ErrOverloaded.Error()})
 	}
 }
 
-func (d *Driver) reply(subject string, r GenerateReply) {
+func (d *Driver) reply(subject string, r client.GenerateReply) {
 	data, _ := json.Marshal(r)
 	if err := d.tr.Publish(&broadcast.Msg{Subject: subject, Data: data}); err != nil {
 		d.log.Warn("reply failed", "subject", subject, "err", err)
@@ -838,7 +840,7 @@ func (d *Driver) admit() {
 
 func (d *Driver) enqueue(r *Request) {
 	if err := d.sched.Submit(r); err != nil {
-		d.reply(r.Tag, GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error()})
+		d.reply(r.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: err.Error()})
 		return
 	}
 	r.times.enqueued = time.Now()
@@ -914,7 +916,7 @@ func (d *Driver) stream(events []Event) {
 			}
 			t.last = now
 			tok := ev.Token
-			d.reply(r.Tag, GenerateReply{Token: &tok, Index: ev.Index})
+			d.reply(r.Tag, client.GenerateReply{Token: &tok, Index: ev.Index})
 		}
 		if ev.Done {
 			if j := d.lp.pending(r); j != nil {
@@ -936,7 +938,7 @@ func (d *Driver) sendLogprobs() {
 	for _, j := range d.lp.wait() {
 		if j.err == nil {
 			res := j.res
-			d.reply(j.req.Tag, GenerateReply{Index: j.index, Logprobs: &res})
+			d.reply(j.req.Tag, client.GenerateReply{Index: j.index, Logprobs: &res})
 		} else {
 			d.log.Warn("logprobs failed", "seq", j.req.Seq, "err", j.err)
 		}
@@ -949,7 +951,7 @@ func (d *Driver) sendLogprobs() {
 func (d *Driver) finish(r *Request, now time.Time) {
 	delete(d.alive, r.Tag)
 	d.requestFinished(r, now)
-	rep := GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
+	rep := client.GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
 	if rep.Tokens == nil {
 		rep.Tokens = []int32{}
 	}
@@ -957,7 +959,7 @@ func (d *Driver) finish(r *Request, now time.Time) {
 		rep.Error = r.Err.Error()
 	}
 	if t := r.times; !t.enqueued.IsZero() {
-		tm := &Timings{TotalMs: ms(now.Sub(t.enqueued))}
+		tm := &client.Timings{TotalMs: ms(now.Sub(t.enqueued))}
 		if !t.first.IsZero() {
 			tm.FirstTokenMs = ms(t.first.Sub(t.enqueued))
 			if n := len(r.Output); n > 1 {
@@ -974,7 +976,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // drain answers every open request when the loop stops.
 func (d *Driver) drain(cause error) {
 	d.admit()
-	reason, err := FinishError, cause
+	reason, err := client.FinishError, cause
 	if cause == nil {
 		err = errors.New("rank 0 is shutting down")
 	}

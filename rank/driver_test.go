@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -93,10 +94,10 @@ func (r *runningRank) wait(t *testing.T) error {
 
 // cluster is rank 0 and its followers on one in-memory hub.
 type cluster struct {
-	hub    *broadcast.Hub
-	client broadcast.Transport
-	ranks  []*runningRank
-	cancel context.CancelFunc
+	hub       *broadcast.Hub
+	requester broadcast.Transport
+	ranks     []*runningRank
+	cancel    context.CancelFunc
 }
 
 func startCluster(t *testing.T, world int) *cluster {
@@ -110,8 +111,8 @@ func startClusterWith(t *testing.T, world int, wrap func(rank int, tr broadcast.
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{hub: broadcast.NewHub(), cancel: cancel}
-	c.client = c.hub.Connect()
-	t.Cleanup(c.client.Close)
+	c.requester = c.hub.Connect()
+	t.Cleanup(c.requester.Close)
 	for r := range world {
 		tr := c.hub.Connect()
 		if wrap != nil {
@@ -126,17 +127,17 @@ func startClusterWith(t *testing.T, world int, wrap func(rank int, tr broadcast.
 		}
 	})
 	// Every rank answers status once it has subscribed.
-	waitServing(t, c.client, world)
+	waitServing(t, c.requester, world)
 	return c
 }
 
-func (c *cluster) status(t *testing.T) []RankStatus {
+func (c *cluster) status(t *testing.T) []client.RankStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := CollectStatus(ctx, c.client, drvSubj, 100*time.Millisecond)
+	st, err := client.CollectStatus(ctx, c.requester, drvSubj, 100*time.Millisecond)
 	if err != nil {
-		t.Fatalf("CollectStatus: %v", err)
+		t.Fatalf("client.CollectStatus: %v", err)
 	}
 	return st
 }
@@ -144,7 +145,7 @@ func (c *cluster) status(t *testing.T) []RankStatus {
 // predict decodes req greedily with the rules of the scheduler, using a
 // Synthetic executor of the same configuration: rows are independent of
 // the batch, so this is exactly what the cluster must produce.
-func predict(t *testing.T, req *GenerateRequest) ([]int32, string) {
+func predict(t *testing.T, req *client.GenerateRequest) ([]int32, string) {
 	t.Helper()
 	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: true})
 	if err != nil {
@@ -159,9 +160,9 @@ func predict(t *testing.T, req *GenerateRequest) ([]int32, string) {
 		stop := (tok == drvEOS && !req.IgnoreEOS) || slices.Contains(req.StopTokenIDs, tok)
 		switch {
 		case stop && len(s.Output) >= req.MinTokens:
-			return s.Output, FinishStop
+			return s.Output, client.FinishStop
 		case len(s.Output) >= req.MaxTokens:
-			return s.Output, FinishLength
+			return s.Output, client.FinishLength
 		}
 	}
 }
@@ -212,7 +213,7 @@ func TestDriverClusterLossyFollowers(t *testing.T) {
 func runRequests(t *testing.T, c *cluster) {
 	t.Helper()
 
-	reqs := []*GenerateRequest{
+	reqs := []*client.GenerateRequest{
 		{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 4},                                               // length
 		{PromptTokenIDs: []int32{8}, MaxTokens: 200},                                                   // EOS
 		{PromptTokenIDs: []int32{9, 10}, MaxTokens: 60, Params: sampler.Params{IgnoreEOS: true}},       // length past EOS
@@ -227,7 +228,7 @@ func runRequests(t *testing.T, c *cluster) {
 	reqs[5].StopTokenIDs = []int32{first[2]}
 
 	type outcome struct {
-		reply    *GenerateReply
+		reply    *client.GenerateReply
 		streamed []int32
 		err      error
 	}
@@ -240,7 +241,7 @@ func runRequests(t *testing.T, c *cluster) {
 			tr := c.hub.Connect()
 			defer tr.Close()
 			var streamed []int32
-			rep, err := Generate(ctx, tr, drvSubj, req, func(index int, token int32) {
+			rep, err := client.Generate(ctx, tr, drvSubj, req, func(index int, token int32) {
 				if index != len(streamed) {
 					t.Errorf("request %d: token index %d, want %d", i, index, len(streamed))
 				}
@@ -269,18 +270,18 @@ func runRequests(t *testing.T, c *cluster) {
 		}
 		reasons[o.reply.FinishReason]++
 	}
-	if reasons[FinishStop] == 0 || reasons[FinishLength] == 0 {
+	if reasons[client.FinishStop] == 0 || reasons[client.FinishLength] == 0 {
 		t.Errorf("finish reasons %v: the scenario should cover both", reasons)
 	}
 	if n := len(outcomes[2].reply.Tokens); n != 60 {
 		t.Errorf("ignore_eos request produced %d tokens, want 60", n)
 	}
-	if got := outcomes[5].reply.Tokens; len(got) != 3 || outcomes[5].reply.FinishReason != FinishStop {
+	if got := outcomes[5].reply.Tokens; len(got) != 3 || outcomes[5].reply.FinishReason != client.FinishStop {
 		t.Errorf("stop-token request: %s after %v", outcomes[5].reply.FinishReason, got)
 	}
 
 	// Once idle, every rank reports the same step and digest.
-	var last []RankStatus
+	var last []client.RankStatus
 	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
 		last = c.status(t)
 		if len(last) != 3 {
@@ -303,45 +304,45 @@ func runRequests(t *testing.T, c *cluster) {
 func TestDriverInvalidRequests(t *testing.T) {
 	c := startCluster(t, 1)
 	for _, tc := range []struct {
-		req   GenerateRequest
+		req   client.GenerateRequest
 		field string
 	}{
-		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 0}, "max_tokens"},
-		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: -3}, "max_tokens"},
-		{GenerateRequest{MaxTokens: 5}, "prompt_token_ids"},
-		{GenerateRequest{PromptTokenIDs: []int32{1, drvVocab}, MaxTokens: 5}, "prompt_token_ids[1]"},
-		{GenerateRequest{PromptTokenIDs: []int32{-1}, MaxTokens: 5}, "prompt_token_ids[0]"},
-		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{Temperature: -1}}, "temperature"},
-		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{TopK: drvVocab + 1}}, "top_k"},
-		{GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{MinTokens: -1}}, "min_tokens"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 0}, "max_tokens"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: -3}, "max_tokens"},
+		{client.GenerateRequest{MaxTokens: 5}, "prompt_token_ids"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{1, drvVocab}, MaxTokens: 5}, "prompt_token_ids[1]"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{-1}, MaxTokens: 5}, "prompt_token_ids[0]"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{Temperature: -1}}, "temperature"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{TopK: drvVocab + 1}}, "top_k"},
+		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{MinTokens: -1}}, "min_tokens"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			rep, err := Generate(ctx, c.client, drvSubj, &tc.req, nil)
+			rep, err := client.Generate(ctx, c.requester, drvSubj, &tc.req, nil)
 			if err == nil {
 				t.Fatalf("invalid request accepted: %+v", rep)
 			}
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("error %q does not name %s", err, tc.field)
 			}
-			if rep == nil || rep.FinishReason != FinishError || !rep.Done {
+			if rep == nil || rep.FinishReason != client.FinishError || !rep.Done {
 				t.Fatalf("reply %+v", rep)
 			}
 		})
 	}
 	// Malformed JSON, sent by hand.
-	reply := subscribeReplies(t, c.client)
-	if err := c.client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: []byte("{not json")}); err != nil {
+	reply := subscribeReplies(t, c.requester)
+	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: []byte("{not json")}); err != nil {
 		t.Fatal(err)
 	}
-	if r := reply.next(t); !r.Done || r.FinishReason != FinishError || !strings.Contains(r.Error, "JSON") {
+	if r := reply.next(t); !r.Done || r.FinishReason != client.FinishError || !strings.Contains(r.Error, "JSON") {
 		t.Fatalf("reply to malformed JSON: %+v", r)
 	}
 	// The cluster still serves valid requests.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Generate(ctx, c.client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil); err != nil {
+	if _, err := client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil); err != nil {
 		t.Fatalf("valid request after invalid ones: %v", err)
 	}
 }
@@ -349,14 +350,14 @@ func TestDriverInvalidRequests(t *testing.T) {
 // replies collects the generate replies sent to one inbox.
 type replies struct {
 	inbox string
-	ch    chan GenerateReply
+	ch    chan client.GenerateReply
 }
 
 func subscribeReplies(t *testing.T, tr broadcast.Transport) *replies {
 	t.Helper()
-	r := &replies{inbox: tr.NewInbox(), ch: make(chan GenerateReply, 64)}
+	r := &replies{inbox: tr.NewInbox(), ch: make(chan client.GenerateReply, 64)}
 	unsub, err := tr.Subscribe(r.inbox, func(m *broadcast.Msg) {
-		var rep GenerateReply
+		var rep client.GenerateReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Errorf("malformed reply %q", m.Data)
 			return
@@ -370,14 +371,14 @@ func subscribeReplies(t *testing.T, tr broadcast.Transport) *replies {
 	return r
 }
 
-func (r *replies) next(t *testing.T) GenerateReply {
+func (r *replies) next(t *testing.T) client.GenerateReply {
 	t.Helper()
 	select {
 	case rep := <-r.ch:
 		return rep
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reply")
-		return GenerateReply{}
+		return client.GenerateReply{}
 	}
 }
 
@@ -571,16 +572,16 @@ func TestDriverLeaderStops(t *testing.T) {
 			defer cancel()
 			hub := broadcast.NewHub()
 			r := startRank(t, ctx, hub, driverConfig(0, 2))
-			client := hub.Connect()
-			defer client.Close()
+			requester := hub.Connect()
+			defer requester.Close()
 			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
-			reply := subscribeReplies(t, client)
-			data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
-			if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+			reply := subscribeReplies(t, requester)
+			data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
+			if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 				t.Fatal(err)
 			}
 			var control []byte
-			unsub, _ := client.Subscribe(drvSubj.Control(), func(m *broadcast.Msg) { control = append(control, m.Data...) })
+			unsub, _ := requester.Subscribe(drvSubj.Control(), func(m *broadcast.Msg) { control = append(control, m.Data...) })
 			defer func() { _ = unsub() }()
 			lost := fmt.Errorf("%w: rank 1 failed", ErrPeerLost)
 			if abort {
@@ -596,7 +597,7 @@ func TestDriverLeaderStops(t *testing.T) {
 				t.Fatalf("Run = %v after cancel, want nil", err)
 			}
 			rep := reply.next(t)
-			if !rep.Done || rep.FinishReason != FinishError || rep.Error == "" {
+			if !rep.Done || rep.FinishReason != client.FinishError || rep.Error == "" {
 				t.Fatalf("reply to the pending request: %+v", rep)
 			}
 			if abort && !strings.Contains(rep.Error, "rank 1 failed") {
@@ -620,14 +621,14 @@ func TestDriverOverload(t *testing.T) {
 	cfg := driverConfig(0, 2) // no follower: nothing runs, everything waits
 	cfg.MaxQueue, cfg.MaxBatch = 2, 1
 	r := startRank(t, ctx, hub, cfg)
-	client := hub.Connect()
-	defer client.Close()
+	requester := hub.Connect()
+	defer requester.Close()
 	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
-	reply := subscribeReplies(t, client)
-	data, _ := json.Marshal(GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
+	reply := subscribeReplies(t, requester)
+	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
 	const n = 8
 	for range n {
-		if err := client.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+		if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -646,7 +647,7 @@ func TestDriverOverload(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	for range n - refused {
-		if rep := reply.next(t); !rep.Done || rep.FinishReason != FinishError {
+		if rep := reply.next(t); !rep.Done || rep.FinishReason != client.FinishError {
 			t.Fatalf("reply at shutdown %+v", rep)
 		}
 	}
@@ -662,17 +663,17 @@ func TestDriverLeaderStopsWhileBusy(t *testing.T) {
 			defer cancel()
 			hub := broadcast.NewHub()
 			r := startRank(t, ctx, hub, driverConfig(0, 1))
-			client := hub.Connect()
-			defer client.Close()
+			requester := hub.Connect()
+			defer requester.Close()
 			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
-			req := &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 100_000, Params: sampler.Params{IgnoreEOS: true}}
+			req := &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 100_000, Params: sampler.Params{IgnoreEOS: true}}
 			started := make(chan struct{})
 			var once sync.Once
 			result := make(chan error, 1)
 			go func() {
 				gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer gcancel()
-				_, err := Generate(gctx, client, drvSubj, req, func(int, int32) { once.Do(func() { close(started) }) })
+				_, err := client.Generate(gctx, requester, drvSubj, req, func(int, int32) { once.Do(func() { close(started) }) })
 				result <- err
 			}()
 			select {
@@ -715,8 +716,8 @@ func (s *stepCounter) Publish(m *broadcast.Msg) error {
 func TestDriverStepsTransport(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	hub := broadcast.NewHub()
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
 	main, steps := &stepCounter{Transport: hub.Connect()}, &stepCounter{Transport: hub.Connect()}
 	t.Cleanup(steps.Close)
 	cfg0 := driverConfig(0, 2)
@@ -731,10 +732,10 @@ func TestDriverStepsTransport(t *testing.T) {
 	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
-	req := &GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
 	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer gcancel()
-	rep, err := Generate(gctx, client, drvSubj, req, nil)
+	rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

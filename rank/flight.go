@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // LoopPhase is where a rank's decode loop is. The flight recorder times
@@ -119,23 +121,10 @@ func (f *FlightRecorder) stepDone(k uint64, rows int, now time.Time) {
 	m.observeStep(&e)
 }
 
-// StepTiming is one recorded step, as status and dumps show it.
-type StepTiming struct {
-	Step      uint64    `json:"step"`
-	Start     time.Time `json:"start"`
-	Rows      int       `json:"rows"`
-	AwaitMs   float64   `json:"await_ms"`
-	PublishMs float64   `json:"publish_ms,omitempty"`
-	ForwardMs float64   `json:"forward_ms"`
-	SampleMs  float64   `json:"sample_ms,omitempty"`
-	ReplyMs   float64   `json:"reply_ms,omitempty"`
-	TotalMs   float64   `json:"total_ms"`
-}
-
 func nsMs(ns int64) float64 { return float64(ns/1000) / 1000 }
 
-func (e *flightEntry) timing() StepTiming {
-	return StepTiming{
+func (e *flightEntry) timing() client.StepTiming {
+	return client.StepTiming{
 		Step: e.step, Start: time.Unix(0, e.start), Rows: int(e.rows),
 		AwaitMs: nsMs(e.dur[PhaseAwait]), PublishMs: nsMs(e.dur[PhasePublish]), ForwardMs: nsMs(e.dur[PhaseForward]),
 		SampleMs: nsMs(e.dur[PhaseSample]), ReplyMs: nsMs(e.dur[PhaseReply]), TotalMs: nsMs(e.end - e.start),
@@ -146,8 +135,8 @@ func (e *flightEntry) timing() StepTiming {
 type FlightSnapshot struct {
 	Phase    LoopPhase
 	InPhase  time.Duration
-	Recorded uint64       // steps recorded since start
-	Steps    []StepTiming // oldest first
+	Recorded uint64              // steps recorded since start
+	Steps    []client.StepTiming // oldest first
 }
 
 // Snapshot returns the current phase and the last n recorded steps (all
@@ -163,7 +152,7 @@ func (f *FlightRecorder) Snapshot(n int, now time.Time) FlightSnapshot {
 	if n > 0 && uint64(n) < kept {
 		kept = uint64(n)
 	}
-	s.Steps = make([]StepTiming, 0, kept)
+	s.Steps = make([]client.StepTiming, 0, kept)
 	for i := f.n - kept; i < f.n; i++ {
 		s.Steps = append(s.Steps, f.ring[i%uint64(len(f.ring))].timing())
 	}
@@ -198,7 +187,7 @@ const statusSteps = 8
 
 // fillStatus adds the current phase, the time in it and the last few
 // steps to a status reply.
-func (f *FlightRecorder) fillStatus(st *RankStatus, now time.Time) {
+func (f *FlightRecorder) fillStatus(st *client.RankStatus, now time.Time) {
 	if f == nil {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 func startNATS(t *testing.T, port int) *server.Server {
@@ -41,7 +42,7 @@ func TestGenerateAcrossNATSRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := natsbus.Connect(cfg)
+	requester, err := natsbus.Connect(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,15 +52,15 @@ func TestGenerateAcrossNATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runRank(t, ctx, rank0, driverConfig(0, 1), ex)
-	t.Cleanup(func() { cancel(); _ = r.wait(t); client.Close() })
+	t.Cleanup(func() { cancel(); _ = r.wait(t); requester.Close() })
 
-	waitServing(t, client, 1)
+	waitServing(t, requester, 1)
 	errc := make(chan error, 1)
 	streaming := make(chan struct{}, 1)
 	go func() {
 		gctx, gcancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer gcancel()
-		_, err := Generate(gctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 400, Params: greedyParams()}, func(int, int32) {
+		_, err := client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 400, Params: greedyParams()}, func(int, int32) {
 			select {
 			case streaming <- struct{}{}:
 			default:
@@ -79,7 +80,7 @@ func TestGenerateAcrossNATSRestart(t *testing.T) {
 	// The outage itself: long enough for three keepalives to pile up.
 	<-time.After(3500 * time.Millisecond)
 	startNATS(t, port)
-	if err := <-errc; errors.Is(err, ErrRequestLost) {
+	if err := <-errc; errors.Is(err, client.ErrRequestLost) {
 		t.Fatalf("after a NATS restart: %v, a false verdict", err)
 	}
 }

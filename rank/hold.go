@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // StateReforming is the status state of a rank between two epochs, waiting
@@ -26,7 +27,7 @@ var ErrReforming = errors.New("unavailable: rank 0 is waiting for the world to r
 // is refused with ErrReforming rather than met by nobody.
 type Hold struct {
 	tr     broadcast.Transport
-	status RankStatus
+	status client.RankStatus
 	unsubs []func() error
 
 	mu     sync.Mutex
@@ -37,7 +38,7 @@ type Hold struct {
 // NewHold subscribes the job's status subject (and, when last is rank 0's
 // status, its generate and client subjects) and answers for the rank until
 // Close. held are rank 0's requests carried into the next epoch.
-func NewHold(tr broadcast.Transport, subj broadcast.Subjects, last RankStatus, held []*Request) (*Hold, error) {
+func NewHold(tr broadcast.Transport, subj broadcast.Subjects, last client.RankStatus, held []*Request) (*Hold, error) {
 	last.State, last.Phase, last.PhaseMs = StateReforming, "", 0
 	last.Rows, last.Waiting = 0, len(held)
 	h := &Hold{tr: tr, status: last, held: slices.Clone(held)}
@@ -84,7 +85,7 @@ func (h *Hold) Fail(err error) {
 		if tokens == nil {
 			tokens = []int32{}
 		}
-		h.publish(r.Tag, GenerateReply{Done: true, FinishReason: FinishError, Tokens: tokens, Error: err.Error()})
+		h.publish(r.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishError, Tokens: tokens, Error: err.Error()})
 	}
 	_ = h.tr.Flush(context.Background())
 }
@@ -114,11 +115,11 @@ func (h *Hold) onGenerate(m *broadcast.Msg) {
 	if m.Reply == "" || closed {
 		return
 	}
-	h.publish(m.Reply, GenerateReply{Done: true, FinishReason: FinishError, Error: ErrReforming.Error(), Tokens: []int32{}})
+	h.publish(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: ErrReforming.Error(), Tokens: []int32{}})
 }
 
 func (h *Hold) onClient(m *broadcast.Msg) {
-	var c ClientMessage
+	var c client.ClientMessage
 	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" {
 		return
 	}
@@ -139,12 +140,12 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 	h.mu.Unlock()
 	switch {
 	case c.Op == "keepalive" && m.Reply != "":
-		h.publish(m.Reply, KeepaliveAck{Known: i >= 0})
+		h.publish(m.Reply, client.KeepaliveAck{Known: i >= 0})
 	case cancelled != nil:
 		tokens := cancelled.Output
 		if tokens == nil {
 			tokens = []int32{}
 		}
-		h.publish(cancelled.Tag, GenerateReply{Done: true, FinishReason: FinishCancelled, Tokens: tokens, Error: "cancelled by the client"})
+		h.publish(cancelled.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishCancelled, Tokens: tokens, Error: "cancelled by the client"})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -97,7 +98,7 @@ func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 		t.Fatalf("rank 0's heartbeat names leader %08x, want %08x", hb.Leader, testLeader)
 	}
 
-	peer := func() PeerStatus { return r.d.Status().Peers[0] }
+	peer := func() client.PeerStatus { return r.d.Status().Peers[0] }
 	refused := func() uint64 { return r.d.Status().Rejected["heartbeat_other_leader"] }
 	hb1 := broadcast.Heartbeat{Epoch: 1, Rank: 1, Phase: broadcast.PhaseReady, Leader: otherLeader}
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(1), hb1)
@@ -375,28 +376,28 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 		}
 		ranks = append(ranks, runRank(t, ctx, hub.Connect(), cfg, e))
 	}
-	client := hub.Connect()
+	requester := hub.Connect()
 	t.Cleanup(func() {
 		cancel()
 		for _, r := range ranks {
 			_ = r.wait(t)
 		}
-		client.Close()
+		requester.Close()
 	})
 	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 
-	req := &GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 24, Params: sampler.Params{IgnoreEOS: true}}
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 24, Params: sampler.Params{IgnoreEOS: true}}
 	type result struct {
-		rep *GenerateReply
+		rep *client.GenerateReply
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
 		gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer gcancel()
-		rep, err := Generate(gctx, client, drvSubj, req, nil)
+		rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
 		done <- result{rep, err}
 	}()
 	// The follower is held in step 1's forward pass while rank 0 runs up
@@ -413,7 +414,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 	if !slices.Equal(res.rep.Tokens, want) {
 		t.Fatalf("tokens %v, want %v", res.rep.Tokens, want)
 	}
-	var st0, st1 RankStatus
+	var st0, st1 client.RankStatus
 	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
 		st0, st1 = ranks[0].d.Status(), ranks[1].d.Status()
 		return st0.Step > 0 && st0.Step == st1.Step && st0.Digest == st1.Digest

@@ -3,6 +3,8 @@ package rank
 import (
 	"fmt"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // watched are the ranks whose heartbeats this rank checks: every follower
@@ -55,12 +57,12 @@ func (d *Driver) checkLiveness(now time.Time) {
 }
 
 // peerStatus is rank 0's view of its followers for status replies.
-func (d *Driver) peerStatus(now time.Time) []PeerStatus {
+func (d *Driver) peerStatus(now time.Time) []client.PeerStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]PeerStatus, 0, d.cfg.World-1)
+	out := make([]client.PeerStatus, 0, d.cfg.World-1)
 	for r := 1; r < d.cfg.World; r++ {
-		ps := PeerStatus{Rank: r, HeartbeatAgeMs: -1, State: "unknown"}
+		ps := client.PeerStatus{Rank: r, HeartbeatAgeMs: -1, State: "unknown"}
 		if hb, ok := d.peers[r]; ok {
 			ps.Epoch, ps.Step, ps.State = hb.Epoch, hb.Applied, hb.Phase.String()
 			ps.HeartbeatAgeMs = ms(now.Sub(d.heard[r]))

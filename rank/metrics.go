@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // Metrics are one rank's Prometheus metrics. Create them once per process
@@ -254,7 +255,7 @@ func (d *Driver) attachTelemetry() {
 
 // fillTelemetry adds the flight recorder's view and the metrics address
 // to a status reply.
-func (d *Driver) fillTelemetry(st *RankStatus) {
+func (d *Driver) fillTelemetry(st *client.RankStatus) {
 	d.cfg.Flight.fillStatus(st, time.Now())
 	if d.cfg.Metrics != nil {
 		st.MetricsAddr = d.cfg.Metrics.Addr

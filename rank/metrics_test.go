@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 func TestNewMetricsRegistersOnce(t *testing.T) {
@@ -92,14 +93,14 @@ func TestMetricsScrapeCluster(t *testing.T) {
 			_ = r.wait(t)
 		}
 	})
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
 	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
 		return metrics[0].Ready() && metrics[1].Ready()
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer rcancel()
-	rep, err := Generate(rctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 5}, nil)
+	rep, err := client.Generate(rctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 5}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

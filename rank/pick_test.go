@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 
 	"github.com/tpcoord/tpcoord/sampler"
 )
@@ -94,21 +95,21 @@ func TestDriverFollowerPick(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hub := broadcast.NewHub()
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
 	fp := &countingPicker{}
 	r0 := startRank(t, ctx, hub, driverConfig(0, 2))
 	cfg1 := driverConfig(1, 2)
 	cfg1.FollowerPick = fp
 	r1 := startRank(t, ctx, hub, cfg1)
-	req := &GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6}
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6}
 	want, _ := predict(t, req)
-	var rep *GenerateReply
+	var rep *client.GenerateReply
 	eventually(t, 10*time.Second, "generate did not succeed", func() bool {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer gcancel()
 		var err error
-		rep, err = Generate(gctx, client, drvSubj, req, nil)
+		rep, err = client.Generate(gctx, requester, drvSubj, req, nil)
 		return err == nil
 	})
 	if !slices.Equal(rep.Tokens, want) {

@@ -8,19 +8,12 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // ErrOverloaded is returned by Submit when the queue is full.
 var ErrOverloaded = errors.New("overloaded: request queue is full")
-
-// Finish reasons, as vLLM names them.
-const (
-	FinishLength    = "length"
-	FinishStop      = "stop"
-	FinishCancelled = "cancelled"
-	FinishError     = "error"
-)
 
 // Request is one generation request as rank 0 tracks it.
 type Request struct {
@@ -165,7 +158,7 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 		ev := Event{Req: r, Token: tok, Index: len(r.Output)}
 		switch {
 		case tok == NoToken:
-			r.Finish = FinishError
+			r.Finish = client.FinishError
 			if errs != nil {
 				r.Err = errs[i]
 			}
@@ -175,9 +168,9 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 		default:
 			r.Output = append(r.Output, tok)
 			if stop := s.isStop(r, tok); stop && len(r.Output) >= r.Params.MinTokens {
-				r.Finish = FinishStop
+				r.Finish = client.FinishStop
 			} else if len(r.Output) >= r.MaxTokens {
-				r.Finish = FinishLength
+				r.Finish = client.FinishLength
 			}
 		}
 		if r.Finish != "" {
@@ -204,13 +197,13 @@ func (s *Scheduler) Cancel(tag string, why error) *Request {
 	for i, r := range s.waiting {
 		if r.Tag == tag {
 			s.waiting = slices.Delete(s.waiting, i, i+1)
-			r.Finish, r.Err = FinishCancelled, why
+			r.Finish, r.Err = client.FinishCancelled, why
 			return r
 		}
 	}
 	for _, r := range s.active {
 		if r.Tag == tag && r.Finish == "" {
-			r.Finish, r.Err = FinishCancelled, why
+			r.Finish, r.Err = client.FinishCancelled, why
 			s.removals = append(s.removals, r.Seq)
 			return r
 		}

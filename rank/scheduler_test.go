@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -113,7 +114,7 @@ func TestSchedulerFIFOAndMaxBatch(t *testing.T) {
 		t.Fatalf("admission order %v, want FIFO", order)
 	}
 	for i, r := range reqs {
-		if r.Finish != FinishLength || len(r.Output) != i+1 {
+		if r.Finish != client.FinishLength || len(r.Output) != i+1 {
 			t.Errorf("request %d: finish %q, %d tokens", i, r.Finish, len(r.Output))
 		}
 	}
@@ -134,7 +135,7 @@ func TestSchedulerRemovalCarriesLastToken(t *testing.T) {
 	if len(ev) != 2 || !ev[0].Done || ev[0].Token != 11 || ev[0].Index != 0 || ev[1].Done {
 		t.Fatalf("events %+v", ev)
 	}
-	if short.Finish != FinishLength {
+	if short.Finish != client.FinishLength {
 		t.Fatalf("short request finish %q", short.Finish)
 	}
 	st := s.next()
@@ -162,17 +163,17 @@ func TestSchedulerStopConditions(t *testing.T) {
 		wantFinish string
 		wantLen    int
 	}{
-		{"eos stops", sampler.Params{}, 10, []int32{5, testEOS, 5}, FinishStop, 2},
-		{"eos ignored", sampler.Params{IgnoreEOS: true}, 3, []int32{testEOS, testEOS, testEOS}, FinishLength, 3},
-		{"stop token", sampler.Params{StopTokenIDs: []int32{9, 8}}, 10, []int32{5, 8}, FinishStop, 2},
-		{"stop token with ignore_eos", sampler.Params{IgnoreEOS: true, StopTokenIDs: []int32{9}}, 10, []int32{testEOS, 9}, FinishStop, 2},
-		{"min tokens blocks eos", sampler.Params{MinTokens: 3}, 10, []int32{testEOS, testEOS, 5, testEOS}, FinishStop, 4},
-		{"min tokens blocks stop token", sampler.Params{MinTokens: 2, StopTokenIDs: []int32{9}}, 10, []int32{9, 9}, FinishStop, 2},
-		{"min tokens reached exactly", sampler.Params{MinTokens: 1}, 10, []int32{testEOS}, FinishStop, 1},
-		{"max tokens", sampler.Params{}, 2, []int32{5, 6, 7}, FinishLength, 2},
-		{"max tokens one", sampler.Params{}, 1, []int32{5}, FinishLength, 1},
-		{"stop on the last allowed token is a stop", sampler.Params{}, 2, []int32{5, testEOS}, FinishStop, 2},
-		{"min tokens past max tokens", sampler.Params{MinTokens: 5}, 2, []int32{testEOS, testEOS}, FinishLength, 2},
+		{"eos stops", sampler.Params{}, 10, []int32{5, testEOS, 5}, client.FinishStop, 2},
+		{"eos ignored", sampler.Params{IgnoreEOS: true}, 3, []int32{testEOS, testEOS, testEOS}, client.FinishLength, 3},
+		{"stop token", sampler.Params{StopTokenIDs: []int32{9, 8}}, 10, []int32{5, 8}, client.FinishStop, 2},
+		{"stop token with ignore_eos", sampler.Params{IgnoreEOS: true, StopTokenIDs: []int32{9}}, 10, []int32{testEOS, 9}, client.FinishStop, 2},
+		{"min tokens blocks eos", sampler.Params{MinTokens: 3}, 10, []int32{testEOS, testEOS, 5, testEOS}, client.FinishStop, 4},
+		{"min tokens blocks stop token", sampler.Params{MinTokens: 2, StopTokenIDs: []int32{9}}, 10, []int32{9, 9}, client.FinishStop, 2},
+		{"min tokens reached exactly", sampler.Params{MinTokens: 1}, 10, []int32{testEOS}, client.FinishStop, 1},
+		{"max tokens", sampler.Params{}, 2, []int32{5, 6, 7}, client.FinishLength, 2},
+		{"max tokens one", sampler.Params{}, 1, []int32{5}, client.FinishLength, 1},
+		{"stop on the last allowed token is a stop", sampler.Params{}, 2, []int32{5, testEOS}, client.FinishStop, 2},
+		{"min tokens past max tokens", sampler.Params{MinTokens: 5}, 2, []int32{testEOS, testEOS}, client.FinishLength, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStepper(t, SchedulerConfig{MaxBatch: 1, MaxQueue: 1, EOS: testEOS})
@@ -226,7 +227,7 @@ func TestSchedulerErrorRows(t *testing.T) {
 	if e := ev[1]; e.Req != b || !e.Done || e.Token != NoToken {
 		t.Fatalf("error row event %+v", e)
 	}
-	if b.Finish != FinishError || !errors.Is(b.Err, bad) || len(b.Output) != 0 {
+	if b.Finish != client.FinishError || !errors.Is(b.Err, bad) || len(b.Output) != 0 {
 		t.Fatalf("error row request: finish %q, err %v, output %v", b.Finish, b.Err, b.Output)
 	}
 	for _, r := range []*Request{a, c} {
@@ -253,7 +254,7 @@ func TestSchedulerNoTokenWithoutError(t *testing.T) {
 	_ = s.sched.Submit(b)
 	s.next()
 	ev := s.sample(3, map[uint64]int32{a.Seq: NoToken}, nil)
-	if len(ev) != 2 || !ev[0].Done || a.Finish != FinishError || a.Err == nil {
+	if len(ev) != 2 || !ev[0].Done || a.Finish != client.FinishError || a.Err == nil {
 		t.Fatalf("events %+v, request %+v", ev, a)
 	}
 	if b.Finish != "" || !slices.Equal(b.Output, []int32{3}) {
@@ -298,24 +299,24 @@ func TestSchedulerDrain(t *testing.T) {
 	s.next()
 	s.sample(1, nil, nil) // reqs[0] finishes; its removal is pending
 	cause := errors.New("peer lost")
-	drained := s.sched.Drain(FinishError, cause)
+	drained := s.sched.Drain(client.FinishError, cause)
 	var got []uint64
 	for _, r := range drained {
 		got = append(got, r.Seq)
-		if r.Finish != FinishError || r.Err != cause {
+		if r.Finish != client.FinishError || r.Err != cause {
 			t.Errorf("drained request %d: finish %q err %v", r.Seq, r.Finish, r.Err)
 		}
 	}
 	if !slices.Equal(got, []uint64{2, 3, 4}) {
 		t.Fatalf("drained %v, want the unfinished requests in sequence order", got)
 	}
-	if reqs[0].Finish != FinishLength {
+	if reqs[0].Finish != client.FinishLength {
 		t.Fatalf("already finished request re-finished as %q", reqs[0].Finish)
 	}
 	if s.sched.Waiting() != 0 {
 		t.Fatalf("%d still waiting after drain", s.sched.Waiting())
 	}
-	if again := s.sched.Drain(FinishError, cause); len(again) != 0 {
+	if again := s.sched.Drain(client.FinishError, cause); len(again) != 0 {
 		t.Fatalf("second drain returned %d requests", len(again))
 	}
 }
@@ -447,7 +448,7 @@ func scenario(t *testing.T, seed uint64) {
 			}
 			switch {
 			case errs[i] != nil:
-				if ev.Token != NoToken || !ev.Done || r.Finish != FinishError || r.Err != errs[i] {
+				if ev.Token != NoToken || !ev.Done || r.Finish != client.FinishError || r.Err != errs[i] {
 					t.Fatalf("error row: event %+v, request %+v", ev, r)
 				}
 			default:
@@ -469,16 +470,16 @@ func scenario(t *testing.T, seed uint64) {
 	for _, r := range all {
 		n := len(r.Output)
 		switch r.Finish {
-		case FinishLength:
+		case client.FinishLength:
 			if n != r.MaxTokens {
 				t.Errorf("request %d: length finish after %d of %d tokens", r.Seq, n, r.MaxTokens)
 			}
-		case FinishStop:
+		case client.FinishStop:
 			last := r.Output[n-1]
 			if n < r.Params.MinTokens || (!(last == testEOS && !r.Params.IgnoreEOS) && !slices.Contains(r.Params.StopTokenIDs, last)) {
 				t.Errorf("request %d: stop after %v (params %+v)", r.Seq, r.Output, r.Params)
 			}
-		case FinishError:
+		case client.FinishError:
 			if r.Err == nil {
 				t.Errorf("request %d: error finish without an error", r.Seq)
 			}

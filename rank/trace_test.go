@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // TestStepTraceJoinsRanks: with tracing on, a follower's step span is a
@@ -34,15 +35,15 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 			_ = r.wait(t)
 		}
 	})
-	client := hub.Connect()
-	t.Cleanup(client.Close)
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
 	// Rank 0 takes requests once it has subscribed (it is then ready).
 	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer rcancel()
-	if _, err := Generate(rctx, client, drvSubj, &GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 6}, nil); err != nil {
+	if _, err := client.Generate(rctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 6}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Rank 1 reports a step after its spans have ended.

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // e2eCombo is one switch position of each of the three stages.
@@ -110,11 +110,11 @@ type stepBreakdown struct {
 	Total   float64 `json:"total"`
 }
 
-func breakdown(steps []rank.StepTiming) *stepBreakdown {
+func breakdown(steps []client.StepTiming) *stepBreakdown {
 	if len(steps) == 0 {
 		return nil
 	}
-	med := func(f func(rank.StepTiming) float64) float64 {
+	med := func(f func(client.StepTiming) float64) float64 {
 		v := make([]float64, len(steps))
 		for i, s := range steps {
 			v[i] = f(s)
@@ -124,12 +124,12 @@ func breakdown(steps []rank.StepTiming) *stepBreakdown {
 	}
 	return &stepBreakdown{
 		Steps:   len(steps),
-		Await:   med(func(s rank.StepTiming) float64 { return s.AwaitMs }),
-		Publish: med(func(s rank.StepTiming) float64 { return s.PublishMs }),
-		Forward: med(func(s rank.StepTiming) float64 { return s.ForwardMs }),
-		Sample:  med(func(s rank.StepTiming) float64 { return s.SampleMs }),
-		Reply:   med(func(s rank.StepTiming) float64 { return s.ReplyMs }),
-		Total:   med(func(s rank.StepTiming) float64 { return s.TotalMs }),
+		Await:   med(func(s client.StepTiming) float64 { return s.AwaitMs }),
+		Publish: med(func(s client.StepTiming) float64 { return s.PublishMs }),
+		Forward: med(func(s client.StepTiming) float64 { return s.ForwardMs }),
+		Sample:  med(func(s client.StepTiming) float64 { return s.SampleMs }),
+		Reply:   med(func(s client.StepTiming) float64 { return s.ReplyMs }),
+		Total:   med(func(s client.StepTiming) float64 { return s.TotalMs }),
 	}
 }
 
@@ -331,7 +331,7 @@ func fmtRatio(v *float64) string {
 // benchE2ECase runs one combination: start launch, wait for its ready
 // file, run the batch, stop launch. It returns the output tokens and the
 // wall time from the first submission to the last final reply.
-func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, dir string, i int, progress io.Writer) (int, time.Duration, []rank.StepTiming, error) {
+func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, dir string, i int, progress io.Writer) (int, time.Duration, []client.StepTiming, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	j, err := startBenchJob(ctx, self, o.cpus, dir, strconv.Itoa(i), []string{

@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // bsTargetRatio is DESIGN.md's target at TP 8: coordinator overhead per
@@ -193,8 +193,8 @@ func runBenchStep(ctx context.Context, o benchStepOptions, w, progress io.Writer
 }
 
 // bsSummarize computes the percentiles over the steps (in µs).
-func bsSummarize(steps []rank.StepTiming) benchStepResult {
-	col := func(f func(rank.StepTiming) float64) []float64 {
+func bsSummarize(steps []client.StepTiming) benchStepResult {
+	col := func(f func(client.StepTiming) float64) []float64 {
 		v := make([]float64, len(steps))
 		for i, s := range steps {
 			v[i] = 1000 * f(s)
@@ -206,15 +206,15 @@ func bsSummarize(steps []rank.StepTiming) benchStepResult {
 		return r
 	}
 	p50 := func(v []float64) float64 { m, _, _ := bnStats(v); return m }
-	r.OverheadP50US, r.OverheadP90US, r.OverheadP99US = bnStats(col(func(s rank.StepTiming) float64 {
+	r.OverheadP50US, r.OverheadP90US, r.OverheadP99US = bnStats(col(func(s client.StepTiming) float64 {
 		return max(0, s.TotalMs-s.ForwardMs-s.SampleMs)
 	}))
-	r.StepP50US = p50(col(func(s rank.StepTiming) float64 { return s.TotalMs }))
-	r.AwaitP50US = p50(col(func(s rank.StepTiming) float64 { return s.AwaitMs }))
-	r.PublishP50US = p50(col(func(s rank.StepTiming) float64 { return s.PublishMs }))
-	r.ForwardP50US = p50(col(func(s rank.StepTiming) float64 { return s.ForwardMs }))
-	r.SampleP50US = p50(col(func(s rank.StepTiming) float64 { return s.SampleMs }))
-	r.ReplyP50US = p50(col(func(s rank.StepTiming) float64 { return s.ReplyMs }))
+	r.StepP50US = p50(col(func(s client.StepTiming) float64 { return s.TotalMs }))
+	r.AwaitP50US = p50(col(func(s client.StepTiming) float64 { return s.AwaitMs }))
+	r.PublishP50US = p50(col(func(s client.StepTiming) float64 { return s.PublishMs }))
+	r.ForwardP50US = p50(col(func(s client.StepTiming) float64 { return s.ForwardMs }))
+	r.SampleP50US = p50(col(func(s client.StepTiming) float64 { return s.SampleMs }))
+	r.ReplyP50US = p50(col(func(s client.StepTiming) float64 { return s.ReplyMs }))
 	return r
 }
 
@@ -235,7 +235,7 @@ func printBenchStep(w io.Writer, r benchStepResult, asJSON bool) error {
 // benchStepCluster runs one cluster of n ranks: launch, a warm-up request,
 // the measured batch, a flight dump of rank 0, stop. It returns rank 0's
 // steps that started after the batch was submitted and had rows.
-func benchStepCluster(ctx context.Context, o benchStepOptions, n int, self, dir string, progress io.Writer) ([]rank.StepTiming, error) {
+func benchStepCluster(ctx context.Context, o benchStepOptions, n int, self, dir string, progress io.Writer) ([]client.StepTiming, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	j, err := startBenchJob(ctx, self, "", dir, "step", []string{
@@ -293,7 +293,7 @@ func (s *bsSyncBuffer) String() string {
 // bsReadDump waits for the flight dump file whose name starts with
 // "flight-"+label and returns its steps that started at or after since and
 // had rows.
-func bsReadDump(ctx context.Context, dir, label string, since time.Time) ([]rank.StepTiming, error) {
+func bsReadDump(ctx context.Context, dir, label string, since time.Time) ([]client.StepTiming, error) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -323,7 +323,7 @@ func bsReadDump(ctx context.Context, dir, label string, since time.Time) ([]rank
 // bsParseDump parses rank.FlightRecorder.Dump's text: a header line ("…;
 // last K of M steps (ms):"), a column line, then K step lines. complete is
 // false while fewer than K step lines are there.
-func bsParseDump(data []byte, since time.Time) (steps []rank.StepTiming, complete bool, err error) {
+func bsParseDump(data []byte, since time.Time) (steps []client.StepTiming, complete bool, err error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	if !sc.Scan() {
 		return nil, false, nil
@@ -345,7 +345,7 @@ func bsParseDump(data []byte, since time.Time) (steps []rank.StepTiming, complet
 		if len(f) != 9 {
 			return nil, false, fmt.Errorf("flight dump: step line %q", sc.Text())
 		}
-		var s rank.StepTiming
+		var s client.StepTiming
 		if s.Step, err = strconv.ParseUint(f[0], 10, 64); err != nil {
 			return nil, false, fmt.Errorf("flight dump: step line %q: %v", sc.Text(), err)
 		}

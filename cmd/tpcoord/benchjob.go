@@ -16,7 +16,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -108,7 +108,7 @@ func (j *benchJob) stopQuietly(progress io.Writer, label string) {
 
 // stepTimings asks rank 0 (launch's pids are in rank order) to dump its
 // flight recorder and returns the steps that started at or after since.
-func (j *benchJob) stepTimings(ctx context.Context, since time.Time) ([]rank.StepTiming, error) {
+func (j *benchJob) stepTimings(ctx context.Context, since time.Time) ([]client.StepTiming, error) {
 	if len(j.info.PIDs) == 0 {
 		return nil, errors.New("the ready file lists no pids")
 	}
@@ -134,11 +134,11 @@ func submitBatch(ctx context.Context, tr broadcast.Transport, subj broadcast.Sub
 			seed := seedBase + uint64(i)
 			p := sampler.DefaultParams()
 			p.Temperature, p.IgnoreEOS, p.Seed = temperature, true, &seed
-			req := &rank.GenerateRequest{
+			req := &client.GenerateRequest{
 				PromptTokenIDs: []int32{int32((1 + 7*i) % vocab), int32((100 + 13*i) % vocab), int32((1000 + 31*i) % vocab)},
 				MaxTokens:      tokens, Params: p,
 			}
-			rep, err := rank.Generate(ctx, tr, subj, req, nil)
+			rep, err := client.Generate(ctx, tr, subj, req, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

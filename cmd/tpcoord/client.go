@@ -19,7 +19,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -60,7 +60,7 @@ func newGenerateCmd() *cobra.Command {
 	var (
 		cc       clientConfig
 		prompt   string
-		req      rank.GenerateRequest
+		req      client.GenerateRequest
 		seed     int64
 		logprobs int
 	)
@@ -96,12 +96,12 @@ func newGenerateCmd() *cobra.Command {
 			ctx, cancel := context.WithTimeout(sctx, cc.Timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
-			rep, err := rank.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
+			rep, err := client.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
 				if !cc.JSON {
 					fmt.Fprintf(out, "%d ", tok)
 				}
 			})
-			if rep != nil && rep.FinishReason == rank.FinishCancelled && cc.JSON {
+			if rep != nil && rep.FinishReason == client.FinishCancelled && cc.JSON {
 				_ = json.NewEncoder(out).Encode(struct {
 					Tokens       []int32 `json:"tokens"`
 					FinishReason string  `json:"finish_reason"`
@@ -114,7 +114,7 @@ func newGenerateCmd() *cobra.Command {
 				return json.NewEncoder(out).Encode(struct {
 					Tokens       []int32            `json:"tokens"`
 					FinishReason string             `json:"finish_reason"`
-					Timings      *rank.Timings      `json:"timings,omitempty"`
+					Timings      *client.Timings    `json:"timings,omitempty"`
 					Logprobs     []sampler.Logprobs `json:"logprobs,omitempty"`
 				}{rep.Tokens, rep.FinishReason, rep.Timings, rep.TokenLogprobs})
 			}
@@ -172,7 +172,7 @@ func newStatusCmd() *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			ranks, err := rank.CollectStatus(cmd.Context(), nc, subj, wait)
+			ranks, err := client.CollectStatus(cmd.Context(), nc, subj, wait)
 			if err != nil {
 				return err
 			}
@@ -182,10 +182,10 @@ func newStatusCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if cc.JSON {
 				if ranks == nil {
-					ranks = []rank.RankStatus{}
+					ranks = []client.RankStatus{}
 				}
 				return json.NewEncoder(out).Encode(struct {
-					Ranks []rank.RankStatus `json:"ranks"`
+					Ranks []client.RankStatus `json:"ranks"`
 				}{ranks})
 			}
 			printStatus(out, ranks)
@@ -197,12 +197,12 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func printStatus(w io.Writer, ranks []rank.RankStatus) {
+func printStatus(w io.Writer, ranks []client.RankStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RANK\tSTATE\tPHASE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING\tHEARTBEAT\tNOTE")
 	world := 0
-	answered := map[int]rank.RankStatus{}
-	var leader *rank.RankStatus
+	answered := map[int]client.RankStatus{}
+	var leader *client.RankStatus
 	for i, r := range ranks {
 		world = max(world, r.World)
 		answered[r.Rank] = r
@@ -210,7 +210,7 @@ func printStatus(w io.Writer, ranks []rank.RankStatus) {
 			leader = &ranks[i]
 		}
 	}
-	seenBy0 := map[int]rank.PeerStatus{}
+	seenBy0 := map[int]client.PeerStatus{}
 	if leader != nil {
 		for _, p := range leader.Peers {
 			seenBy0[p.Rank] = p
@@ -250,7 +250,7 @@ func printStatus(w io.Writer, ranks []rank.RankStatus) {
 
 // phaseCell is the decode loop's phase and the time in it, e.g.
 // "forward 12ms" (older ranks report no phase).
-func phaseCell(r rank.RankStatus) string {
+func phaseCell(r client.RankStatus) string {
 	if r.Phase == "" {
 		return "-"
 	}
@@ -266,7 +266,7 @@ func phaseTime(ms float64) string {
 // rank 0 awaiting its followers names the slow follower in its log.
 const stuckPhaseMs = 5000
 
-func stuckInPhase(r rank.RankStatus) bool {
+func stuckInPhase(r client.RankStatus) bool {
 	switch r.Phase {
 	case "publish", "forward", "sample", "reply":
 		return r.State == "running" && r.PhaseMs > stuckPhaseMs
@@ -281,7 +281,7 @@ func stuckInPhase(r rank.RankStatus) bool {
 func runDemo(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, cfg launchConfig, out io.Writer) error {
 	type result struct {
 		i   int
-		rep *rank.GenerateReply
+		rep *client.GenerateReply
 		err error
 	}
 	n := cfg.DemoRequests
@@ -293,12 +293,12 @@ func runDemo(ctx context.Context, tr broadcast.Transport, subj broadcast.Subject
 			seed := uint64(i)
 			params := sampler.DefaultParams()
 			params.Temperature, params.TopP, params.Seed = 0.8, 0.95, &seed
-			req := &rank.GenerateRequest{
+			req := &client.GenerateRequest{
 				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
 				MaxTokens:      cfg.DemoMaxTokens,
 				Params:         params,
 			}
-			rep, err := rank.Generate(ctx, tr, subj, req, nil)
+			rep, err := client.Generate(ctx, tr, subj, req, nil)
 			results[i] = result{i, rep, err}
 		})
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 func TestSetupTracingOffWithoutEndpoint(t *testing.T) {
@@ -283,7 +284,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestPrintStatusNamesStuckPhase(t *testing.T) {
 	var b strings.Builder
-	printStatus(&b, []rank.RankStatus{
+	printStatus(&b, []client.RankStatus{
 		{Rank: 0, World: 2, State: "running", Phase: "await", PhaseMs: 12.4, Step: 9, Digest: "d"},
 		{Rank: 1, World: 2, State: "running", Phase: "forward", PhaseMs: 12000, Step: 9, Digest: "d"},
 	})

@@ -1,8 +1,9 @@
-package rank
+package client
 
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/tpcoord/tpcoord/sampler"
 )
@@ -114,4 +115,44 @@ type RankStatus struct {
 	RecentSteps []StepTiming `json:"recent_steps,omitempty"`
 	// MetricsAddr is where this rank serves /metrics (empty: off).
 	MetricsAddr string `json:"metrics_addr,omitempty"`
+}
+
+// StepTiming is one recorded step, as status and dumps show it.
+type StepTiming struct {
+	Step      uint64    `json:"step"`
+	Start     time.Time `json:"start"`
+	Rows      int       `json:"rows"`
+	AwaitMs   float64   `json:"await_ms"`
+	PublishMs float64   `json:"publish_ms,omitempty"`
+	ForwardMs float64   `json:"forward_ms"`
+	SampleMs  float64   `json:"sample_ms,omitempty"`
+	ReplyMs   float64   `json:"reply_ms,omitempty"`
+	TotalMs   float64   `json:"total_ms"`
+}
+
+// Finish reasons, as vLLM names them.
+const (
+	FinishLength    = "length"
+	FinishStop      = "stop"
+	FinishCancelled = "cancelled"
+	FinishError     = "error"
+)
+
+// KeepaliveInterval is how often a client sends a keepalive.
+const KeepaliveInterval = time.Second
+
+// ClientMessage is a requester's message on tpc.<job>.client about its
+// request, which it names by the request's reply subject.
+type ClientMessage struct {
+	Reply string `json:"reply"`
+	Op    string `json:"op"` // "cancel" or "keepalive"
+}
+
+// KeepaliveAck is rank 0's answer to a keepalive sent with a reply subject:
+// whether it still holds the request (waiting, decoding, or held across a
+// re-formation). A client that hears "not known" twice in a row stops
+// waiting: rank 0 restarted, or the request ended and its last message was
+// lost.
+type KeepaliveAck struct {
+	Known bool `json:"known"`
 }

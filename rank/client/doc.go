@@ -1,0 +1,10 @@
+// Package client is the requester's side of a job's request API: the JSON
+// messages exchanged on tpc.<job>.generate, .client and .status
+// (GenerateRequest, GenerateReply, RankStatus, ...), Generate, which
+// submits a request and streams its tokens while keeping it alive, and
+// CollectStatus.
+//
+// It depends on broadcast (the transport) and sampler (the sampling
+// parameters) only, so a client binary does not carry the agent's
+// telemetry stack. Rank 0's side of the same messages is in package rank.
+package client

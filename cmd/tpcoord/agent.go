@@ -22,7 +22,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
-	"github.com/tpcoord/tpcoord/coordinator"
+	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank"
 )
@@ -312,11 +312,11 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	cl, err := coordinator.Start(coordinator.Config{
+	cl, err := membership.Start(membership.Config{
 		GossipKey: gossipKey, ClaimWait: cfg.RankClaimWait,
 		ProbeInterval: cfg.Gossip.ProbeInterval, ProbeTimeout: cfg.Gossip.ProbeTimeout,
 		GossipInterval: cfg.Gossip.GossipInterval, SuspicionMult: cfg.Gossip.SuspicionMult,
-		Meta: coordinator.Meta{Job: cfg.Job, Rank: cfg.Rank, World: cfg.WorldSize, Digest: cfg.digest(), NATS: natsbus.Redact(cfg.NATS), Version: version, Proto: wireVersion, Leader: leader},
+		Meta: membership.Meta{Job: cfg.Job, Rank: cfg.Rank, World: cfg.WorldSize, Digest: cfg.digest(), NATS: natsbus.Redact(cfg.NATS), Version: version, Proto: wireVersion, Leader: leader},
 		Bind: cfg.Bind, Join: cfg.Join, Local: cfg.Local, Logger: log,
 	})
 	if err != nil {
@@ -345,7 +345,7 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 			log.Info("stopped before rendezvous completed")
 			return nil
 		}
-		if errors.Is(err, coordinator.ErrRankTaken) {
+		if errors.Is(err, membership.ErrRankTaken) {
 			return configError("%v", err)
 		}
 		return err
@@ -437,14 +437,14 @@ func runAgent(ctx context.Context, stop func(), cfg agentConfig, log *slog.Logge
 type world struct {
 	cfg        agentConfig
 	log        *slog.Logger
-	cl         *coordinator.Cluster
+	cl         *membership.Cluster
 	natsClosed chan struct{}
 	leader     uint32 // rank 0's publisher ID
 	epoch      uint32 // rank 0's epoch
 }
 
 // adopt takes rank 0's leader ID and epoch from the formed world.
-func (w *world) adopt(members []coordinator.Member) error {
+func (w *world) adopt(members []membership.Member) error {
 	for _, m := range members {
 		if m.Meta.Rank == 0 {
 			w.leader, w.epoch = m.Meta.Leader, m.Meta.Epoch
@@ -458,7 +458,7 @@ func (w *world) adopt(members []coordinator.Member) error {
 
 // rank0Changed reports whether rank 0 now advertises another leader or
 // epoch than the one this agent runs.
-func (w *world) rank0Changed(members []coordinator.Member) bool {
+func (w *world) rank0Changed(members []membership.Member) bool {
 	for _, m := range members {
 		if m.Meta.Rank == 0 {
 			return m.Meta.Leader != w.leader || m.Meta.Epoch != w.epoch
@@ -471,7 +471,7 @@ func (w *world) rank0Changed(members []coordinator.Member) bool {
 // epoch and advertises it; followers wait for rank 0's new epoch (or a
 // new rank 0) and adopt it.
 func (w *world) reform(ctx context.Context) error {
-	var cond func([]coordinator.Member) bool
+	var cond func([]membership.Member) bool
 	if w.cfg.Rank != 0 {
 		cond = w.rank0Changed
 	}
@@ -481,7 +481,7 @@ func (w *world) reform(ctx context.Context) error {
 	}
 	if w.cfg.Rank == 0 {
 		w.epoch++
-		if err := w.cl.UpdateMeta(func(m *coordinator.Meta) { m.Epoch = w.epoch }, 5*time.Second); err != nil {
+		if err := w.cl.UpdateMeta(func(m *membership.Meta) { m.Epoch = w.epoch }, 5*time.Second); err != nil {
 			w.log.Warn("epoch announcement not confirmed by every member", "epoch", w.epoch, "err", err)
 		}
 		w.log.Info("world re-formed", "epoch", w.epoch)

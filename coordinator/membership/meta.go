@@ -1,4 +1,4 @@
-package coordinator
+package membership
 
 import (
 	"encoding/json"

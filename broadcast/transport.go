@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
 // ErrClosed is returned by a Transport that has been closed.
@@ -43,7 +45,7 @@ type Transport interface {
 	Close()
 }
 
-// Subjects names the job's subjects (DESIGN.md, "The lockstep step").
+// Subjects names the job's subjects (docs/protocol.md).
 type Subjects struct {
 	Prefix string
 	Job    string
@@ -64,10 +66,10 @@ func (s Subjects) Client() string            { return s.base() + ".client" }
 // are refused rather than silently changing what a subscription matches.
 func ValidateToken(field, v string) error {
 	if v == "" {
-		return fmt.Errorf("%s: must not be empty", field)
+		return fielderr.New(field, "must not be empty")
 	}
 	if i := strings.IndexAny(v, ".*> \t\r\n"); i >= 0 {
-		return fmt.Errorf("%s: %q contains %q, which is not allowed in a NATS subject token", field, v, v[i])
+		return fielderr.New(field, "%q contains %q, which is not allowed in a NATS subject token", v, v[i])
 	}
 	return nil
 }

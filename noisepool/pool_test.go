@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
 // checkFor polls cond until it holds or the deadline passes (no sleeps: it
@@ -65,22 +66,23 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, c := range []struct {
 		mod  func(*Config)
-		flag string
+		flag string // the field the error names
 	}{
-		{func(c *Config) { c.Vocab = 0 }, "--vocab"},
-		{func(c *Config) { c.Producers = -1 }, "--noise-producers"},
-		{func(c *Config) { c.Rows = 0 }, "--noise-pool-rows"},
-		{func(c *Config) { c.Producers, c.Rows = 4, 4 }, "--noise-pool-rows"},
-		{func(c *Config) { c.Lookahead = -1 }, "--noise-lookahead"},
-		{func(c *Config) { c.MaxBytes = 0 }, "--noise-max-bytes"},
-		{func(c *Config) { c.Rows = 10000 }, "exceeds --noise-max-bytes"},
-		{func(c *Config) { c.Vocab, c.Rows, c.MaxBytes = math.MaxInt32, math.MaxInt, math.MaxInt64 }, "exceeds"}, // the product overflows
+		{func(c *Config) { c.Vocab = 0 }, "Vocab"},
+		{func(c *Config) { c.Producers = -1 }, "Producers"},
+		{func(c *Config) { c.Rows = 0 }, "Rows"},
+		{func(c *Config) { c.Producers, c.Rows = 4, 4 }, "Rows"},
+		{func(c *Config) { c.Lookahead = -1 }, "Lookahead"},
+		{func(c *Config) { c.MaxBytes = 0 }, "MaxBytes"},
+		{func(c *Config) { c.Rows = 10000 }, "Rows"},
+		{func(c *Config) { c.Vocab, c.Rows, c.MaxBytes = math.MaxInt32, math.MaxInt, math.MaxInt64 }, "Rows"}, // the product overflows
 		{func(c *Config) { c.FillChunk = -2 }, "FillChunk"},
 	} {
 		cfg := DefaultConfig()
 		c.mod(&cfg)
 		err := cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.flag) {
+		var fe *fielderr.Error
+		if !errors.As(err, &fe) || fe.Field != c.flag {
 			t.Errorf("%+v: error %v, want one naming %s", cfg, err, c.flag)
 		}
 		if _, err := New(cfg); err == nil {

@@ -107,10 +107,14 @@ type DriverConfig struct {
 	FollowerPick Picker
 }
 
-// Default byte budgets: with steps up to the NATS max payload (8 MiB at
-// most), the step counts alone would let the replay window and a
-// follower's step queue grow to gigabytes each.
+// Defaults of DriverConfig's fields (an agent's configuration starts from
+// these too).
 const (
+	DefaultHeartbeat    = 250 * time.Millisecond
+	DefaultReplayWindow = 1024
+	// The byte budgets: with steps up to the NATS max payload (8 MiB at
+	// most), the step counts alone would let the replay window and a
+	// follower's step queue grow to gigabytes each.
 	DefaultReplayWindowBytes = 64 << 20
 	DefaultStepQueueBytes    = 64 << 20
 )
@@ -128,7 +132,7 @@ func (c *DriverConfig) stepBudget() int { return max(c.MaxStepBytes-stepHeadroom
 
 func (c *DriverConfig) defaults() {
 	if c.ReplayWindow <= 0 {
-		c.ReplayWindow = 1024
+		c.ReplayWindow = DefaultReplayWindow
 	}
 	if c.ReplayWindowBytes <= 0 {
 		c.ReplayWindowBytes = DefaultReplayWindowBytes
@@ -143,7 +147,7 @@ func (c *DriverConfig) defaults() {
 		c.ReplayTimeout = 2 * time.Second
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = 250 * time.Millisecond
+		c.Heartbeat = DefaultHeartbeat
 	}
 	if c.ClientTimeout <= 0 {
 		c.ClientTimeout = DefaultClientTimeout

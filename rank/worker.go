@@ -16,6 +16,9 @@ import (
 	"time"
 )
 
+// DefaultForwardTimeout is WorkerConfig.ForwardTimeout's default.
+const DefaultForwardTimeout = 30 * time.Second
+
 // WorkerConfig configures the worker executor: the agent's side of a model
 // worker process (docs/worker-protocol.md).
 type WorkerConfig struct {
@@ -51,7 +54,7 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) defaults() {
 	if c.ForwardTimeout <= 0 {
-		c.ForwardTimeout = 30 * time.Second
+		c.ForwardTimeout = DefaultForwardTimeout
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 5 * time.Minute

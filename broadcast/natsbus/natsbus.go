@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
 // Config is how an agent or client connects to NATS.
@@ -30,13 +31,7 @@ type Config struct {
 
 	// Authentication and TLS; all optional. The URL may carry a token or
 	// user:password instead.
-	CredsFile    string // NATS credentials file (JWT + nkey seed)
-	User         string // user name, with PasswordFile
-	PasswordFile string // file holding the password (trailing newline ignored)
-	NKeySeedFile string // nkey seed file
-	TLSCA        string // CA bundle to verify the server
-	TLSCert      string // client certificate, with TLSKey
-	TLSKey       string
+	Auth
 
 	// OnClosed is called once when the connection is closed for good
 	// (reconnects exhausted, or Close).
@@ -55,46 +50,57 @@ type Config struct {
 	WriteThrough bool
 }
 
+// Auth is how a connection authenticates, and its TLS.
+type Auth struct {
+	CredsFile    string // NATS credentials file (JWT + nkey seed)
+	User         string // user name, with PasswordFile
+	PasswordFile string // file holding the password (trailing newline ignored)
+	NKeySeedFile string // nkey seed file
+	TLSCA        string // CA bundle to verify the server
+	TLSCert      string // client certificate, with TLSKey
+	TLSKey       string
+}
+
 // authOptions turns the auth and TLS settings into nats.go options; errors
-// name the setting.
-func (cfg Config) authOptions() ([]nats.Option, error) {
+// name the Auth field.
+func (cfg Auth) authOptions() ([]nats.Option, error) {
 	var opts []nats.Option
 	if cfg.CredsFile != "" {
 		if _, err := os.Stat(cfg.CredsFile); err != nil {
-			return nil, fmt.Errorf("nats-creds: %w", err)
+			return nil, fielderr.New("CredsFile", "%w", err)
 		}
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
 	if (cfg.User == "") != (cfg.PasswordFile == "") {
-		return nil, fmt.Errorf("nats-user and nats-password-file: give both or neither")
+		return nil, fielderr.New("User", "give a user and a password file, or neither")
 	}
 	if cfg.User != "" {
 		pw, err := os.ReadFile(cfg.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("nats-password-file: %w", err)
+			return nil, fielderr.New("PasswordFile", "%w", err)
 		}
 		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(pw), "\r\n")))
 	}
 	if cfg.NKeySeedFile != "" {
 		o, err := nats.NkeyOptionFromSeed(cfg.NKeySeedFile)
 		if err != nil {
-			return nil, fmt.Errorf("nats-nkey-seed: %w", err)
+			return nil, fielderr.New("NKeySeedFile", "%w", err)
 		}
 		opts = append(opts, o)
 	}
 	if cfg.TLSCA != "" {
 		if _, err := os.Stat(cfg.TLSCA); err != nil {
-			return nil, fmt.Errorf("nats-tls-ca: %w", err)
+			return nil, fielderr.New("TLSCA", "%w", err)
 		}
 		opts = append(opts, nats.RootCAs(cfg.TLSCA))
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return nil, fmt.Errorf("nats-tls-cert and nats-tls-key: give both or neither")
+		return nil, fielderr.New("TLSCert", "give a certificate and a key, or neither")
 	}
 	if cfg.TLSCert != "" {
-		for flag, f := range map[string]string{"nats-tls-cert": cfg.TLSCert, "nats-tls-key": cfg.TLSKey} {
+		for field, f := range map[string]string{"TLSCert": cfg.TLSCert, "TLSKey": cfg.TLSKey} {
 			if _, err := os.Stat(f); err != nil {
-				return nil, fmt.Errorf("%s: %w", flag, err)
+				return nil, fielderr.New(field, "%w", err)
 			}
 		}
 		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))

@@ -287,7 +287,7 @@ func TestAuthUserPassword(t *testing.T) {
 	bad := writeFile(t, "pw", "wrong-pw\n")
 	missing := filepath.Join(t.TempDir(), "no-such-file")
 
-	c := connect(t, Config{URL: s.ClientURL(), User: "rank0", PasswordFile: good})
+	c := connect(t, Config{URL: s.ClientURL(), Auth: Auth{User: "rank0", PasswordFile: good}})
 	if err := c.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -297,11 +297,11 @@ func TestAuthUserPassword(t *testing.T) {
 		cfg     Config
 		wantErr []string
 	}{
-		{"wrong password", Config{User: "rank0", PasswordFile: bad}, []string{"uthorization"}},
+		{"wrong password", Config{Auth: Auth{User: "rank0", PasswordFile: bad}}, []string{"uthorization"}},
 		{"no credentials", Config{}, []string{"uthorization"}},
-		{"missing password file", Config{User: "rank0", PasswordFile: missing}, []string{"nats-password-file", "no-such-file"}},
-		{"user without password file", Config{User: "rank0"}, []string{"nats-user", "nats-password-file"}},
-		{"password file without user", Config{PasswordFile: good}, []string{"nats-user", "nats-password-file"}},
+		{"missing password file", Config{Auth: Auth{User: "rank0", PasswordFile: missing}}, []string{"PasswordFile", "no-such-file"}},
+		{"user without password file", Config{Auth: Auth{User: "rank0"}}, []string{"User", "password file"}},
+		{"password file without user", Config{Auth: Auth{PasswordFile: good}}, []string{"User", "password file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.URL = s.ClientURL()
@@ -357,16 +357,16 @@ func TestNkeySeed(t *testing.T) {
 	}
 	s := runServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
 
-	c := connect(t, Config{URL: clientURL(s), NKeySeedFile: writeFile(t, "user.nk", string(seed)+"\n")})
+	c := connect(t, Config{URL: clientURL(s), Auth: Auth{NKeySeedFile: writeFile(t, "user.nk", string(seed)+"\n")}})
 	if err := c.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Connect(Config{URL: clientURL(s), NKeySeedFile: writeFile(t, "other.nk", string(otherSeed))}); err == nil {
+	if _, err := Connect(Config{URL: clientURL(s), Auth: Auth{NKeySeedFile: writeFile(t, "other.nk", string(otherSeed))}}); err == nil {
 		t.Fatal("connected with an unknown nkey")
 	}
-	_, err = Connect(Config{URL: clientURL(s), NKeySeedFile: filepath.Join(t.TempDir(), "missing.nk")})
-	if err == nil || !strings.Contains(err.Error(), "nats-nkey-seed") {
-		t.Fatalf("missing seed file: err = %v, want one naming nats-nkey-seed", err)
+	_, err = Connect(Config{URL: clientURL(s), Auth: Auth{NKeySeedFile: filepath.Join(t.TempDir(), "missing.nk")}})
+	if err == nil || !strings.Contains(err.Error(), "NKeySeedFile") {
+		t.Fatalf("missing seed file: err = %v, want one naming NKeySeedFile", err)
 	}
 }
 
@@ -455,7 +455,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	s := runServer(t, &server.Options{TLSConfig: tc, TLS: true, TLSVerify: true, TLSTimeout: 5})
 
-	c := connect(t, Config{URL: clientURL(s), TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: p.ClientKey})
+	c := connect(t, Config{URL: clientURL(s), Auth: Auth{TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: p.ClientKey}})
 	if err := c.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +467,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 
 	t.Run("without client certificate", func(t *testing.T) {
-		c, err := Connect(Config{URL: clientURL(s), TLSCA: p.CA})
+		c, err := Connect(Config{URL: clientURL(s), Auth: Auth{TLSCA: p.CA}})
 		if err == nil {
 			c.Close()
 			t.Fatal("connected without a client certificate")
@@ -475,7 +475,7 @@ func TestMutualTLS(t *testing.T) {
 	})
 	t.Run("without CA", func(t *testing.T) {
 		// The server's certificate is signed by a CA the system does not trust.
-		c, err := Connect(Config{URL: clientURL(s), TLSCert: p.ClientCert, TLSKey: p.ClientKey})
+		c, err := Connect(Config{URL: clientURL(s), Auth: Auth{TLSCert: p.ClientCert, TLSKey: p.ClientKey}})
 		if err == nil {
 			c.Close()
 			t.Fatal("connected without trusting the server's CA")
@@ -486,10 +486,10 @@ func TestMutualTLS(t *testing.T) {
 		cfg  Config
 		want []string
 	}{
-		{"nonexistent CA file", Config{TLSCA: filepath.Join(t.TempDir(), "no-ca.pem")}, []string{"nats-tls-ca", "no-ca.pem"}},
-		{"nonexistent client cert", Config{TLSCA: p.CA, TLSCert: filepath.Join(t.TempDir(), "no-cert.pem"), TLSKey: p.ClientKey}, []string{"nats-tls-cert"}},
-		{"nonexistent client key", Config{TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: filepath.Join(t.TempDir(), "no-key.pem")}, []string{"nats-tls-key"}},
-		{"cert without key", Config{TLSCA: p.CA, TLSCert: p.ClientCert}, []string{"nats-tls-cert", "nats-tls-key"}},
+		{"nonexistent CA file", Config{Auth: Auth{TLSCA: filepath.Join(t.TempDir(), "no-ca.pem")}}, []string{"TLSCA", "no-ca.pem"}},
+		{"nonexistent client cert", Config{Auth: Auth{TLSCA: p.CA, TLSCert: filepath.Join(t.TempDir(), "no-cert.pem"), TLSKey: p.ClientKey}}, []string{"TLSCert"}},
+		{"nonexistent client key", Config{Auth: Auth{TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: filepath.Join(t.TempDir(), "no-key.pem")}}, []string{"TLSKey"}},
+		{"cert without key", Config{Auth: Auth{TLSCA: p.CA, TLSCert: p.ClientCert}}, []string{"TLSCert", "a certificate and a key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.URL = clientURL(s)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
 // Errors that Rendezvous and Events report; test with errors.Is.
@@ -23,6 +24,9 @@ var (
 	ErrRendezvousTimeout = errors.New("rendezvous timed out")
 	ErrRankTaken         = errors.New("rank already claimed")
 )
+
+// DefaultClaimWait is Config.ClaimWait's default.
+const DefaultClaimWait = 15 * time.Second
 
 // Config configures one member.
 type Config struct {
@@ -104,7 +108,7 @@ func Start(cfg Config) (*Cluster, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.ClaimWait <= 0 {
-		cfg.ClaimWait = 15 * time.Second
+		cfg.ClaimWait = DefaultClaimWait
 	}
 	if cfg.Meta.Started == 0 {
 		cfg.Meta.Started = time.Now().UnixNano()
@@ -146,7 +150,7 @@ func Start(cfg Config) (*Cluster, error) {
 		switch len(cfg.GossipKey) {
 		case 16, 24, 32:
 		default:
-			return nil, fmt.Errorf("gossip-key-file: key is %d bytes, want 16, 24 or 32", len(cfg.GossipKey))
+			return nil, fielderr.New("GossipKey", "key is %d bytes, want 16, 24 or 32", len(cfg.GossipKey))
 		}
 		mc.SecretKey = cfg.GossipKey
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,20 +19,17 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/tpcoord/tpcoord/rank"
-	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 func TestSetupTracingOffWithoutEndpoint(t *testing.T) {
 	env := map[string]string{"OTEL_SERVICE_NAME": "x"}
-	tr, err := setupTracing(context.Background(), telemetryOpts{}, "j", 0, func(k string) string { return env[k] })
+	tr, err := newTracing(context.Background(), Config{}, Labels{Job: "j"}, func(k string) string { return env[k] })
 	if err != nil || tr != nil {
-		t.Fatalf("setupTracing without endpoint = %v, %v; want nil, nil", tr, err)
+		t.Fatalf("newTracing without endpoint = %v, %v; want nil, nil", tr, err)
 	}
 	env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["OTEL_TRACES_EXPORTER"] = "http://127.0.0.1:1", "none"
-	if tr, err := setupTracing(context.Background(), telemetryOpts{}, "j", 0, func(k string) string { return env[k] }); err != nil || tr != nil {
-		t.Fatalf("setupTracing with OTEL_TRACES_EXPORTER=none = %v, %v; want nil, nil", tr, err)
+	if tr, err := newTracing(context.Background(), Config{}, Labels{Job: "j"}, func(k string) string { return env[k] }); err != nil || tr != nil {
+		t.Fatalf("newTracing with OTEL_TRACES_EXPORTER=none = %v, %v; want nil, nil", tr, err)
 	}
 }
 
@@ -103,7 +99,7 @@ func anyString(v *commonpb.AnyValue) string {
 func exportOne(t *testing.T, tr *tracing, name string) {
 	t.Helper()
 	if tr == nil {
-		t.Fatal("setupTracing returned no provider")
+		t.Fatal("newTracing returned no provider")
 	}
 	_, span := tr.Provider.Tracer("test").Start(context.Background(), name)
 	span.End()
@@ -140,7 +136,7 @@ func TestSetupTracingHTTPFromEnv(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "tpc-test")
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci,tpc.job=overridden")
-	tr, err := setupTracing(context.Background(), telemetryOpts{OTLPProtocol: "http"}, "j1", 2, os.Getenv)
+	tr, err := newTracing(context.Background(), Config{OTLPProtocol: "http"}, Labels{Job: "j1", Rank: 2}, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +180,7 @@ func TestSetupTracingGRPCFlags(t *testing.T) {
 	go func() { served <- gs.Serve(ln) }()
 	defer func() { gs.Stop(); <-served }()
 
-	tr, err := setupTracing(context.Background(), telemetryOpts{OTLPEndpoint: ln.Addr().String(), OTLPInsecure: true}, "j2", 1, os.Getenv)
+	tr, err := newTracing(context.Background(), Config{OTLPEndpoint: ln.Addr().String(), OTLPInsecure: true}, Labels{Job: "j2", Rank: 1}, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,30 +233,19 @@ func TestMetricsServer(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
-// TestFlightDumpOnSignal: a value on the signal channel writes a dump to
-// the log and to a file in the flight directory.
-func TestFlightDumpOnSignal(t *testing.T) {
+// TestFlightDump: a dump goes to the log and to a file in the flight
+// directory.
+func TestFlightDump(t *testing.T) {
 	dir := t.TempDir()
 	var logBuf strings.Builder
-	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logBuf.Write(p)
-	}), nil))
-	fr := rank.NewFlightRecorder(4)
-	d := &flightDumper{fr: fr, label: "job j rank 3", dir: dir, log: log, now: time.Now}
-	sigs := make(chan os.Signal, 1)
-	stop := d.watch(sigs)
-	sigs <- syscall.SIGUSR1
-	deadline := time.Now().Add(10 * time.Second)
-	var files []string
-	for len(files) == 0 && time.Now().Before(deadline) {
-		files, _ = filepath.Glob(filepath.Join(dir, "flight-job-j-rank-3-*.txt"))
-		time.Sleep(5 * time.Millisecond) // polling interval
+	log := slog.New(slog.NewTextHandler(&logBuf, nil))
+	tel, err := Start(context.Background(), Config{FlightDir: dir, FlightSteps: 4}, Labels{Job: "j", Rank: 3}, func(string) string { return "" }, log)
+	if err != nil {
+		t.Fatal(err)
 	}
-	stop()
-	stop() // idempotent
+	defer tel.Close()
+	tel.DumpFlight("signal user defined signal 1")
+	files, _ := filepath.Glob(filepath.Join(dir, "flight-job-j-rank-3-*.txt"))
 	if len(files) != 1 {
 		t.Fatalf("dump files %v, want one", files)
 	}
@@ -271,28 +256,7 @@ func TestFlightDumpOnSignal(t *testing.T) {
 	if !strings.HasPrefix(string(data), "flight recorder job j rank 3: phase idle") {
 		t.Errorf("dump file:\n%s", data)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
 	if !strings.Contains(logBuf.String(), "flight recorder dump") || !strings.Contains(logBuf.String(), "reason=\"signal user defined signal 1\"") {
 		t.Errorf("log:\n%s", logBuf.String())
-	}
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-func TestPrintStatusNamesStuckPhase(t *testing.T) {
-	var b strings.Builder
-	printStatus(&b, []client.RankStatus{
-		{Rank: 0, World: 2, State: "running", Phase: "await", PhaseMs: 12.4, Step: 9, Digest: "d"},
-		{Rank: 1, World: 2, State: "running", Phase: "forward", PhaseMs: 12000, Step: 9, Digest: "d"},
-	})
-	lines := strings.Split(b.String(), "\n")
-	if !strings.Contains(lines[0], "PHASE") || !strings.Contains(lines[1], "await 12ms") {
-		t.Errorf("status:\n%s", b.String())
-	}
-	if !strings.Contains(lines[2], "forward 12s") || !strings.Contains(lines[2], "STUCK? in forward for 12s") {
-		t.Errorf("rank 1 line %q, want its phase and a STUCK note", lines[2])
 	}
 }

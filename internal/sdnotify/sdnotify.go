@@ -1,4 +1,7 @@
-package main
+// Package sdnotify speaks systemd's service notification protocol, so that
+// a unit of Type=notify knows when an agent is ready and a watchdog knows it
+// is alive.
+package sdnotify
 
 import (
 	"fmt"
@@ -9,7 +12,7 @@ import (
 	"time"
 )
 
-// notifier speaks systemd's service notification protocol (sd_notify(3)):
+// Notifier speaks systemd's service notification protocol (sd_notify(3)):
 // one datagram of newline-separated KEY=VALUE assignments to the unix socket
 // named by $NOTIFY_SOCKET. The tpcoord@.service unit is Type=notify, so
 // systemd considers a rank started only once it sends READY=1, which the
@@ -18,18 +21,18 @@ import (
 //
 // The protocol is a few lines, so it is implemented here rather than pulled
 // in with cgo (libsystemd) or a new dependency.
-type notifier struct {
+type Notifier struct {
 	socket   string        // $NOTIFY_SOCKET; "" disables notifications
 	watchdog time.Duration // $WATCHDOG_USEC; 0 disables the watchdog
 	log      *slog.Logger
 }
 
-// newNotifier reads the protocol's variables through getenv (os.Getenv in
+// New reads the protocol's variables through getenv (os.Getenv in
 // the agent, a map in tests). pid is this process's ID: systemd sets
 // WATCHDOG_PID to the main process, so a child that inherited the variables
 // must not ping on its behalf.
-func newNotifier(getenv func(string) string, pid int, log *slog.Logger) *notifier {
-	n := &notifier{socket: getenv("NOTIFY_SOCKET"), log: log}
+func New(getenv func(string) string, pid int, log *slog.Logger) *Notifier {
+	n := &Notifier{socket: getenv("NOTIFY_SOCKET"), log: log}
 	if p := getenv("WATCHDOG_PID"); p != "" && p != strconv.Itoa(pid) {
 		return n
 	}
@@ -39,16 +42,16 @@ func newNotifier(getenv func(string) string, pid int, log *slog.Logger) *notifie
 	return n
 }
 
-// notify sends state, e.g. "READY=1\nSTATUS=decoding". Errors are logged,
+// Notify sends state, e.g. "READY=1\nSTATUS=decoding". Errors are logged,
 // not returned: a lost notification must not stop a rank (systemd then
 // times the start out or fires the watchdog, which is the right outcome).
-func (n *notifier) notify(state string) {
+func (n *Notifier) Notify(state string) {
 	if err := n.send(state); err != nil {
 		n.log.Warn("sd_notify failed", "socket", n.socket, "state", state, "err", err)
 	}
 }
 
-func (n *notifier) send(state string) error {
+func (n *Notifier) send(state string) error {
 	if n.socket == "" {
 		return nil
 	}
@@ -67,11 +70,11 @@ func (n *notifier) send(state string) error {
 	return nil
 }
 
-// startWatchdog pings systemd's watchdog (WATCHDOG=1) every half
+// StartWatchdog pings systemd's watchdog (WATCHDOG=1) every half
 // WatchdogSec, as sd_watchdog_enabled(3) advises, until the returned stop
 // function is called; stop waits for the goroutine to exit and is
 // idempotent. Without WATCHDOG_USEC it starts nothing.
-func (n *notifier) startWatchdog() (stop func()) {
+func (n *Notifier) StartWatchdog() (stop func()) {
 	if n.socket == "" || n.watchdog <= 0 {
 		return func() {}
 	}
@@ -85,7 +88,7 @@ func (n *notifier) startWatchdog() (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				n.notify("WATCHDOG=1")
+				n.Notify("WATCHDOG=1")
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package main
+package sdnotify
 
 import (
 	"errors"
@@ -42,7 +42,7 @@ func env(m map[string]string) func(string) string { return func(k string) string
 func TestNotifyPathSocket(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	conn := listenNotify(t, sock)
-	n := newNotifier(env(map[string]string{"NOTIFY_SOCKET": sock}), os.Getpid(), slog.New(slog.DiscardHandler))
+	n := New(env(map[string]string{"NOTIFY_SOCKET": sock}), os.Getpid(), slog.New(slog.DiscardHandler))
 	for _, state := range []string{"READY=1\nSTATUS=rendezvous complete", "STOPPING=1"} {
 		if err := n.send(state); err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func TestNotifyPathSocket(t *testing.T) {
 func TestNotifyAbstractSocket(t *testing.T) {
 	name := fmt.Sprintf("@tpcoord-test-notify-%d-%d", os.Getpid(), time.Now().UnixNano())
 	conn := listenNotify(t, name)
-	n := newNotifier(env(map[string]string{"NOTIFY_SOCKET": name}), os.Getpid(), slog.New(slog.DiscardHandler))
+	n := New(env(map[string]string{"NOTIFY_SOCKET": name}), os.Getpid(), slog.New(slog.DiscardHandler))
 	if err := n.send("READY=1"); err != nil {
 		t.Fatal(err)
 	}
@@ -70,32 +70,32 @@ func TestNotifyAbstractSocket(t *testing.T) {
 }
 
 func TestNotifyUnsetIsNoop(t *testing.T) {
-	n := newNotifier(env(nil), os.Getpid(), slog.New(slog.DiscardHandler))
+	n := New(env(nil), os.Getpid(), slog.New(slog.DiscardHandler))
 	if err := n.send("READY=1"); err != nil {
 		t.Fatal(err)
 	}
-	n.notify("STOPPING=1")
-	n.startWatchdog()() // starts nothing, stops at once
+	n.Notify("STOPPING=1")
+	n.StartWatchdog()() // starts nothing, stops at once
 }
 
 func TestNotifyMissingSocketErrors(t *testing.T) {
-	n := newNotifier(env(map[string]string{"NOTIFY_SOCKET": filepath.Join(t.TempDir(), "absent.sock")}), os.Getpid(), slog.New(slog.DiscardHandler))
+	n := New(env(map[string]string{"NOTIFY_SOCKET": filepath.Join(t.TempDir(), "absent.sock")}), os.Getpid(), slog.New(slog.DiscardHandler))
 	if err := n.send("READY=1"); err == nil {
 		t.Fatal("send to a missing socket succeeded")
 	}
-	n.notify("READY=1") // logs, does not panic or block
+	n.Notify("READY=1") // logs, does not panic or block
 }
 
 func TestNotifyWatchdogPings(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	conn := listenNotify(t, sock)
-	n := newNotifier(env(map[string]string{
+	n := New(env(map[string]string{
 		"NOTIFY_SOCKET": sock, "WATCHDOG_USEC": "20000", "WATCHDOG_PID": fmt.Sprint(os.Getpid()),
 	}), os.Getpid(), slog.New(slog.DiscardHandler))
 	if n.watchdog != 20*time.Millisecond {
 		t.Fatalf("watchdog interval %v, want 20ms", n.watchdog)
 	}
-	stop := n.startWatchdog()
+	stop := n.StartWatchdog()
 	for range 3 {
 		if got := recv(t, conn); got != "WATCHDOG=1" {
 			t.Fatalf("received %q, want WATCHDOG=1", got)
@@ -133,7 +133,7 @@ func TestNotifyWatchdogEnv(t *testing.T) {
 		{map[string]string{"NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "junk"}, 0},
 		{map[string]string{"NOTIFY_SOCKET": "/run/x"}, 0},
 	} {
-		n := newNotifier(env(tc.env), pid, slog.New(slog.DiscardHandler))
+		n := New(env(tc.env), pid, slog.New(slog.DiscardHandler))
 		if n.watchdog != tc.want {
 			keys := make([]string, 0, len(tc.env))
 			for k, v := range tc.env {

@@ -1,0 +1,54 @@
+package telemetry
+
+import (
+	"net"
+	"strings"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+// Config selects what an agent exports.
+type Config struct {
+	// OTLPEndpoint is a collector's host:port or URL; empty: the
+	// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variable if set, else no export.
+	OTLPEndpoint string
+	// OTLPProtocol is grpc or http (http/protobuf); empty: the
+	// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL variable, else grpc.
+	OTLPProtocol string
+	// OTLPInsecure exports without TLS (an http:// URL implies it).
+	OTLPInsecure bool
+	// MetricsAddr serves /metrics, /healthz and /readyz (empty: off; port
+	// 0 picks a free one).
+	MetricsAddr string
+	// FlightDir, if set, receives a file per flight recorder dump.
+	FlightDir string
+	// FlightSteps is how many steps the flight recorder keeps.
+	FlightSteps int
+}
+
+// DefaultConfig exports nothing and keeps rank.DefaultFlightSteps steps.
+func DefaultConfig() Config { return Config{FlightSteps: rank.DefaultFlightSteps} }
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch strings.ToLower(c.OTLPProtocol) {
+	case "", "grpc", "http", "http/protobuf":
+	default:
+		return fielderr.New("OTLPProtocol", "%q is not one of grpc, http", c.OTLPProtocol)
+	}
+	if c.FlightSteps < 1 || c.FlightSteps > 1<<20 {
+		return fielderr.New("FlightSteps", "must be in [1, %d], got %d", 1<<20, c.FlightSteps)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fielderr.New("MetricsAddr", "%w", err)
+		}
+	}
+	if c.OTLPEndpoint != "" {
+		if _, _, _, err := splitEndpoint(c.OTLPEndpoint); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+// metricsServer serves /metrics, /healthz and /readyz.
+type metricsServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// newMetricsRegistry is the agent's own registry (no global state): the
+// rank's metrics plus the Go runtime and process collectors.
+func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, nil, err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, nil, err
+	}
+	m, err := rank.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, m, nil
+}
+
+// startMetricsServer listens on addr and serves reg; ready answers /readyz.
+// Close stops it and waits for its goroutine.
+func startMetricsServer(addr string, reg *prometheus.Registry, ready func() bool, log *slog.Logger) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fielderr.New("MetricsAddr", "%w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready: rendezvous incomplete or decode loop not running", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
+	go func() { // owned by s: Close waits for it
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *metricsServer) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server and waits for it. It is idempotent.
+func (s *metricsServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/coordinator/launch"
 )
 
 // Wire format of one benchmark message, shared by both transports: the
@@ -350,7 +351,7 @@ func (ps *bcProcs) start(self, name string, args []string, env []string, withStd
 	p := &bcProc{name: name, lines: make(chan string, 2), done: make(chan struct{})}
 	p.cmd = exec.Command(self, args...)
 	p.cmd.Env = append(env, runAsTPCoordEnv+"=1")
-	p.cmd.SysProcAttr = childProcAttr()
+	p.cmd.SysProcAttr = launch.ChildProcAttr()
 	p.cmd.Stderr = &p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err == nil && withStdin {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -360,21 +361,21 @@ func benchE2ECase(ctx context.Context, o benchE2EOptions, c e2eCombo, self, dir 
 	return n, elapsed, steps, nil
 }
 
-func waitReadyFile(ctx context.Context, path string, exited <-chan struct{}, waitErr *error) (readyInfo, error) {
+func waitReadyFile(ctx context.Context, path string, exited <-chan struct{}, waitErr *error) (launch.ReadyInfo, error) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if data, err := os.ReadFile(path); err == nil {
-			var info readyInfo
+			var info launch.ReadyInfo
 			if json.Unmarshal(data, &info) == nil && info.NATSURL != "" {
 				return info, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return readyInfo{}, fmt.Errorf("launch not ready: %w", ctx.Err())
+			return launch.ReadyInfo{}, fmt.Errorf("launch not ready: %w", ctx.Err())
 		case <-exited:
-			return readyInfo{}, fmt.Errorf("launch exited before it was ready: %v", *waitErr)
+			return launch.ReadyInfo{}, fmt.Errorf("launch exited before it was ready: %v", *waitErr)
 		case <-t.C:
 		}
 	}

@@ -102,15 +102,15 @@ func TestBenchE2EBadFlags(t *testing.T) {
 
 func TestAgentSamplingFlags(t *testing.T) {
 	for _, tc := range []struct {
-		edit func(*agentConfig)
+		edit func(*agentOptions)
 		flag string // "" for valid
 	}{
-		{func(c *agentConfig) { c.Noise = "sync" }, ""},
-		{func(c *agentConfig) { c.Sampling = "softmax" }, ""},
-		{func(c *agentConfig) { c.SamplingRanks = "all" }, ""},
-		{func(c *agentConfig) { c.Noise = "async" }, "noise"},
-		{func(c *agentConfig) { c.Sampling = "greedy" }, "sampling"},
-		{func(c *agentConfig) { c.SamplingRanks = "some" }, "sampling-ranks"},
+		{func(c *agentOptions) { c.Noise = "sync" }, ""},
+		{func(c *agentOptions) { c.Sampling = "softmax" }, ""},
+		{func(c *agentOptions) { c.SamplingRanks = "all" }, ""},
+		{func(c *agentOptions) { c.Noise = "async" }, "noise"},
+		{func(c *agentOptions) { c.Sampling = "greedy" }, "sampling"},
+		{func(c *agentOptions) { c.SamplingRanks = "some" }, "sampling-ranks"},
 	} {
 		c := validAgentConfig(t)
 		tc.edit(&c)
@@ -124,15 +124,15 @@ func TestAgentSamplingFlags(t *testing.T) {
 	}
 	a, b := validAgentConfig(t), validAgentConfig(t)
 	b.SamplingRanks = "all"
-	if a.digest() == b.digest() {
+	if a.Digest() == b.Digest() {
 		t.Error("sampling-ranks does not change the config digest")
 	}
 }
 
 // validAgentConfig is the agent's defaults.
-func validAgentConfig(t *testing.T) agentConfig {
+func validAgentConfig(t *testing.T) agentOptions {
 	t.Helper()
-	var c agentConfig
+	var c agentOptions
 	c.flags(pflag.NewFlagSet("agent", pflag.ContinueOnError))
 	if err := c.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
@@ -27,7 +28,7 @@ type benchJob struct {
 	logs      bsSyncBuffer // launch's and the agents' logs, shown on failure
 	exited    chan struct{}
 	waitErr   error // valid once exited is closed
-	info      readyInfo
+	info      launch.ReadyInfo
 	flightDir string
 	nc        *natsbus.Conn
 	subj      broadcast.Subjects

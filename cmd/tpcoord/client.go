@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -19,15 +19,18 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/coordinator/agent"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // clientConfig is what generate and status need to reach a job.
 type clientConfig struct {
-	Config string
-	NATS   string
-	natsAuth
+	Config  string
+	NATS    string
+	Auth    natsbus.Auth
+	fields  fieldFlags
 	Job     string
 	Prefix  string
 	Timeout time.Duration
@@ -35,24 +38,28 @@ type clientConfig struct {
 }
 
 func (c *clientConfig) flags(fs *pflag.FlagSet) {
+	def := agent.DefaultConfig()
+	c.fields = fieldFlags{}
 	fs.StringVar(&c.Config, "config", "", "YAML config file; keys are flag names")
-	fs.StringVar(&c.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL (as written to launch's --ready-file)")
-	c.natsAuth.flags(fs)
-	fs.StringVar(&c.Job, "job", "default", "job ID")
-	fs.StringVar(&c.Prefix, "subject-prefix", "tpc", "prefix of the job's NATS subjects")
+	fs.StringVar(&c.NATS, "nats", def.NATS, "NATS server URL (as written to launch's --ready-file)")
+	natsAuthFlags(fs, &c.Auth, c.fields, "")
+	fs.StringVar(&c.Job, c.fields.name("Job", "job"), def.Job, "job ID")
+	fs.StringVar(&c.Prefix, c.fields.name("Prefix", "subject-prefix"), def.Prefix, "prefix of the job's NATS subjects")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON")
 }
 
 func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, error) {
-	if err := broadcast.ValidateToken("job", c.Job); err != nil {
-		return nil, broadcast.Subjects{}, configError("%v", err)
+	if err := broadcast.ValidateToken("Job", c.Job); err != nil {
+		return nil, broadcast.Subjects{}, c.fields.configErr(err)
 	}
-	if err := broadcast.ValidateToken("subject-prefix", c.Prefix); err != nil {
-		return nil, broadcast.Subjects{}, configError("%v", err)
+	if err := broadcast.ValidateToken("Prefix", c.Prefix); err != nil {
+		return nil, broadcast.Subjects{}, c.fields.configErr(err)
 	}
-	ncfg := natsbus.Config{URL: c.NATS, Name: name}
-	c.natsAuth.apply(&ncfg)
-	nc, err := natsbus.Connect(ncfg)
+	nc, err := natsbus.Connect(natsbus.Config{URL: c.NATS, Name: name, Auth: c.Auth})
+	var fe *fielderr.Error
+	if errors.As(err, &fe) {
+		return nil, broadcast.Subjects{}, c.fields.configErr(err)
+	}
 	return nc, broadcast.Subjects{Prefix: c.Prefix, Job: c.Job}, err
 }
 
@@ -216,7 +223,7 @@ func printStatus(w io.Writer, ranks []client.RankStatus) {
 			seenBy0[p.Rank] = p
 		}
 	}
-	world = min(world, maxWorldSize) // a reply's claim, bounded
+	world = min(world, agent.MaxWorldSize) // a reply's claim, bounded
 	for i := 0; i < world; i++ {
 		r, ok := answered[i]
 		p, known := seenBy0[i]
@@ -278,41 +285,3 @@ func stuckInPhase(r client.RankStatus) bool {
 
 // runDemo submits cfg.DemoRequests requests at once and prints their
 // tokens and the output tokens/s.
-func runDemo(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, cfg launchConfig, out io.Writer) error {
-	type result struct {
-		i   int
-		rep *client.GenerateReply
-		err error
-	}
-	n := cfg.DemoRequests
-	results := make([]result, n)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			seed := uint64(i)
-			params := sampler.DefaultParams()
-			params.Temperature, params.TopP, params.Seed = 0.8, 0.95, &seed
-			req := &client.GenerateRequest{
-				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
-				MaxTokens:      cfg.DemoMaxTokens,
-				Params:         params,
-			}
-			rep, err := client.Generate(ctx, tr, subj, req, nil)
-			results[i] = result{i, rep, err}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	total := 0
-	for _, r := range results {
-		if r.err != nil {
-			return fmt.Errorf("request %d: %w", r.i, r.err)
-		}
-		total += len(r.rep.Tokens)
-		fmt.Fprintf(out, "request %d (%s, %d tokens): %v\n", r.i, r.rep.FinishReason, len(r.rep.Tokens), r.rep.Tokens)
-	}
-	fmt.Fprintf(out, "%d requests, %d output tokens in %v: %.1f tokens/s (TP=%d, forward %v)\n",
-		n, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), cfg.NProc, cfg.agent.ForwardTime)
-	return nil
-}

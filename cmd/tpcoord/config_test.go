@@ -21,7 +21,7 @@ func TestLayerConfigPrecedence(t *testing.T) {
 	t.Setenv("TPC_RANK", "2")
 	t.Setenv("TPC_WORLD_SIZE", "6")
 
-	var cfg agentConfig
+	var cfg agentOptions
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	cfg.flags(fs)
 	if err := fs.Parse([]string{"--config", file, "--world-size", "4"}); err != nil {
@@ -69,7 +69,7 @@ func TestLayerConfigErrorsNameTheField(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			var cfg agentConfig
+			var cfg agentOptions
 			fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 			cfg.flags(fs)
 			if err := fs.Parse(c.args); err != nil {
@@ -94,9 +94,9 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"agent", "--job", "a.b"}, "job:"},
 		{[]string{"agent", "--rank", "1", "--world-size", "2"}, "join:"},
 		{[]string{"agent", "--rank", "1", "--world-size", "2", "--join", "x:1", "--nats-serve"}, "nats-serve: only rank 0"},
-		{[]string{"agent", "--nats-serve", "--on-peer-loss", "wait"}, "nats-serve: not with --on-peer-loss wait"},
+		{[]string{"agent", "--nats-serve", "--on-peer-loss", "wait"}, "nats-serve: not with on-peer-loss wait"},
 		{[]string{"launch", "--nats-serve"}, "nats-serve: launch decides"},
-		{[]string{"launch", "--nats-in-rank0", "--nats", "nats://127.0.0.1:4222"}, "nats-in-rank0: not with --nats"},
+		{[]string{"launch", "--nats-in-rank0", "--nats", "nats://127.0.0.1:4222"}, "nats-in-rank0: not with a NATS server"},
 		{[]string{"agent", "--eos", "100352"}, "eos:"},
 		{[]string{"agent", "--log-format", "xml"}, "log-format:"},
 		{[]string{"agent", "--replay-window-bytes", "0"}, "replay-window-bytes: must be > 0"},
@@ -124,9 +124,9 @@ func TestVersion(t *testing.T) {
 // budgets default to rank's defaults and layer like every other flag;
 // the example config sets them.
 func TestByteBudgetFlags(t *testing.T) {
-	parse := func(t *testing.T, args ...string) agentConfig {
+	parse := func(t *testing.T, args ...string) agentOptions {
 		t.Helper()
-		var cfg agentConfig
+		var cfg agentOptions
 		fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 		cfg.flags(fs)
 		if err := fs.Parse(args); err != nil {

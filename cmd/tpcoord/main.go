@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 // Exit codes. systemd's Restart=on-failure restarts on all but exitConfig
@@ -55,6 +56,7 @@ func newRootCmd() *cobra.Command {
 }
 
 func main() {
+	reexecAllowed = true
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -101,7 +103,7 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s (wire protocol %d)\n", version, wireVersion)
+			fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s (wire protocol %d)\n", version, broadcast.Version)
 		},
 	}
 }

@@ -2,154 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/rank"
 )
-
-// workerOpts are the agent's flags for --executor worker.
-type workerOpts struct {
-	WorkerCmd      string
-	WorkerSocket   string
-	WorkerDType    string
-	ForwardTimeout time.Duration
-}
-
-func (o *workerOpts) flags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.WorkerCmd, "worker-cmd", "", `worker executor: command that starts this card's model worker (split like a shell, no shell run); "{socket}" and "{rank}" are replaced by the socket the agent listens on and the rank (also in $TPCOORD_WORKER_SOCKET, $TPCOORD_WORKER_RANK)`)
-	fs.StringVar(&o.WorkerSocket, "worker-socket", "", `worker executor: connect to a running worker listening on this Unix socket ("{rank}" is replaced by the rank)`)
-	fs.StringVar(&o.WorkerDType, "worker-dtype", "float32", "worker executor: logits type the worker writes: float32, float16 or bfloat16 (16-bit types are widened to float32 on the agent)")
-	fs.DurationVar(&o.ForwardTimeout, "forward-timeout", 30*time.Second, "worker executor: deadline of one forward step; a worker that does not answer in time aborts the job")
-}
-
-func (o *workerOpts) validate(executor string) error {
-	if executor != "worker" {
-		return nil
-	}
-	switch {
-	case o.WorkerCmd == "" && o.WorkerSocket == "":
-		return configError("worker-cmd: --executor worker needs --worker-cmd or --worker-socket")
-	case o.WorkerCmd != "" && o.WorkerSocket != "":
-		return configError("worker-cmd: give --worker-cmd or --worker-socket, not both")
-	case o.ForwardTimeout <= 0:
-		return configError("forward-timeout: must be > 0, got %v", o.ForwardTimeout)
-	}
-	if _, err := rank.ParseWorkerDType(o.WorkerDType); err != nil {
-		return configError("worker-dtype: %v", err)
-	}
-	if o.WorkerCmd != "" {
-		if _, err := splitCommand(o.WorkerCmd); err != nil {
-			return configError("worker-cmd: %v", err)
-		}
-	}
-	return nil
-}
-
-// newExecutor builds the agent's executor. ctx bounds a worker's start.
-func newExecutor(ctx context.Context, cfg agentConfig, log *slog.Logger) (rank.Executor, error) {
-	if cfg.Executor != "worker" {
-		ex, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: cfg.Vocab, EOS: int32(cfg.EOS), ForwardTime: cfg.ForwardTime, Logits: cfg.samples()})
-		if err != nil {
-			return nil, configError("%v", err)
-		}
-		return ex, nil
-	}
-	dt, err := rank.ParseWorkerDType(cfg.WorkerDType)
-	if err != nil {
-		return nil, configError("worker-dtype: %v", err)
-	}
-	wc := rank.WorkerConfig{
-		Rank: cfg.Rank, World: cfg.WorldSize, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
-		DType: dt, Logits: cfg.samples(), ForwardTimeout: cfg.ForwardTimeout,
-		Stdout: os.Stderr, Stderr: os.Stderr, Logger: log,
-	}
-	if cfg.WorkerCmd != "" {
-		if wc.Command, err = splitCommand(cfg.WorkerCmd); err != nil {
-			return nil, configError("worker-cmd: %v", err)
-		}
-	} else {
-		wc.Socket = strings.ReplaceAll(cfg.WorkerSocket, "{rank}", strconv.Itoa(cfg.Rank))
-	}
-	w, err := rank.StartWorker(ctx, wc)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// splitCommand splits a command line into arguments: blanks separate them,
-// single quotes keep everything, double quotes keep all but \" and \\, a
-// backslash outside quotes escapes the next character.
-func splitCommand(s string) ([]string, error) {
-	var (
-		args  []string
-		cur   strings.Builder
-		inArg bool
-		quote rune
-	)
-	rs := []rune(s)
-	for i := 0; i < len(rs); i++ {
-		c := rs[i]
-		switch {
-		case quote == '\'':
-			if c == '\'' {
-				quote = 0
-			} else {
-				cur.WriteRune(c)
-			}
-		case quote == '"':
-			switch {
-			case c == '"':
-				quote = 0
-			case c == '\\' && i+1 < len(rs) && (rs[i+1] == '"' || rs[i+1] == '\\'):
-				i++
-				cur.WriteRune(rs[i])
-			default:
-				cur.WriteRune(c)
-			}
-		case c == '\'' || c == '"':
-			quote, inArg = c, true
-		case c == '\\':
-			if i+1 == len(rs) {
-				return nil, errors.New("ends with a backslash")
-			}
-			i++
-			cur.WriteRune(rs[i])
-			inArg = true
-		case c == ' ' || c == '\t' || c == '\n':
-			if inArg {
-				args = append(args, cur.String())
-				cur.Reset()
-				inArg = false
-			}
-		default:
-			cur.WriteRune(c)
-			inArg = true
-		}
-	}
-	if quote != 0 {
-		return nil, fmt.Errorf("unterminated %c quote", quote)
-	}
-	if inArg {
-		args = append(args, cur.String())
-	}
-	if len(args) == 0 {
-		return nil, errors.New("empty command")
-	}
-	return args, nil
-}
 
 // workerCmdConfig configures `tpcoord worker`.
 type workerCmdConfig struct {

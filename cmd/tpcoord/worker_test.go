@@ -6,68 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/tpcoord/tpcoord/rank"
 )
-
-func TestWorkerSplitCommand(t *testing.T) {
-	cases := []struct {
-		in   string
-		want []string
-		err  string
-	}{
-		{"python3 worker.py --socket {socket}", []string{"python3", "worker.py", "--socket", "{socket}"}, ""},
-		{`  a   'b c'  "d \"e\" \\" f\ g `, []string{"a", "b c", `d "e" \`, "f g"}, ""},
-		{`x ''`, []string{"x", ""}, ""},
-		{"", nil, "empty command"},
-		{`a 'b`, nil, "unterminated ' quote"},
-		{`a \`, nil, "ends with a backslash"},
-	}
-	for _, tc := range cases {
-		got, err := splitCommand(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("splitCommand(%q): %v, want error %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("splitCommand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-		}
-	}
-}
-
-func TestWorkerFlagsValidate(t *testing.T) {
-	cases := []struct {
-		o    workerOpts
-		want string
-	}{
-		{workerOpts{WorkerDType: "float32", ForwardTimeout: time.Second}, "needs --worker-cmd or --worker-socket"},
-		{workerOpts{WorkerCmd: "x", WorkerSocket: "y", WorkerDType: "float32", ForwardTimeout: time.Second}, "not both"},
-		{workerOpts{WorkerCmd: "x", WorkerDType: "float32"}, "forward-timeout"},
-		{workerOpts{WorkerCmd: "x", WorkerDType: "int8", ForwardTimeout: time.Second}, "worker-dtype"},
-		{workerOpts{WorkerCmd: "x 'y", WorkerDType: "float32", ForwardTimeout: time.Second}, "worker-cmd: unterminated"},
-		{workerOpts{WorkerCmd: "x", WorkerDType: "bf16", ForwardTimeout: time.Second}, ""},
-	}
-	for _, tc := range cases {
-		err := tc.o.validate("worker")
-		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%+v: %v", tc.o, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
-		}
-	}
-	if err := (&workerOpts{}).validate("synthetic"); err != nil {
-		t.Errorf("synthetic executor: %v", err)
-	}
-}
 
 // TestWorkerListen: `tpcoord worker --listen` serves an agent that
 // connects with --worker-socket, and stops when its context ends.

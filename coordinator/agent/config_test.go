@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+)
+
+func TestDefaultConfigValid(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
+	}
+}
+
+// TestValidateNamesTheField: every check reports the field it is about,
+// as a *fielderr.Error, for any front end to name its own way.
+func TestValidateNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		edit  func(*Config)
+		field string
+	}{
+		{func(c *Config) { c.Job = "a.b" }, "Job"},
+		{func(c *Config) { c.Prefix = "" }, "Prefix"},
+		{func(c *Config) { c.WorldSize = 0 }, "WorldSize"},
+		{func(c *Config) { c.WorldSize, c.Rank = 2, 5 }, "Rank"},
+		{func(c *Config) { c.WorldSize, c.Rank = 2, 1 }, "Join"},
+		{func(c *Config) { c.NATSServe, c.OnPeerLoss = true, "wait" }, "NATSServe"},
+		{func(c *Config) { c.Executor = "gpu" }, "Executor"},
+		{func(c *Config) { c.EOS = c.Vocab }, "EOS"},
+		{func(c *Config) { c.HeartbeatTimeout = c.HeartbeatInterval }, "HeartbeatTimeout"},
+		{func(c *Config) { c.StepQueueBytes = 0 }, "StepQueueBytes"},
+		{func(c *Config) { c.Noise = "async" }, "Noise"},
+		{func(c *Config) { c.SamplingRanks = "some" }, "SamplingRanks"},
+		{func(c *Config) { c.NoisePool.Producers = -1 }, "NoisePool.Producers"},
+		{func(c *Config) { c.Telemetry.FlightSteps = 0 }, "Telemetry.FlightSteps"},
+		{func(c *Config) { c.Telemetry.OTLPEndpoint = "ftp://x:1" }, "Telemetry.OTLPEndpoint"},
+		{func(c *Config) { c.Executor = "worker" }, "Worker.Cmd"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.Socket = "worker", "x", "y" }, "Worker.Cmd"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.ForwardTimeout = "worker", "x", 0 }, "Worker.ForwardTimeout"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.DType = "worker", "x", "int8" }, "Worker.DType"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd = "worker", "x 'y" }, "Worker.Cmd"},
+	} {
+		c := DefaultConfig()
+		tc.edit(&c)
+		err := c.Validate()
+		var fe *fielderr.Error
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("want an error naming %s, got %v", tc.field, err)
+		}
+	}
+	c := DefaultConfig()
+	c.Executor, c.Worker.Cmd, c.Worker.DType, c.Worker.ForwardTimeout = "worker", "x", "bf16", time.Second
+	if err := c.Validate(); err != nil {
+		t.Errorf("a valid worker configuration: %v", err)
+	}
+}
+
+func TestDigest(t *testing.T) {
+	a, b := DefaultConfig(), DefaultConfig()
+	b.SamplingRanks = "all"
+	if a.Digest() == b.Digest() {
+		t.Error("SamplingRanks does not change the config digest")
+	}
+	b = DefaultConfig()
+	b.Rank, b.MaxQueue = 3, 7 // a rank's own settings need not agree
+	if a.Digest() != b.Digest() {
+		t.Error("settings that need not agree change the digest")
+	}
+}

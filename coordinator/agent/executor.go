@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+// EpochInfo is what an executor is made for: one epoch of the world. A
+// model runtime with collectives of its own (torch.distributed) needs a
+// fresh process group each epoch, since a rank it knew may be gone.
+type EpochInfo struct {
+	Epoch uint32
+	Rank  int
+	World int
+}
+
+// ExecutorFactory makes the executor of one epoch; the agent closes it when
+// the epoch ends. ctx bounds its start.
+type ExecutorFactory func(ctx context.Context, e EpochInfo) (rank.Executor, error)
+
+func (w *WorkerConfig) validate(executor string) error {
+	if executor != "worker" {
+		return nil
+	}
+	switch {
+	case w.Cmd == "" && w.Socket == "":
+		return fielderr.New("Cmd", "the worker executor needs a worker command or a worker socket")
+	case w.Cmd != "" && w.Socket != "":
+		return fielderr.New("Cmd", "give a worker command or a worker socket, not both")
+	case w.ForwardTimeout <= 0:
+		return fielderr.New("ForwardTimeout", "must be > 0, got %v", w.ForwardTimeout)
+	}
+	if _, err := rank.ParseWorkerDType(w.DType); err != nil {
+		return fielderr.New("DType", "%w", err)
+	}
+	if w.Cmd != "" {
+		if _, err := splitCommand(w.Cmd); err != nil {
+			return fielderr.New("Cmd", "%w", err)
+		}
+	}
+	return nil
+}
+
+// defaultExecutors makes the executor cfg names: the synthetic load
+// generator, or a model worker process.
+func defaultExecutors(cfg *Config, log *slog.Logger) ExecutorFactory {
+	return func(ctx context.Context, e EpochInfo) (rank.Executor, error) {
+		if cfg.Executor != "worker" {
+			ex, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: cfg.Vocab, EOS: int32(cfg.EOS), ForwardTime: cfg.ForwardTime, Logits: cfg.Samples()})
+			if err != nil {
+				return nil, err
+			}
+			return ex, nil
+		}
+		dt, err := rank.ParseWorkerDType(cfg.Worker.DType)
+		if err != nil {
+			return nil, fielderr.Within("Worker", fielderr.New("DType", "%w", err))
+		}
+		wc := rank.WorkerConfig{
+			Rank: e.Rank, World: e.World, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
+			DType: dt, Logits: cfg.Samples(), ForwardTimeout: cfg.Worker.ForwardTimeout,
+			Stdout: os.Stderr, Stderr: os.Stderr, Logger: log,
+		}
+		if cfg.Worker.Cmd != "" {
+			if wc.Command, err = splitCommand(cfg.Worker.Cmd); err != nil {
+				return nil, fielderr.Within("Worker", fielderr.New("Cmd", "%w", err))
+			}
+		} else {
+			wc.Socket = strings.ReplaceAll(cfg.Worker.Socket, "{rank}", strconv.Itoa(e.Rank))
+		}
+		w, err := rank.StartWorker(ctx, wc)
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
+	}
+}

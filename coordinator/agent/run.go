@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/coordinator/membership"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/lifecycle"
+	"github.com/tpcoord/tpcoord/internal/telemetry"
+	"github.com/tpcoord/tpcoord/noisepool"
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+// run is one Run's state: what it made, owned by g.
+type run struct {
+	a   *Agent
+	log *slog.Logger
+	g   *lifecycle.Group
+
+	tel    *telemetry.Telemetry
+	bus    *Bus
+	cl     *membership.Cluster
+	leader uint32 // rank 0: the publisher ID it stamps on its steps
+	clean  bool   // the agent stops cleanly: leave announcing it
+}
+
+func newRun(a *Agent) *run {
+	return &run{a: a, log: a.log, g: lifecycle.New(a.log)}
+}
+
+// run is the agent's life: telemetry, bus, membership, rendezvous, then the
+// decode loop across epochs.
+func (r *run) run(ctx context.Context) error {
+	cfg := &r.a.cfg
+	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS))
+	if err := r.startTelemetry(ctx); err != nil {
+		return err
+	}
+	if err := r.connectBus(ctx); err != nil {
+		return r.a.stopped(ctx, "NATS was reachable", err)
+	}
+	members, err := r.join(ctx)
+	if err != nil {
+		return r.a.stopped(ctx, "rendezvous completed", err)
+	}
+	r.a.o.notifier.Notify(fmt.Sprintf("READY=1\nSTATUS=rendezvous complete: %d ranks of job %s", cfg.WorldSize, cfg.Job))
+	_ = r.g.AddCloser("notify stopping", func() error { r.a.o.notifier.Notify("STOPPING=1"); return nil })
+	picker, err := r.sampling()
+	if err != nil {
+		return err
+	}
+	w := &world{r: r, picker: picker}
+	if err := w.adopt(members); err != nil {
+		return err
+	}
+	err = w.loop(ctx)
+	r.clean = err == nil
+	return err
+}
+
+func (r *run) startTelemetry(ctx context.Context) error {
+	cfg := &r.a.cfg
+	tel, err := telemetry.Start(ctx, cfg.Telemetry, telemetry.Labels{Job: cfg.Job, Rank: cfg.Rank}, r.a.o.getenv, r.log)
+	if err != nil {
+		return fielderr.Within("Telemetry", err)
+	}
+	r.tel = tel
+	r.a.setTelemetry(tel)
+	_ = r.g.AddCloser("telemetry", func() error {
+		r.a.setTelemetry(nil)
+		return tel.Close()
+	})
+	return nil
+}
+
+func (r *run) connectBus(ctx context.Context) error {
+	if r.a.o.bus != nil {
+		r.bus = r.a.o.bus
+		return nil
+	}
+	bus, err := r.connectNATS(ctx, r.g)
+	if err != nil {
+		return err
+	}
+	r.bus = bus
+	return nil
+}
+
+// join starts this rank's member and waits for the rendezvous. A clean
+// stop leaves the cluster announcing it (peers stop cleanly too); an agent
+// that fails leaves without the announcement, so peers see a lost rank
+// and apply OnPeerLoss.
+func (r *run) join(ctx context.Context) ([]membership.Member, error) {
+	cfg := &r.a.cfg
+	if cfg.Rank == 0 {
+		var err error
+		if r.leader, err = newLeaderID(); err != nil {
+			return nil, err
+		}
+	}
+	key, err := readGossipKey(cfg.GossipKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := membership.Start(membership.Config{
+		GossipKey: key, ClaimWait: cfg.RankClaimWait, Transport: r.a.o.transport,
+		ProbeInterval: cfg.Gossip.ProbeInterval, ProbeTimeout: cfg.Gossip.ProbeTimeout,
+		GossipInterval: cfg.Gossip.GossipInterval, SuspicionMult: cfg.Gossip.SuspicionMult,
+		Meta: membership.Meta{Job: cfg.Job, Rank: cfg.Rank, World: cfg.WorldSize, Digest: cfg.Digest(), NATS: natsbus.Redact(cfg.NATS),
+			Version: r.a.o.version, Proto: broadcast.Version, Leader: r.leader},
+		Bind: cfg.Bind, Join: cfg.Join, Local: cfg.Local, Logger: r.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.cl = cl
+	_ = r.g.AddCloser("membership", func() error {
+		if r.clean {
+			return cl.Leave(time.Second)
+		}
+		return cl.Abandon(time.Second)
+	})
+	r.log.Info("membership started", "member", cl.Name(), "addr", cl.Addr())
+	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
+	defer cancel()
+	return cl.Rendezvous(rctx)
+}
+
+// sampling builds the picker of a rank that samples, with its noise pool.
+func (r *run) sampling() (*rank.Sampling, error) {
+	cfg := &r.a.cfg
+	base, err := noisepool.NewBase(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	var pool *noisepool.Pool
+	if cfg.Noise == "pool" && cfg.Samples() {
+		if pool, err = noisepool.New(cfg.NoisePool); err != nil {
+			return nil, fielderr.Within("NoisePool", err)
+		}
+		_ = r.g.AddCloser("noise pool", func() error { pool.Close(); return nil })
+		r.log.Info("noise pool started", "rows", cfg.NoisePool.Rows, "producers", cfg.NoisePool.Producers, "mib", cfg.NoisePool.Bytes()>>20)
+	}
+	noise := map[string]rank.NoiseMode{"inline": rank.NoiseInline, "pool": rank.NoisePool, "sync": rank.NoiseSync}[cfg.Noise]
+	if noise == rank.NoisePool && pool == nil {
+		noise = rank.NoiseInline // a follower that does not sample
+	}
+	return rank.NewSamplingWith(rank.SamplingConfig{
+		Vocab: cfg.Vocab, EOS: int32(cfg.EOS), Base: base, Noise: noise, Pool: pool, Softmax: cfg.Sampling == "softmax",
+	}), nil
+}
+
+// readGossipKey reads a base64 memberlist key; "" means no encryption.
+func readGossipKey(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fielderr.New("GossipKeyFile", "%w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil {
+		return nil, fielderr.New("GossipKeyFile", "%s is not base64: %v", path, err)
+	}
+	if n := len(key); n != 16 && n != 24 && n != 32 {
+		return nil, fielderr.New("GossipKeyFile", "%s holds a %d-byte key, want 16, 24 or 32 bytes", path, n)
+	}
+	return key, nil
+}
+
+// newLeaderID picks rank 0's random non-zero publisher ID.
+func newLeaderID() (uint32, error) {
+	var b [4]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, err
+		}
+		if id := binary.LittleEndian.Uint32(b[:]); id != 0 {
+			return id, nil
+		}
+	}
+}

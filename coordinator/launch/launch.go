@@ -1,0 +1,201 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+)
+
+// MaxProcs bounds Config.NProc.
+const MaxProcs = 64
+
+// Config is one local job.
+type Config struct {
+	NProc int    // ranks 0..NProc-1
+	Self  string // the tpcoord binary each rank runs ("agent" + arguments)
+	// AgentArgs are passed to every rank after launch's own (--rank,
+	// --world-size, --nats, --local, --bind, --join); later flags win.
+	AgentArgs []string
+	// Env is every rank's environment.
+	Env []string
+	// NATS is the server the job uses; "" embeds one on loopback with a
+	// random token (in this process, or in rank 0 with NATSInRank0).
+	NATS        string
+	NATSAuth    natsbus.Auth
+	NATSInRank0 bool
+	Job, Prefix string
+	// MetricsAddr, if its port is not 0, gives rank r port+r.
+	MetricsAddr string
+	ReadyFile   string
+	// ReadyTimeout bounds the wait for every rank's first heartbeat.
+	ReadyTimeout time.Duration
+	// StopGrace is how long ranks get to stop before they are killed.
+	StopGrace time.Duration
+	// Forward relays signals to every live rank (SIGUSR1: flight dumps).
+	Forward <-chan os.Signal
+	Output  io.Writer // the ranks' stdout and stderr
+	Logger  *slog.Logger
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	switch {
+	case c.NProc < 1 || c.NProc > MaxProcs:
+		return fielderr.New("NProc", "must be in [1, %d], got %d", MaxProcs, c.NProc)
+	case c.NATSInRank0 && c.NATS != "":
+		return fielderr.New("NATSInRank0", "not with a NATS server given (that server is used)")
+	case c.Self == "":
+		return fielderr.New("Self", "the binary ranks run must be given")
+	case c.StopGrace <= 0:
+		return fielderr.New("StopGrace", "must be > 0, got %v", c.StopGrace)
+	case c.ReadyTimeout <= 0:
+		return fielderr.New("ReadyTimeout", "must be > 0, got %v", c.ReadyTimeout)
+	}
+	return nil
+}
+
+// ReadyInfo is what the ready file receives once every rank is ready.
+type ReadyInfo struct {
+	NATSURL string `json:"nats_url"`
+	Job     string `json:"job"`
+	PIDs    []int  `json:"pids"`
+}
+
+// Job is what a running job offers the caller of Run: its ready
+// information and a connection to its bus.
+type Job struct {
+	Info ReadyInfo
+	Bus  broadcast.Transport
+	Subj broadcast.Subjects
+}
+
+// RankDiedError says a rank exited while the job was running.
+type RankDiedError struct {
+	Rank, PID int
+	How       string // "exit status 3", "signal: killed", ...
+	Early     bool   // before NATS was reachable
+}
+
+func (e *RankDiedError) Error() string {
+	if e.Early {
+		return fmt.Sprintf("rank %d (pid %d) died before NATS was reachable: %s", e.Rank, e.PID, e.How)
+	}
+	return fmt.Sprintf("rank %d (pid %d) died: %s", e.Rank, e.PID, e.How)
+}
+
+// Run starts the job and supervises it until ctx ends (the ranks are
+// stopped: nil if they all stop in time), a rank dies (*RankDiedError), or
+// use, if not nil, returns once the job is ready (its error, else the
+// stop's).
+func Run(ctx context.Context, cfg Config, use func(context.Context, *Job) error) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Output == nil {
+		cfg.Output = io.Discard
+	}
+	s := &Supervisor{cfg: cfg, log: cfg.Logger.With("job", cfg.Job), exits: make(chan childExit, cfg.NProc), gone: map[int]bool{}}
+	cause := s.run(ctx, use)
+	stopErr := s.stop(cause)
+	if cause != nil && !errors.Is(cause, errStopped) {
+		return cause
+	}
+	return stopErr
+}
+
+// errStopped ends supervision without an error of its own: the job was
+// asked to stop (a signal, or the caller's use returned nil).
+var errStopped = errors.New("stopped")
+
+// freePort finds a port free for both TCP and UDP on loopback (memberlist
+// uses both).
+func freePort() (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no free loopback port for memberlist")
+}
+
+// rankMetricsAddr gives rank r its own metrics port: host:(port+r), so one
+// metrics address serves a whole local job; port 0 stays 0 (each rank picks
+// a free one and reports it in status).
+func rankMetricsAddr(addr string, r int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 {
+		return ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+r))
+}
+
+// rankArgs is rank r's command line.
+func (s *Supervisor) rankArgs(r int, natsURL, rank0 string, serve bool) []string {
+	n := strconv.Itoa(s.cfg.NProc)
+	args := append([]string{"agent", "--rank", strconv.Itoa(r), "--world-size", n, "--nats", natsURL, "--local"}, s.cfg.AgentArgs...)
+	if r == 0 {
+		args = append(args, "--bind", rank0)
+		if serve {
+			args = append(args, "--nats-serve")
+		}
+	} else {
+		args = append(args, "--bind", "127.0.0.1:0", "--join", rank0)
+	}
+	if addr := rankMetricsAddr(s.cfg.MetricsAddr, r); addr != "" {
+		args = append(args, "--metrics-addr", addr) // later flags win
+	}
+	return args
+}
+
+func (s *Supervisor) spawn(r int, args []string) error {
+	c := exec.Command(s.cfg.Self, args...)
+	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
+	c.Env = s.cfg.Env
+	c.SysProcAttr = ChildProcAttr()
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("start rank %d: %w", r, err)
+	}
+	ch := &child{rank: r, cmd: c}
+	s.children = append(s.children, ch)
+	s.wg.Go(func() {
+		err := c.Wait()
+		s.exits <- childExit{rank: ch.rank, pid: c.Process.Pid, err: err}
+	})
+	return nil
+}
+
+func exitHow(e childExit) string {
+	if e.err == nil {
+		return "exited with status 0"
+	}
+	return e.err.Error()
+}
+
+func hasPort(url string, port int) bool { return strings.HasSuffix(url, ":"+strconv.Itoa(port)) }

@@ -1,0 +1,354 @@
+package launch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+type child struct {
+	rank int
+	cmd  *exec.Cmd
+}
+
+type childExit struct {
+	rank int
+	pid  int
+	err  error
+}
+
+// Supervisor is one Run's state. Its methods run on Run's goroutine only,
+// but for the goroutines that wait for children (wg), which report on exits.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+
+	srv      *natsbus.Server // embedded here, or nil
+	natsURL  string
+	serve    bool // rank 0 hosts the server
+	children []*child
+	exits    chan childExit
+	gone     map[int]bool // ranks whose exit was received
+	wg       sync.WaitGroup
+	nc       *natsbus.Conn // launch's own connection, once made
+	unsub    func() error
+}
+
+// run is everything up to the stop: it returns why the job stops.
+func (s *Supervisor) run(ctx context.Context, use func(context.Context, *Job) error) error {
+	if err := s.startNATS(); err != nil {
+		return err
+	}
+	if err := s.startRanks(); err != nil {
+		return err
+	}
+	if err := s.connect(ctx); err != nil {
+		return err
+	}
+	job, err := s.waitReady(ctx)
+	if err != nil {
+		return err
+	}
+	if use != nil {
+		return s.serveUse(ctx, job, use)
+	}
+	return s.supervise(ctx)
+}
+
+// startNATS decides where the job's server is: the one given, one embedded
+// here, or (NATSInRank0) one rank 0 will host on a free port with a random
+// token.
+func (s *Supervisor) startNATS() error {
+	s.natsURL = s.cfg.NATS
+	s.serve = s.natsURL == "" && s.cfg.NATSInRank0
+	switch {
+	case s.serve:
+		tok, err := natsbus.NewToken()
+		if err != nil {
+			return err
+		}
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		s.natsURL = fmt.Sprintf("nats://%s@127.0.0.1:%d", tok, port)
+	case s.natsURL == "":
+		srv, err := natsbus.ServeLoopback()
+		if err != nil {
+			return err
+		}
+		s.srv, s.natsURL = srv, srv.URL()
+		s.log.Info("embedded NATS server started", "url", natsbus.Redact(s.natsURL))
+	}
+	return nil
+}
+
+func (s *Supervisor) startRanks() error {
+	port, err := freePort()
+	for err == nil && s.serve && hasPort(s.natsURL, port) {
+		port, err = freePort() // both were free, but only one can be bound
+	}
+	if err != nil {
+		return err
+	}
+	rank0 := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for r := 0; r < s.cfg.NProc; r++ {
+		if err := s.spawn(r, s.rankArgs(r, s.natsURL, rank0, s.serve)); err != nil {
+			return err
+		}
+	}
+	if s.serve {
+		s.log.Info("rank 0 hosts the NATS server", "url", natsbus.Redact(s.natsURL))
+	}
+	return nil
+}
+
+// connect connects launch to the bus (while rank 0's server starts, it
+// retries) and watches the ranks' heartbeats; a rank that dies meanwhile
+// ends the wait.
+func (s *Supervisor) connect(ctx context.Context) error {
+	ncfg := natsbus.Config{URL: s.natsURL, Name: "tpcoord-launch", Logger: s.log, Auth: s.cfg.NATSAuth}
+	type dialed struct {
+		nc  *natsbus.Conn
+		err error
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dialCh := make(chan dialed, 1)
+	s.wg.Go(func() {
+		nc, err := natsbus.ConnectWait(dctx, ncfg, s.cfg.ReadyTimeout)
+		dialCh <- dialed{nc, err}
+	})
+	select {
+	case d := <-dialCh:
+		if d.err != nil {
+			if ctx.Err() != nil {
+				return errStopped
+			}
+			return d.err
+		}
+		s.nc = d.nc
+		return nil
+	case e := <-s.exits:
+		cancel()
+		if d := <-dialCh; d.nc != nil {
+			d.nc.Close()
+		}
+		s.gone[e.rank] = true
+		if ctx.Err() != nil {
+			return errStopped // a signal (to the whole process group) stopped it
+		}
+		return &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e), Early: true}
+	}
+}
+
+// waitReady waits until every rank reports ready on its heartbeat, then
+// writes the ready file.
+func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
+	subj := broadcast.Subjects{Prefix: s.cfg.Prefix, Job: s.cfg.Job}
+	ready := newReadiness(s.cfg.NProc, broadcast.JobHash(s.cfg.Job))
+	unsub, err := s.nc.Subscribe(subj.Heartbeats(), ready.observe)
+	if err != nil {
+		return nil, err
+	}
+	s.unsub = unsub
+	pids := make([]int, len(s.children))
+	for i, c := range s.children {
+		pids[i] = c.cmd.Process.Pid
+	}
+	s.log.Info("ranks started", "nproc", s.cfg.NProc, "pids", pids)
+	timeout := time.NewTimer(s.cfg.ReadyTimeout)
+	defer timeout.Stop()
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	for !ready.done() {
+		select {
+		case <-ctx.Done():
+			return nil, errStopped
+		case e := <-s.exits:
+			return nil, s.died(e)
+		case <-timeout.C:
+			return nil, fmt.Errorf("ranks not ready after %v: missing %v", s.cfg.ReadyTimeout, ready.missing())
+		case <-ready.changed:
+		case <-progress.C:
+			s.log.Info("waiting for ranks to be ready", "missing", ready.missing())
+		}
+	}
+	info := ReadyInfo{NATSURL: s.natsURL, Job: s.cfg.Job, PIDs: pids}
+	s.log.Info("job ready", "nats_url", s.natsURL, "pids", pids)
+	if s.cfg.ReadyFile != "" {
+		if err := writeReadyFile(s.cfg.ReadyFile, info); err != nil {
+			return nil, err
+		}
+	}
+	return &Job{Info: info, Bus: s.nc, Subj: subj}, nil
+}
+
+// serveUse runs use beside the job until it returns, ctx ends or a rank
+// dies.
+func (s *Supervisor) serveUse(ctx context.Context, job *Job, use func(context.Context, *Job) error) error {
+	done := make(chan error, 1)
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.wg.Go(func() { done <- use(uctx, job) })
+	select {
+	case <-ctx.Done():
+		<-done
+		return errStopped
+	case e := <-s.exits:
+		cancel()
+		<-done
+		return s.died(e)
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		return errStopped
+	}
+}
+
+// supervise waits for a signal (ctx) or a rank's death, relaying
+// Config.Forward's signals to the ranks meanwhile.
+func (s *Supervisor) supervise(ctx context.Context) error {
+	for {
+		select {
+		case sig := <-s.cfg.Forward:
+			s.signalRanks(sig)
+		case <-ctx.Done():
+			s.log.Info("signal received; stopping ranks")
+			return errStopped
+		case e := <-s.exits:
+			return s.died(e)
+		}
+	}
+}
+
+// died records that rank e exited while the job ran: the cause of the stop.
+func (s *Supervisor) died(e childExit) error {
+	s.gone[e.rank] = true
+	err := &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e)}
+	s.log.Error("rank died; stopping the others", "failed_rank", e.rank, "pid", e.pid, "how", err.How)
+	return err
+}
+
+func (s *Supervisor) signalRanks(sig os.Signal) {
+	for _, c := range s.children {
+		if !s.gone[c.rank] {
+			_ = c.cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// stop is the one way the job ends, whatever the cause: when a rank died,
+// the others are told why first (so rank 0's error replies to open
+// requests and every rank's exit name the dead rank) and get a moment to
+// stop by themselves; then every rank still running gets SIGTERM, and
+// after the grace period SIGKILL. It closes launch's connection and the
+// embedded server, and waits for every goroutine Run started. The error
+// says which ranks had to be killed or exited with an error after the
+// signal.
+func (s *Supervisor) stop(cause error) error {
+	quiet := time.Duration(0)
+	var died *RankDiedError
+	if errors.As(cause, &died) && !died.Early {
+		// (When rank 0 hosted the server and is the one that died, there
+		// is no bus left: the followers notice by themselves.)
+		if s.nc != nil && !(s.serve && died.Rank == 0) {
+			s.tellRanks(subjectsOf(s.cfg), died)
+		}
+		quiet = 2 * time.Second
+	}
+	err := s.stopChildren(quiet)
+	if s.unsub != nil {
+		_ = s.unsub()
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.srv != nil {
+		s.srv.Close()
+	}
+	s.wg.Wait()
+	return err
+}
+
+func subjectsOf(c Config) broadcast.Subjects { return broadcast.Subjects{Prefix: c.Prefix, Job: c.Job} }
+
+// tellRanks publishes the peer loss on the job's control subject.
+func (s *Supervisor) tellRanks(subj broadcast.Subjects, died *RankDiedError) {
+	data, _ := json.Marshal(rank.Control{Kind: "peer_lost", Reason: died.Error(), From: "launch"})
+	_ = s.nc.Publish(&broadcast.Msg{Subject: subj.Control(), Data: data})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.nc.Flush(ctx)
+}
+
+// stopChildren waits up to quiet for the ranks not yet gone to exit on
+// their own, then signals them, waits up to the grace period, and kills
+// what is left. It consumes their exits.
+func (s *Supervisor) stopChildren(quiet time.Duration) error {
+	running := map[int]*child{}
+	for _, c := range s.children {
+		if !s.gone[c.rank] {
+			running[c.rank] = c
+		}
+	}
+	var errs []error
+	if quiet > 0 {
+		s.reap(running, quiet, nil)
+	}
+	for _, c := range running {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM) // one that has just exited: harmless
+	}
+	s.reap(running, s.cfg.StopGrace, &errs)
+	for r, c := range running {
+		s.log.Warn("rank did not stop in time; killing it", "stuck_rank", r, "pid", c.cmd.Process.Pid, "grace", s.cfg.StopGrace)
+		_ = c.cmd.Process.Kill()
+		errs = append(errs, fmt.Errorf("rank %d (pid %d) killed after %v", r, c.cmd.Process.Pid, s.cfg.StopGrace))
+	}
+	for len(running) > 0 {
+		delete(running, (<-s.exits).rank)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("stopping ranks: %w", errors.Join(errs...))
+	}
+	if len(s.children) > 0 {
+		s.log.Info("all ranks stopped")
+	}
+	return nil
+}
+
+// reap takes exits of running ranks for up to limit; with errs, it
+// collects those that exited with an error.
+func (s *Supervisor) reap(running map[int]*child, limit time.Duration, errs *[]error) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for len(running) > 0 {
+		select {
+		case e := <-s.exits:
+			if _, ok := running[e.rank]; !ok {
+				continue
+			}
+			delete(running, e.rank)
+			s.gone[e.rank] = true
+			if errs != nil && e.err != nil {
+				*errs = append(*errs, fmt.Errorf("rank %d (pid %d): %w", e.rank, e.pid, e.err))
+			}
+		case <-timer.C:
+			return
+		}
+	}
+}

@@ -94,6 +94,10 @@ type DriverConfig struct {
 	// ErrPeerLost, for InFlight and the next epoch, instead of answering
 	// them with an error.
 	HoldOnPeerLoss bool
+	// Clock is the time the loop's decisions use: peer liveness and
+	// client timeouts (default time.Now). Timings it measures (the flight
+	// recorder, metrics) use the wall clock.
+	Clock func() time.Time
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.
@@ -158,6 +162,9 @@ func (c *DriverConfig) defaults() {
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
 }
 
 // Driver is the I/O loop of one rank. It is not safe to call Run twice.
@@ -171,9 +178,8 @@ type Driver struct {
 	job  uint64
 
 	// Owned by the Run goroutine.
-	mirror  *Mirror
-	sched   *Scheduler
-	digests [digestRing]struct{ step, digest uint64 }
+	mirror *Mirror
+	sched  *Scheduler
 
 	steps     chan stepMsg
 	queued    atomic.Int64 // followers: bytes of the messages in steps
@@ -194,13 +200,11 @@ type Driver struct {
 
 	mu        sync.Mutex
 	pos       position
-	peers     map[int]broadcast.Heartbeat
+	peerTab   *peerTable
 	leader    uint64 // followers: step rank 0 had applied one heartbeat ago
 	leaderNow uint64 // followers: step rank 0 reported last
 	rejected  map[string]uint64
 	lastWarn  map[string]time.Time
-	heard     map[int]time.Time // last heartbeat heard per watched rank
-	quiet     time.Time         // start, or when our own connection last dropped
 
 	reqSpans map[*Request]trace.Span // rank 0: open request spans, owned by Run
 }
@@ -212,8 +216,6 @@ type position struct {
 	rows, waiting   int
 	leader          uint32 // followers: leader of the last applied step
 }
-
-const digestRing = 1024
 
 // Picker chooses one token per row from rank 0's logits. errs[i] is set for
 // a row that cannot be sampled (for example NaN logits).
@@ -241,13 +243,12 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		intake: make(chan *Request, cfg.MaxQueue),
 		wake:   make(chan struct{}, 1),
 		aborts: make(chan error, 1),
-		peers:  map[int]broadcast.Heartbeat{},
+		peerTab: newPeerTable(cfg.Rank, cfg.World, cfg.Epoch, cfg.HeartbeatTimeout, cfg.LivenessGrace),
 		behind: make(chan struct{}, 1),
 		ops:    make(chan clientOp, 4096),
 		alive:  map[string]time.Time{},
 
 		rejected: map[string]uint64{},
-		heard:    map[int]time.Time{},
 		lastWarn: map[string]time.Time{},
 	}
 	if cfg.Rank == 0 {
@@ -256,7 +257,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		// A resumed request whose client sends keepalives gets a whole
 		// client timeout from now: its keepalives may have gone unheard
 		// while the loop waited for followers or the world re-formed.
-		now := time.Now()
+		now := cfg.Clock()
 		for _, r := range cfg.Resume {
 			if !r.keepalive.IsZero() {
 				d.alive[r.Tag] = now
@@ -307,7 +308,9 @@ func (d *Driver) Status() client.RankStatus {
 		if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok {
 			st.Sampler = sp.Stats()
 		}
-		st.Peers = d.peerStatus(time.Now())
+		d.mu.Lock()
+		st.Peers = d.peerTab.status(d.cfg.Clock())
+		d.mu.Unlock()
 	}
 	d.fillTelemetry(&st)
 	return st
@@ -335,7 +338,9 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("flush subscriptions: %w", err)
 	}
 
-	d.startLiveness(time.Now())
+	d.mu.Lock()
+	d.peerTab.restart(d.cfg.Clock())
+	d.mu.Unlock()
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { d.heartbeatLoop(hbCtx) })
@@ -523,8 +528,7 @@ func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 		return
 	}
 	d.mu.Lock()
-	d.peers[int(hb.Rank)] = hb
-	d.heard[int(hb.Rank)] = time.Now()
+	d.peerTab.heardFrom(int(hb.Rank), &hb, d.cfg.Clock())
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -617,9 +621,9 @@ func (d *Driver) heartbeatLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case <-t.C:
 			d.sendHeartbeat()
-			d.checkLiveness(now)
+			d.checkLiveness(d.cfg.Clock())
 		}
 	}
 }
@@ -742,7 +746,7 @@ func (d *Driver) lead(ctx context.Context) error {
 		default:
 		}
 		d.admit()
-		d.clientOps(time.Now())
+		d.clientOps(d.cfg.Clock())
 		st := d.sched.Next(d.cfg.Epoch, k)
 		if st == nil || len(d.mirror.Rows())+len(st.Admitted)-len(st.Removed) == 0 {
 			d.sendLogprobs() // no forward pass to hide them behind
@@ -792,7 +796,9 @@ func (d *Driver) lead(ctx context.Context) error {
 			stepSpan.End()
 			return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
 		}
-		d.digests[k%digestRing] = struct{ step, digest uint64 }{k, d.mirror.Digest()}
+		d.mu.Lock()
+		d.peerTab.recordDigest(k, d.mirror.Digest())
+		d.mu.Unlock()
 		rows := d.mirror.Rows()
 		if len(rows) > 0 {
 			d.cfg.Flight.enter(PhaseForward, time.Now())
@@ -880,16 +886,7 @@ func (d *Driver) awaitFollowers(ctx context.Context, k uint64) error {
 func (d *Driver) slowest(need int64) (int, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for r := 1; r < d.cfg.World; r++ {
-		hb, ok := d.peers[r]
-		switch {
-		case !ok || hb.Epoch != d.cfg.Epoch:
-			return r, "no heartbeat in this epoch yet"
-		case int64(hb.Applied) < need:
-			return r, fmt.Sprintf("applied step %d, need %d", hb.Applied, need)
-		}
-	}
-	return -1, ""
+	return d.peerTab.slowest(need)
 }
 
 // checkDigests compares every follower's reported digest with rank 0's at
@@ -897,16 +894,7 @@ func (d *Driver) slowest(need int64) (int, string) {
 func (d *Driver) checkDigests() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for r, hb := range d.peers {
-		if hb.Epoch != d.cfg.Epoch || hb.Applied == 0 {
-			continue
-		}
-		e := d.digests[hb.Applied%digestRing]
-		if e.step == hb.Applied && e.digest != hb.Digest {
-			return fmt.Errorf("%w: rank %d diverged at step %d: digest %016x, rank 0 has %016x", ErrAborted, r, hb.Applied, hb.Digest, e.digest)
-		}
-	}
-	return nil
+	return d.peerTab.diverged()
 }
 
 func (d *Driver) stream(events []Event) {

@@ -155,7 +155,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	}
 
 	r.d.mu.Lock()
-	heard := r.d.heard[0]
+	heard := r.d.peerTab.heard[0]
 	r.d.mu.Unlock()
 	// Two heartbeats would do: the second makes the first's step count.
 	stale := broadcast.Heartbeat{Epoch: 1, Rank: 0, Phase: broadcast.PhaseRunning, Applied: 9, Leader: otherLeader}
@@ -167,7 +167,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 		return r.d.Status().Rejected["heartbeat_other_leader"] == 3
 	})
 	r.d.mu.Lock()
-	leader, leaderNow, heardAfter := r.d.leader, r.d.leaderNow, r.d.heard[0]
+	leader, leaderNow, heardAfter := r.d.leader, r.d.leaderNow, r.d.peerTab.heard[0]
 	r.d.mu.Unlock()
 	if leader != 0 || leaderNow != 0 || !heardAfter.Equal(heard) {
 		t.Fatalf("refused heartbeats were applied: rank 0 at %d/%d, heard %v (was %v)", leader, leaderNow, heardAfter, heard)
@@ -178,7 +178,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	eventually(t, 10*time.Second, "this leader's heartbeat not taken", func() bool {
 		r.d.mu.Lock()
 		defer r.d.mu.Unlock()
-		return r.d.leaderNow == 1 && !r.d.heard[0].Equal(heard)
+		return r.d.leaderNow == 1 && !r.d.peerTab.heard[0].Equal(heard)
 	})
 	mu.Lock()
 	n := replays

@@ -199,7 +199,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	state := broadcast.PhaseJoining
 	d := m.src.Load()
 	if d != nil {
-		now := time.Now()
+		now := d.cfg.Clock()
 		window := 3 * d.cfg.Heartbeat
 		if d.cfg.HeartbeatTimeout > window {
 			window = d.cfg.HeartbeatTimeout
@@ -210,12 +210,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range d.rejected {
 			refused[k] += v
 		}
-		present := 0
-		for r, hb := range d.peers {
-			if hb.Epoch == d.cfg.Epoch && now.Sub(d.heard[r]) <= window {
-				present++
-			}
-		}
+		present := d.peerTab.present(now, window)
 		d.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(c.stepDesc, prometheus.GaugeValue, float64(applied))
 		if d.cfg.Rank == 0 {

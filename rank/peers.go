@@ -1,0 +1,138 @@
+package rank
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
+)
+
+// peerTable is what one rank knows of the ranks it watches (every follower
+// on rank 0, rank 0 on a follower), and the decisions taken from it: which
+// rank has been silent too long (liveness), which follower is behind (rank
+// 0's flow control), and which follower diverged (rank 0's digest check).
+// It does no I/O and reads no clock: time comes in as arguments, so its
+// tests need no sleeps. The Driver guards it with its mutex.
+type peerTable struct {
+	self, world int
+	epoch       uint32
+	timeout     time.Duration // silence that declares a rank lost (0: never)
+	grace       time.Duration // silence allowed after a (re)start
+	last        map[int]broadcast.Heartbeat
+	heard       map[int]time.Time
+	// digests are rank 0's own digests at its recent steps.
+	digests [digestRing]struct{ step, digest uint64 }
+}
+
+const digestRing = 1024
+
+func newPeerTable(self, world int, epoch uint32, timeout, grace time.Duration) *peerTable {
+	return &peerTable{self: self, world: world, epoch: epoch, timeout: timeout, grace: grace,
+		last: map[int]broadcast.Heartbeat{}, heard: map[int]time.Time{}}
+}
+
+// watched are the ranks this rank checks.
+func (p *peerTable) watched() []int {
+	if p.self != 0 {
+		return []int{0}
+	}
+	out := make([]int, 0, p.world-1)
+	for r := 1; r < p.world; r++ {
+		out = append(out, r)
+	}
+	return out
+}
+
+// restart gives every watched rank the grace period to be heard from, as
+// at start or when this rank's own connection comes back: while it was
+// down nobody could be heard.
+func (p *peerTable) restart(now time.Time) {
+	for _, r := range p.watched() {
+		p.heard[r] = now.Add(p.grace - p.timeout)
+	}
+}
+
+// heardFrom records a sign of life from rank r at now; hb, if not nil, is
+// what it reported.
+func (p *peerTable) heardFrom(r int, hb *broadcast.Heartbeat, now time.Time) {
+	p.heard[r] = now
+	if hb != nil {
+		p.last[r] = *hb
+	}
+}
+
+// silent returns the watched rank silent longest beyond the timeout, and
+// for how long; -1 if none.
+func (p *peerTable) silent(now time.Time) (int, time.Duration) {
+	lost, longest := -1, time.Duration(0)
+	if p.timeout <= 0 {
+		return lost, 0
+	}
+	for _, r := range p.watched() {
+		if s := now.Sub(p.heard[r]); s > p.timeout && s > longest {
+			lost, longest = r, s
+		}
+	}
+	return lost, longest
+}
+
+// slowest returns a follower that has not applied step need in this
+// epoch, and why; -1 if every one has.
+func (p *peerTable) slowest(need int64) (int, string) {
+	for r := 1; r < p.world; r++ {
+		hb, ok := p.last[r]
+		switch {
+		case !ok || hb.Epoch != p.epoch:
+			return r, "no heartbeat in this epoch yet"
+		case int64(hb.Applied) < need:
+			return r, fmt.Sprintf("applied step %d, need %d", hb.Applied, need)
+		}
+	}
+	return -1, ""
+}
+
+// recordDigest notes rank 0's digest after its step k.
+func (p *peerTable) recordDigest(k, digest uint64) {
+	p.digests[k%digestRing] = struct{ step, digest uint64 }{k, digest}
+}
+
+// diverged compares every follower's last reported digest with rank 0's at
+// the same step (if rank 0 still remembers it).
+func (p *peerTable) diverged() error {
+	for r, hb := range p.last {
+		if hb.Epoch != p.epoch || hb.Applied == 0 {
+			continue
+		}
+		e := p.digests[hb.Applied%digestRing]
+		if e.step == hb.Applied && e.digest != hb.Digest {
+			return fmt.Errorf("%w: rank %d diverged at step %d: digest %016x, rank 0 has %016x", ErrAborted, r, hb.Applied, hb.Digest, e.digest)
+		}
+	}
+	return nil
+}
+
+// present counts the followers heard in this epoch within window of now.
+func (p *peerTable) present(now time.Time, window time.Duration) int {
+	n := 0
+	for r, hb := range p.last {
+		if hb.Epoch == p.epoch && now.Sub(p.heard[r]) <= window {
+			n++
+		}
+	}
+	return n
+}
+
+// status is rank 0's view of its followers for status replies.
+func (p *peerTable) status(now time.Time) []client.PeerStatus {
+	out := make([]client.PeerStatus, 0, p.world-1)
+	for r := 1; r < p.world; r++ {
+		ps := client.PeerStatus{Rank: r, HeartbeatAgeMs: -1, State: "unknown"}
+		if hb, ok := p.last[r]; ok {
+			ps.Epoch, ps.Step, ps.State = hb.Epoch, hb.Applied, hb.Phase.String()
+			ps.HeartbeatAgeMs = ms(now.Sub(p.heard[r]))
+		}
+		out = append(out, ps)
+	}
+	return out
+}

@@ -133,58 +133,36 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 	// Five attempts, with pauses of 100, 200, 400 and 800 ms between them
 	// (each at most ReplayTimeout).
 	const attempts = 5
-	var (
-		st    broadcast.Step
-		rep   broadcast.ReplayReply
-		tries int
-	)
+	var rep broadcast.ReplayReply
+	tries := 0
 	for d.mirror.Applied() < target {
 		from := d.mirror.Applied() + 1
-		req := broadcast.ReplayRequest{Epoch: d.mirror.Epoch(), Rank: uint32(d.cfg.Rank), From: from, To: target}
-		rctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
-		data, err := broadcast.Request(rctx, d.tr, d.subj.Replay(), broadcast.AppendReplayRequest(nil, d.job, &req))
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if tries++; tries < attempts {
-				// "No responders" comes back at once, so without a pause
-				// every attempt would be spent in the moment rank 0 is
-				// resubscribing (after a NATS server restart, say).
-				wait := min(replayBackoff<<(tries-1), d.cfg.ReplayTimeout)
-				d.log.Warn("replay request failed; retrying", "from", from, "to", target, "in", wait, "err", err)
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return nil
-				case <-t.C:
-				}
-				continue
-			}
-			return fmt.Errorf("%w: rank %d missed steps %d..%d and rank 0 did not answer %d replay requests: %w", ErrAborted, d.cfg.Rank, from, target, attempts, err)
-		}
-		if err := broadcast.DecodeReplayReply(data, d.job, &rep); err != nil {
-			return fmt.Errorf("%w: rank %d: malformed replay reply: %w", ErrAborted, d.cfg.Rank, err)
-		}
-		// Another rank 0 (a stale one still subscribed to the job's
-		// subjects) may answer first: refuse its reply, whatever it says,
-		// and ask again.
-		if !d.follows(rep.Leader) {
-			err := fmt.Errorf("replay reply from leader %08x, rank 0 of this job is %08x", rep.Leader, d.cfg.Leader)
+		err := d.requestReplay(ctx, from, target, &rep)
+		if err == nil && !d.follows(rep.Leader) {
+			// Another rank 0 (a stale one still subscribed to the job's
+			// subjects) may answer first: refuse its reply, whatever it
+			// says, and ask again at once.
+			err = fmt.Errorf("replay reply from leader %08x, rank 0 of this job is %08x", rep.Leader, d.cfg.Leader)
 			d.reject("replay_other_leader", err)
 			if tries++; tries < attempts {
 				continue
 			}
 			return fmt.Errorf("%w: rank %d missed steps %d..%d and rank 0 did not answer %d replay requests; the last reply: %w", ErrAborted, d.cfg.Rank, from, target, attempts, err)
 		}
-		switch rep.Status {
-		case broadcast.ReplayOK:
-		case broadcast.ReplayBeyondWindow:
-			return fmt.Errorf("%w: rank %d missed steps %d..%d but rank 0 keeps only steps from %d (--replay-window): this rank fell too far behind", ErrAborted, d.cfg.Rank, from, target, rep.Oldest)
-		default:
-			return fmt.Errorf("%w: rank %d: replay refused: rank 0 is in epoch %d, this rank in %d", ErrAborted, d.cfg.Rank, rep.Epoch, d.mirror.Epoch())
+		var bad *replayError
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &bad):
+			return bad.err
+		case err != nil:
+			if tries++; tries >= attempts {
+				return fmt.Errorf("%w: rank %d missed steps %d..%d and rank 0 did not answer %d replay requests: %w", ErrAborted, d.cfg.Rank, from, target, attempts, err)
+			}
+			if !d.replayPause(ctx, tries, from, target, err) {
+				return nil
+			}
+			continue
 		}
 		if len(rep.Steps) == 0 {
 			// Nothing past what we have: the step that suggested a gap was
@@ -193,24 +171,82 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 			return nil
 		}
 		d.count("replayed")
-		for _, b := range rep.Steps {
-			if err := broadcast.DecodeStep(b, d.job, &st); err != nil {
-				return fmt.Errorf("%w: rank %d: replayed step: %w", ErrAborted, d.cfg.Rank, err)
-			}
-			if !d.follows(st.Leader) {
-				return fmt.Errorf("%w: rank %d: replayed step %d was published by leader %08x, rank 0 of this job is %08x", ErrAborted, d.cfg.Rank, st.Step, st.Leader, d.cfg.Leader)
-			}
-			if err := d.mirror.Check(&st); errors.Is(err, ErrDuplicate) {
-				continue
-			}
-			if err := d.applyAndRun(ctx, &st); err != nil {
-				return err
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
+		if err := d.applyReplayed(ctx, rep.Steps); err != nil || ctx.Err() != nil {
+			return err
 		}
 		tries = 0
+	}
+	return nil
+}
+
+// replayError is a replay answer that ends the catch-up for good (err is
+// the loop's error), as opposed to one worth asking again.
+type replayError struct{ err error }
+
+func (e *replayError) Error() string { return e.err.Error() }
+
+// requestReplay asks rank 0 for steps from..to and decodes its answer into
+// rep. A malformed or refusing answer is a *replayError.
+func (d *Driver) requestReplay(ctx context.Context, from, to uint64, rep *broadcast.ReplayReply) error {
+	req := broadcast.ReplayRequest{Epoch: d.mirror.Epoch(), Rank: uint32(d.cfg.Rank), From: from, To: to}
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
+	data, err := broadcast.Request(rctx, d.tr, d.subj.Replay(), broadcast.AppendReplayRequest(nil, d.job, &req))
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := broadcast.DecodeReplayReply(data, d.job, rep); err != nil {
+		return &replayError{fmt.Errorf("%w: rank %d: malformed replay reply: %w", ErrAborted, d.cfg.Rank, err)}
+	}
+	if !d.follows(rep.Leader) {
+		return nil // the caller refuses it
+	}
+	switch rep.Status {
+	case broadcast.ReplayOK:
+		return nil
+	case broadcast.ReplayBeyondWindow:
+		return &replayError{fmt.Errorf("%w: rank %d missed steps %d..%d but rank 0 keeps only steps from %d (--replay-window): this rank fell too far behind", ErrAborted, d.cfg.Rank, from, to, rep.Oldest)}
+	}
+	return &replayError{fmt.Errorf("%w: rank %d: replay refused: rank 0 is in epoch %d, this rank in %d", ErrAborted, d.cfg.Rank, rep.Epoch, d.mirror.Epoch())}
+}
+
+// replayPause waits before replay attempt tries+1. "No responders" comes
+// back at once, so without a pause every attempt would be spent in the
+// moment rank 0 is resubscribing (after a NATS server restart, say). It
+// reports false if ctx ended meanwhile.
+func (d *Driver) replayPause(ctx context.Context, tries int, from, to uint64, err error) bool {
+	wait := min(replayBackoff<<(tries-1), d.cfg.ReplayTimeout)
+	d.log.Warn("replay request failed; retrying", "from", from, "to", to, "in", wait, "err", err)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// applyReplayed applies replayed steps in order, skipping those already
+// applied.
+func (d *Driver) applyReplayed(ctx context.Context, steps [][]byte) error {
+	var st broadcast.Step
+	for _, b := range steps {
+		if err := broadcast.DecodeStep(b, d.job, &st); err != nil {
+			return fmt.Errorf("%w: rank %d: replayed step: %w", ErrAborted, d.cfg.Rank, err)
+		}
+		if !d.follows(st.Leader) {
+			return fmt.Errorf("%w: rank %d: replayed step %d was published by leader %08x, rank 0 of this job is %08x", ErrAborted, d.cfg.Rank, st.Step, st.Leader, d.cfg.Leader)
+		}
+		if err := d.mirror.Check(&st); errors.Is(err, ErrDuplicate) {
+			continue
+		}
+		if err := d.applyAndRun(ctx, &st); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 	return nil
 }

@@ -347,33 +347,8 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	defer func() {
 		stopHB()
 		wg.Wait()
-		phase := broadcast.PhaseStopping
-		if err != nil {
-			phase = broadcast.PhaseAborted
-		}
-		d.setPhase(phase)
-		d.sendHeartbeat()
-		// Stop taking requests before answering the open ones, so none
-		// slips in after the drain and is never answered.
-		for _, u := range unsubs {
-			_ = u()
-		}
+		d.wrapUp(err, unsubs)
 		unsubs = nil
-		d.sendLogprobs()
-		hold := d.cfg.HoldOnPeerLoss && errors.Is(err, ErrPeerLost)
-		if d.sched != nil && !hold {
-			d.drain(err)
-		}
-		if err != nil && d.cfg.Rank == 0 {
-			kind := "abort"
-			if errors.Is(err, ErrPeerLost) {
-				kind = "peer_lost"
-			}
-			d.publishControl(control{Kind: kind, Reason: err.Error()})
-		}
-		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = d.tr.Flush(fctx)
-		cancel()
 	}()
 
 	d.setPhase(broadcast.PhaseReady)
@@ -382,6 +357,38 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		return d.lead(ctx)
 	}
 	return d.follow(ctx)
+}
+
+// wrapUp ends a run that stopped with err: the last heartbeat says how,
+// rank 0's open requests are answered (unless they are held for the next
+// epoch), and the followers are told why rank 0 stopped.
+func (d *Driver) wrapUp(err error, unsubs []func() error) {
+	phase := broadcast.PhaseStopping
+	if err != nil {
+		phase = broadcast.PhaseAborted
+	}
+	d.setPhase(phase)
+	d.sendHeartbeat()
+	// Stop taking requests before answering the open ones, so none
+	// slips in after the drain and is never answered.
+	for _, u := range unsubs {
+		_ = u()
+	}
+	d.sendLogprobs()
+	hold := d.cfg.HoldOnPeerLoss && errors.Is(err, ErrPeerLost)
+	if d.sched != nil && !hold {
+		d.drain(err)
+	}
+	if err != nil && d.cfg.Rank == 0 {
+		kind := "abort"
+		if errors.Is(err, ErrPeerLost) {
+			kind = "peer_lost"
+		}
+		d.publishControl(control{Kind: kind, Reason: err.Error()})
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = d.tr.Flush(fctx)
+	cancel()
 }
 
 // Control is a message on tpc.<job>.control: rank 0 (or a supervisor
@@ -725,15 +732,17 @@ func (d *Driver) followerPick(rows []*Seq, logits []float32) {
 	d.cfg.FollowerPick.Pick(rows, d.fpReqs, logits, d.ex.Vocab(), d.fpTokens, d.fpErrs)
 }
 
+// leadScratch is what rank 0's loop reuses from step to step.
+type leadScratch struct {
+	buf    []byte
+	tokens []int32
+	errs   []error
+	reqs   []*Request
+}
+
 // lead is rank 0's loop: schedule, publish, apply, forward, sample, stream.
 func (d *Driver) lead(ctx context.Context) error {
-	vocab := d.ex.Vocab()
-	var (
-		buf    []byte
-		tokens []int32
-		errs   []error
-		reqs   []*Request
-	)
+	var sc leadScratch
 	for k := uint64(1); ; {
 		// A step boundary: stop here if asked, even when every step is
 		// ready at once (no follower to wait for, a forward that does not
@@ -752,20 +761,8 @@ func (d *Driver) lead(ctx context.Context) error {
 			d.sendLogprobs() // no forward pass to hide them behind
 		}
 		if st == nil {
-			d.cfg.Flight.enter(PhaseIdle, time.Now())
-			select {
-			case <-ctx.Done():
-				return nil
-			case err := <-d.aborts:
+			if err := d.idle(ctx); err != nil || ctx.Err() != nil {
 				return err
-			case <-d.wake:
-				// Followers report the last steps of a burst after rank 0
-				// went idle: compare those digests too.
-				if err := d.checkDigests(); err != nil {
-					return err
-				}
-			case r := <-d.intake:
-				d.enqueue(r)
 			}
 			continue
 		}
@@ -776,65 +773,98 @@ func (d *Driver) lead(ctx context.Context) error {
 			}
 			return err
 		}
-		st.Leader = d.cfg.Leader
-		sctx, stepSpan := d.leaderSpan(ctx, k)
-		d.cfg.Flight.enter(PhasePublish, time.Now())
-		buf = broadcast.AppendStep(buf[:0], d.job, st)
-		d.window.Add(st.Epoch, k, buf)
-		_, pub := d.span(sctx, "publish")
-		steps := d.tr
-		if d.cfg.Steps != nil {
-			steps = d.cfg.Steps
+		if err := d.leadStep(ctx, k, st, &sc); err != nil || ctx.Err() != nil {
+			return err
 		}
-		err := steps.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: buf, Header: stampSent(traceHeader(sctx))})
-		pub.End()
-		if err != nil {
-			stepSpan.End()
-			return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
-		}
-		if err := d.mirror.Apply(st); err != nil {
-			stepSpan.End()
-			return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
-		}
-		d.mu.Lock()
-		d.peerTab.recordDigest(k, d.mirror.Digest())
-		d.mu.Unlock()
-		rows := d.mirror.Rows()
-		if len(rows) > 0 {
-			d.cfg.Flight.enter(PhaseForward, time.Now())
-			fctx, fwd := d.span(sctx, "forward")
-			d.lp.start() // the previous step's logprobs, while the card works
-			logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
-			fwd.End()
-			d.sendLogprobs()
-			if err != nil {
-				stepSpan.End()
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("%w: rank 0: forward of step %d: %w", ErrAborted, k, err)
-			}
-			tokens, errs, reqs = tokens[:0], errs[:0], reqs[:0]
-			for _, r := range rows {
-				tokens, errs = append(tokens, NoToken), append(errs, nil)
-				reqs = append(reqs, d.sched.Request(r.ID))
-			}
-			_, smp := d.span(sctx, "sample", attribute.Int("rows", len(rows)))
-			d.cfg.Flight.enter(PhaseSample, time.Now())
-			d.pick.Pick(rows, reqs, logits, vocab, tokens, errs)
-			d.cfg.Flight.enter(PhaseReply, time.Now())
-			smp.End()
-			d.lp.capture(rows, reqs, logits, tokens, errs)
-			d.stream(d.sched.Sampled(rows, tokens, errs))
-		}
-		stepSpan.End()
-		d.publishState()
-		d.cfg.Flight.stepDone(k, len(rows), time.Now())
 		if err := d.checkDigests(); err != nil {
 			return err
 		}
 		k++
 	}
+}
+
+// idle waits, with nothing to run, for a request, a follower's heartbeat
+// (whose digest is then checked: followers report the last steps of a
+// burst after rank 0 went idle), an abort or the end.
+func (d *Driver) idle(ctx context.Context) error {
+	d.cfg.Flight.enter(PhaseIdle, time.Now())
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-d.aborts:
+		return err
+	case <-d.wake:
+		return d.checkDigests()
+	case r := <-d.intake:
+		d.enqueue(r)
+	}
+	return nil
+}
+
+// leadStep publishes step k, applies it, and runs the forward pass and the
+// sampler on the batch it leaves.
+func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc *leadScratch) error {
+	st.Leader = d.cfg.Leader
+	sctx, stepSpan := d.leaderSpan(ctx, k)
+	defer stepSpan.End()
+	d.cfg.Flight.enter(PhasePublish, time.Now())
+	sc.buf = broadcast.AppendStep(sc.buf[:0], d.job, st)
+	d.window.Add(st.Epoch, k, sc.buf)
+	_, pub := d.span(sctx, "publish")
+	steps := d.tr
+	if d.cfg.Steps != nil {
+		steps = d.cfg.Steps
+	}
+	err := steps.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: sc.buf, Header: stampSent(traceHeader(sctx))})
+	pub.End()
+	if err != nil {
+		return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
+	}
+	if err := d.mirror.Apply(st); err != nil {
+		return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
+	}
+	d.mu.Lock()
+	d.peerTab.recordDigest(k, d.mirror.Digest())
+	d.mu.Unlock()
+	rows := d.mirror.Rows()
+	if len(rows) > 0 {
+		if err := d.forwardAndSample(ctx, sctx, k, rows, sc); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	d.publishState()
+	d.cfg.Flight.stepDone(k, len(rows), time.Now())
+	return nil
+}
+
+// forwardAndSample runs step k's forward pass on rows, picks their tokens
+// and streams them to the requesters.
+func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*Seq, sc *leadScratch) error {
+	d.cfg.Flight.enter(PhaseForward, time.Now())
+	fctx, fwd := d.span(sctx, "forward")
+	d.lp.start() // the previous step's logprobs, while the card works
+	logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
+	fwd.End()
+	d.sendLogprobs()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w: rank 0: forward of step %d: %w", ErrAborted, k, err)
+	}
+	sc.tokens, sc.errs, sc.reqs = sc.tokens[:0], sc.errs[:0], sc.reqs[:0]
+	for _, r := range rows {
+		sc.tokens, sc.errs = append(sc.tokens, NoToken), append(sc.errs, nil)
+		sc.reqs = append(sc.reqs, d.sched.Request(r.ID))
+	}
+	_, smp := d.span(sctx, "sample", attribute.Int("rows", len(rows)))
+	d.cfg.Flight.enter(PhaseSample, time.Now())
+	d.pick.Pick(rows, sc.reqs, logits, d.ex.Vocab(), sc.tokens, sc.errs)
+	d.cfg.Flight.enter(PhaseReply, time.Now())
+	smp.End()
+	d.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs)
+	d.stream(d.sched.Sampled(rows, sc.tokens, sc.errs))
+	return nil
 }
 
 func (d *Driver) admit() {

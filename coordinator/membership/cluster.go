@@ -122,6 +122,27 @@ func Start(cfg Config) (*Cluster, error) {
 		joined: make(chan struct{}, 1), changes: make(chan struct{}, 1), events: make(chan Event, 64),
 		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Member{},
 	}
+	mc, err := c.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
+	}
+	c.ml = ml
+	// Read once, before any peer exists: memberlist rewrites its local
+	// node (on refutes and updates) under a lock callers cannot take.
+	n := ml.LocalNode()
+	c.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	return c, nil
+}
+
+// memberlistConfig is memberlist's configuration for this member: the LAN
+// or loopback profile, the tuning, the key, and the transport (or the
+// bind address).
+func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
+	cfg := c.cfg
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		mc = memberlist.DefaultLocalConfig()
@@ -160,21 +181,12 @@ func Start(cfg Config) (*Cluster, error) {
 	} else {
 		host, port, err := splitHostPort(cfg.Bind)
 		if err != nil {
-			return nil, fmt.Errorf("bind: %w", err)
+			return nil, fielderr.New("Bind", "%w", err)
 		}
 		mc.BindAddr, mc.BindPort = host, port
 		mc.AdvertisePort = port
 	}
-	ml, err := memberlist.Create(mc)
-	if err != nil {
-		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
-	}
-	c.ml = ml
-	// Read once, before any peer exists: memberlist rewrites its local
-	// node (on refutes and updates) under a lock callers cannot take.
-	n := ml.LocalNode()
-	c.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-	return c, nil
+	return mc, nil
 }
 
 func splitHostPort(s string) (string, int, error) {
@@ -247,85 +259,109 @@ func (c *Cluster) Reform(ctx context.Context, cond func([]Member) bool) ([]Membe
 }
 
 func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member, error) {
-	world := c.cfg.Meta.World
-	backoff := 100 * time.Millisecond
+	f := &formation{world: c.cfg.Meta.World, backoff: 100 * time.Millisecond, start: time.Now(), retry: time.NewTimer(0)}
+	defer f.retry.Stop()
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	start := time.Now()
-	var joinErr, lastRefusal error
 	for {
-		if err := c.refused(); err != nil {
-			if !errors.Is(err, ErrRankTaken) || time.Since(start) >= c.cfg.ClaimWait {
-				return nil, err
-			}
-			// The holder may be dead but not yet declared so: try again.
-			lastRefusal = err
-			c.log.Warn("rank is held by another member; retrying in case it is a dead one", "err", err, "gives_up_in", (c.cfg.ClaimWait - time.Since(start)).Round(time.Second))
-			c.mu.Lock()
-			c.refusal, c.didJoin = nil, false
-			c.mu.Unlock()
-			retry.Reset(time.Second)
+		if err := c.checkClaim(f); err != nil {
+			return nil, err
 		}
 		present := c.Members()
-		missing := missingRanks(present, world)
+		missing := missingRanks(present, f.world)
 		if len(missing) == 0 && c.hasJoined() && (cond == nil || cond(present)) {
-			c.mu.Lock()
-			// Events queued before this formation are about an earlier
-			// world; drop them under the lock, so any event from now on is
-			// about this one and reaches the caller.
-			for len(c.events) > 0 {
-				<-c.events
-			}
-			c.formed = true
-			for _, m := range present {
-				c.world[m.Meta.Rank] = m
-			}
-			c.mu.Unlock()
-			c.log.Info("world formed", "world_size", world, "took", time.Since(start).Round(time.Millisecond))
+			c.setFormed(present)
+			c.log.Info("world formed", "world_size", f.world, "took", time.Since(f.start).Round(time.Millisecond))
 			return present, nil
 		}
 		select {
 		case <-ctx.Done():
-			if lastRefusal != nil {
-				return nil, lastRefusal
+			if f.lastRefusal != nil {
+				return nil, f.lastRefusal
 			}
-			return nil, c.timeoutError(present, world, joinErr)
+			return nil, c.timeoutError(present, f.world, f.joinErr)
 		case <-c.joined:
-		case <-retry.C:
-			if c.hasJoined() && len(missing) > 0 && len(c.cfg.Join) > 0 {
-				// Joined, but some ranks are still unknown here: gossip
-				// about them may have been lost. A push/pull with the join
-				// peers brings their full member lists.
-				if _, err := c.ml.Join(c.cfg.Join); err != nil {
-					c.log.Debug("resync with join peers failed", "err", err)
-				}
-				retry.Reset(time.Second)
-				continue
-			}
-			if !c.hasJoined() {
-				n, err := c.ml.Join(c.cfg.Join)
-				if err == nil && n > 0 {
-					c.mu.Lock()
-					c.didJoin = true
-					c.mu.Unlock()
-					retry.Reset(time.Second) // resync while ranks are missing
-				} else {
-					joinErr = err
-					c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", backoff)
-					retry.Reset(backoff)
-					backoff = min(2*backoff, 2*time.Second)
-				}
-			}
+		case <-f.retry.C:
+			c.rejoin(f, missing)
 		case <-progress.C:
 			if len(missing) > 0 {
-				c.log.Info("waiting for ranks", "present", len(present), "expected", world, "missing", missing)
+				c.log.Info("waiting for ranks", "present", len(present), "expected", f.world, "missing", missing)
 			} else {
 				c.log.Info("waiting for the world to re-form", "present", len(present))
 			}
 		}
 	}
+}
+
+// formation is one Rendezvous's or Reform's progress.
+type formation struct {
+	world                int
+	backoff              time.Duration // the next pause after a failed join
+	start                time.Time
+	retry                *time.Timer // the next join or resync
+	joinErr, lastRefusal error
+}
+
+// checkClaim returns a refusal that ends the formation. A rank held by
+// another member is not one until ClaimWait has passed: the holder may be
+// dead but not yet declared so, and the join is tried again.
+func (c *Cluster) checkClaim(f *formation) error {
+	err := c.refused()
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ErrRankTaken) || time.Since(f.start) >= c.cfg.ClaimWait {
+		return err
+	}
+	f.lastRefusal = err
+	c.log.Warn("rank is held by another member; retrying in case it is a dead one", "err", err, "gives_up_in", (c.cfg.ClaimWait - time.Since(f.start)).Round(time.Second))
+	c.mu.Lock()
+	c.refusal, c.didJoin = nil, false
+	c.mu.Unlock()
+	f.retry.Reset(time.Second)
+	return nil
+}
+
+// setFormed records the formed world. Events queued before this formation
+// are about an earlier world; they are dropped under the lock, so any event
+// from now on is about this one and reaches the caller.
+func (c *Cluster) setFormed(present []Member) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.events) > 0 {
+		<-c.events
+	}
+	c.formed = true
+	for _, m := range present {
+		c.world[m.Meta.Rank] = m
+	}
+}
+
+// rejoin joins the peers if this member has not yet, with backoff; once
+// joined, while ranks are missing, it exchanges state with the join peers
+// every second (gossip about the missing ranks may have been lost).
+func (c *Cluster) rejoin(f *formation, missing []int) {
+	if c.hasJoined() {
+		if len(missing) > 0 && len(c.cfg.Join) > 0 {
+			if _, err := c.ml.Join(c.cfg.Join); err != nil {
+				c.log.Debug("resync with join peers failed", "err", err)
+			}
+			f.retry.Reset(time.Second)
+		}
+		return
+	}
+	n, err := c.ml.Join(c.cfg.Join)
+	if err == nil && n > 0 {
+		c.mu.Lock()
+		c.didJoin = true
+		c.mu.Unlock()
+		f.retry.Reset(time.Second) // resync while ranks are missing
+		return
+	}
+	f.joinErr = err
+	c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", f.backoff)
+	f.retry.Reset(f.backoff)
+	f.backoff = min(2*f.backoff, 2*time.Second)
 }
 
 func (c *Cluster) hasJoined() bool {

@@ -443,8 +443,8 @@ func TestStartValidates(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"bad bind", Config{Meta: Meta{Job: "j", World: 1}, Bind: "nonsense"}, "bind"},
-		{"bad port", Config{Meta: Meta{Job: "j", World: 1}, Bind: "127.0.0.1:99999"}, "bind"},
+		{"bad bind", Config{Meta: Meta{Job: "j", World: 1}, Bind: "nonsense"}, "Bind: "},
+		{"bad port", Config{Meta: Meta{Job: "j", World: 1}, Bind: "127.0.0.1:99999"}, "Bind: "},
 		{"meta too large", Config{Meta: Meta{Job: "j", World: 1, NATS: strings.Repeat("x", MetaLimit)}, Bind: "127.0.0.1:0"}, "metadata"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

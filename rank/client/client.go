@@ -71,115 +71,127 @@ func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool,
 // returned as an error too. While waiting it sends keepalives, so rank 0
 // drops the request if this client goes away, and rank 0's answers to them
 // end the wait with ErrRequestLost if rank 0 goes away or restarts without
-// the request; if ctx ends first it asks
-// rank 0 to cancel the request and returns the cancelled reply (or ctx's
-// error if none comes within a few seconds).
+// the request; if ctx ends first it asks rank 0 to cancel the request and
+// returns the cancelled reply (or ctx's error if none comes within a few
+// seconds).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	inbox := tr.NewInbox()
-	replies := make(chan []byte, 1024)
-	overflow := make(chan struct{})
-	noResponders := make(chan struct{}, 1)
-	unsub, err := tr.Subscribe(inbox, func(m *broadcast.Msg) {
-		if broadcast.IsNoResponders(m) {
-			select {
-			case noResponders <- struct{}{}:
-			default:
-			}
-			return
-		}
-		select {
-		case replies <- append([]byte(nil), m.Data...):
-		default:
-			select {
-			case <-overflow:
-			default:
-				close(overflow)
-			}
-		}
-	})
+	s := &stream{tr: tr, subj: subj, req: req, onToken: onToken,
+		replies: make(chan []byte, 1024), overflow: make(chan struct{}), noResponders: make(chan struct{}, 1),
+		acks: make(chan keepaliveAnswer, 8)}
+	unsub, err := s.subscribe(ctx)
+	defer unsub()
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = unsub() }()
-	if err := tr.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("subscribe reply inbox: %w", err)
-	}
-	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: inbox, Data: data}); err != nil {
+	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: s.inbox, Data: data}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)
 	}
-	// Rank 0 answers each keepalive on ackInbox; the answers tell a rank
-	// 0 that died (nobody subscribed: "no responders") or restarted (the
-	// request unknown) from one that is merely slow (no answer yet).
-	ackInbox := tr.NewInbox()
-	acks := make(chan keepaliveAnswer, 8)
-	unsubAck, err := tr.Subscribe(ackInbox, func(m *broadcast.Msg) {
-		var a keepaliveAnswer
-		if broadcast.IsNoResponders(m) {
-			a.nobody = true
-		} else {
-			var ack KeepaliveAck
-			if json.Unmarshal(m.Data, &ack) != nil {
-				return
-			}
-			a.known = ack.Known
+	return s.wait(ctx)
+}
+
+// stream is one request's reply stream as Generate reads it.
+type stream struct {
+	tr      broadcast.Transport
+	subj    broadcast.Subjects
+	req     *GenerateRequest
+	onToken func(int, int32)
+
+	inbox, ackInbox string
+	replies         chan []byte
+	overflow        chan struct{} // closed when replies overflowed
+	noResponders    chan struct{}
+	acks            chan keepaliveAnswer
+	logprobs        []sampler.Logprobs
+	verdict         keepaliveVerdict
+}
+
+// subscribe opens the reply inbox and the inbox where rank 0 answers
+// keepalives. Its answers tell a rank 0 that died (nobody subscribed: "no
+// responders") or restarted (the request unknown) from one that is merely
+// slow (no answer yet). The returned function unsubscribes both.
+func (s *stream) subscribe(ctx context.Context) (func(), error) {
+	var unsubs []func() error
+	done := func() {
+		for _, u := range unsubs {
+			_ = u()
 		}
+	}
+	s.inbox, s.ackInbox = s.tr.NewInbox(), s.tr.NewInbox()
+	u, err := s.tr.Subscribe(s.inbox, s.onReply)
+	if err != nil {
+		return done, err
+	}
+	unsubs = append(unsubs, u)
+	if u, err = s.tr.Subscribe(s.ackInbox, s.onAck); err != nil {
+		return done, err
+	}
+	unsubs = append(unsubs, u)
+	if err := s.tr.Flush(ctx); err != nil {
+		return done, fmt.Errorf("subscribe reply inbox: %w", err)
+	}
+	return done, nil
+}
+
+// onReply and onAck run on the transport's delivery goroutine: they hand
+// off and return.
+func (s *stream) onReply(m *broadcast.Msg) {
+	if broadcast.IsNoResponders(m) {
 		select {
-		case acks <- a:
+		case s.noResponders <- struct{}{}:
 		default:
 		}
-	})
-	if err != nil {
-		return nil, err
+		return
 	}
-	defer func() { _ = unsubAck() }()
-	send := func(op, ack string) error {
-		b, _ := json.Marshal(ClientMessage{Reply: inbox, Op: op})
-		return tr.Publish(&broadcast.Msg{Subject: subj.Client(), Reply: ack, Data: b})
+	select {
+	case s.replies <- append([]byte(nil), m.Data...):
+	default:
+		select {
+		case <-s.overflow:
+		default:
+			close(s.overflow)
+		}
 	}
+}
+
+func (s *stream) onAck(m *broadcast.Msg) {
+	var a keepaliveAnswer
+	if broadcast.IsNoResponders(m) {
+		a.nobody = true
+	} else {
+		var ack KeepaliveAck
+		if json.Unmarshal(m.Data, &ack) != nil {
+			return
+		}
+		a.known = ack.Known
+	}
+	select {
+	case s.acks <- a:
+	default:
+	}
+}
+
+// send publishes a message about the request on the client subject; ack,
+// if set, is where rank 0 answers it.
+func (s *stream) send(op, ack string) error {
+	b, _ := json.Marshal(ClientMessage{Reply: s.inbox, Op: op})
+	return s.tr.Publish(&broadcast.Msg{Subject: s.subj.Client(), Reply: ack, Data: b})
+}
+
+// wait reads the stream until the request ends.
+func (s *stream) wait(ctx context.Context) (*GenerateReply, error) {
 	keepalive := time.NewTicker(KeepaliveInterval)
 	defer keepalive.Stop()
 	var cancelled <-chan time.Time // set once a cancel was sent
-	var logprobs []sampler.Logprobs
-	var verdict keepaliveVerdict
-	// handle takes one reply; done reports the request's end (rep and err
-	// are then what Generate returns), as does a malformed reply (err).
-	handle := func(b []byte) (rep *GenerateReply, done bool, err error) {
-		verdict = keepaliveVerdict{} // rank 0 is there and has the request
-		var r GenerateReply
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, true, fmt.Errorf("malformed reply from rank 0: %w", err)
-		}
-		if r.Token != nil && onToken != nil {
-			onToken(r.Index, *r.Token)
-		}
-		if r.Logprobs != nil {
-			if r.Index < 0 || r.Index > req.MaxTokens {
-				return nil, true, fmt.Errorf("malformed reply from rank 0: logprobs for token %d of at most %d", r.Index, req.MaxTokens)
-			}
-			for len(logprobs) <= r.Index {
-				logprobs = append(logprobs, sampler.Logprobs{Token: -1})
-			}
-			logprobs[r.Index] = *r.Logprobs
-		}
-		if !r.Done {
-			return nil, false, nil
-		}
-		r.TokenLogprobs = logprobs
-		if r.Error != "" {
-			return &r, true, fmt.Errorf("rank 0: %s", r.Error)
-		}
-		return &r, true, nil
-	}
 	done := ctx.Done()
 	for {
 		select {
 		case <-done:
-			_ = send("cancel", "")
-			_ = tr.Flush(context.Background())
+			_ = s.send("cancel", "")
+			_ = s.tr.Flush(context.Background())
 			done = nil
 			keepalive.Stop() // only the cancelled reply matters now
 			t := time.NewTimer(3 * time.Second)
@@ -191,34 +203,70 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 			// A connection closed for good (the server gone, reconnects
 			// exhausted) would otherwise leave us waiting for a reply that
 			// cannot come until ctx ends.
-			if err := send("keepalive", ackInbox); errors.Is(err, broadcast.ErrClosed) {
+			if err := s.send("keepalive", s.ackInbox); errors.Is(err, broadcast.ErrClosed) {
 				return nil, fmt.Errorf("waiting for tokens: connection to NATS lost: %w", err)
 			}
-		case a := <-acks:
-			if cancelled != nil {
-				continue
-			}
-			// Replies already queued are news from rank 0 that came
-			// before this answer (the final reply and a "not known" may
-			// arrive together): read them first.
-			for len(replies) > 0 {
-				if rep, done, err := handle(<-replies); done || err != nil {
+		case a := <-s.acks:
+			if cancelled == nil {
+				if rep, done, err := s.judge(a); done {
 					return rep, err
 				}
 			}
-			if lost, why := verdict.observe(a, time.Now()); lost {
-				return nil, fmt.Errorf("waiting for tokens: rank 0 of job %q %s: %w", subj.Job, why, ErrRequestLost)
-			}
-		case <-overflow:
+		case <-s.overflow:
 			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
-		case <-noResponders:
-			return nil, fmt.Errorf("no rank 0 serves job %q on %s (%w)", subj.Job, subj.Generate(), broadcast.ErrNoResponders)
-		case b := <-replies:
-			if rep, done, err := handle(b); done || err != nil {
+		case <-s.noResponders:
+			return nil, fmt.Errorf("no rank 0 serves job %q on %s (%w)", s.subj.Job, s.subj.Generate(), broadcast.ErrNoResponders)
+		case b := <-s.replies:
+			if rep, done, err := s.handle(b); done || err != nil {
 				return rep, err
 			}
 		}
 	}
+}
+
+// judge takes rank 0's answer to a keepalive. Replies already queued are
+// news from rank 0 that came before this answer (the final reply and a
+// "not known" may arrive together): they are read first.
+func (s *stream) judge(a keepaliveAnswer) (*GenerateReply, bool, error) {
+	for len(s.replies) > 0 {
+		if rep, done, err := s.handle(<-s.replies); done || err != nil {
+			return rep, true, err
+		}
+	}
+	if lost, why := s.verdict.observe(a, time.Now()); lost {
+		return nil, true, fmt.Errorf("waiting for tokens: rank 0 of job %q %s: %w", s.subj.Job, why, ErrRequestLost)
+	}
+	return nil, false, nil
+}
+
+// handle takes one reply; done reports the request's end (rep and err are
+// then what Generate returns), as does a malformed reply (err).
+func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
+	s.verdict = keepaliveVerdict{} // rank 0 is there and has the request
+	var r GenerateReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, true, fmt.Errorf("malformed reply from rank 0: %w", err)
+	}
+	if r.Token != nil && s.onToken != nil {
+		s.onToken(r.Index, *r.Token)
+	}
+	if r.Logprobs != nil {
+		if r.Index < 0 || r.Index > s.req.MaxTokens {
+			return nil, true, fmt.Errorf("malformed reply from rank 0: logprobs for token %d of at most %d", r.Index, s.req.MaxTokens)
+		}
+		for len(s.logprobs) <= r.Index {
+			s.logprobs = append(s.logprobs, sampler.Logprobs{Token: -1})
+		}
+		s.logprobs[r.Index] = *r.Logprobs
+	}
+	if !r.Done {
+		return nil, false, nil
+	}
+	r.TokenLogprobs = s.logprobs
+	if r.Error != "" {
+		return &r, true, fmt.Errorf("rank 0: %s", r.Error)
+	}
+	return &r, true, nil
 }
 
 // CollectStatus asks every rank for its status and gathers the replies

@@ -63,86 +63,94 @@ func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, 
 	return nc, broadcast.Subjects{Prefix: c.Prefix, Job: c.Job}, err
 }
 
+// generateOptions are the generate command's flags.
+type generateOptions struct {
+	cc       clientConfig
+	prompt   string
+	req      client.GenerateRequest
+	seed     int64
+	logprobs int
+}
+
 func newGenerateCmd() *cobra.Command {
-	var (
-		cc       clientConfig
-		prompt   string
-		req      client.GenerateRequest
-		seed     int64
-		logprobs int
-	)
+	var o generateOptions
 	cmd := &cobra.Command{
 		Use:   "generate --prompt 1,2,3 --max-tokens N",
 		Short: "Submit one request to a job and print its tokens as they stream in",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fs := cmd.Flags()
-			if err := layerConfig(fs); err != nil {
+			if err := layerConfig(cmd.Flags()); err != nil {
 				return err
 			}
-			ids, err := parseTokens(prompt)
-			if err != nil {
-				return configError("prompt: %v", err)
-			}
-			req.PromptTokenIDs = ids
-			if logprobs >= 0 {
-				req.Logprobs = &logprobs
-			}
-			if seed >= 0 {
-				s := uint64(seed)
-				req.Seed = &s
-			}
-			nc, subj, err := cc.connect("tpcoord-generate")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			// SIGINT/SIGTERM or the timeout cancel the request at rank 0.
-			sctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			ctx, cancel := context.WithTimeout(sctx, cc.Timeout)
-			defer cancel()
-			out := cmd.OutOrStdout()
-			rep, err := client.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
-				if !cc.JSON {
-					fmt.Fprintf(out, "%d ", tok)
-				}
-			})
-			if rep != nil && rep.FinishReason == client.FinishCancelled && cc.JSON {
-				_ = json.NewEncoder(out).Encode(struct {
-					Tokens       []int32 `json:"tokens"`
-					FinishReason string  `json:"finish_reason"`
-				}{rep.Tokens, rep.FinishReason})
-			}
-			if err != nil {
-				return err
-			}
-			if cc.JSON {
-				return json.NewEncoder(out).Encode(struct {
-					Tokens       []int32            `json:"tokens"`
-					FinishReason string             `json:"finish_reason"`
-					Timings      *client.Timings    `json:"timings,omitempty"`
-					Logprobs     []sampler.Logprobs `json:"logprobs,omitempty"`
-				}{rep.Tokens, rep.FinishReason, rep.Timings, rep.TokenLogprobs})
-			}
-			fmt.Fprintf(out, "\nfinish_reason=%s tokens=%d\n", rep.FinishReason, len(rep.Tokens))
-			return nil
+			return runGenerate(cmd.Context(), &o, cmd.OutOrStdout())
 		},
 	}
 	fs := cmd.Flags()
-	cc.flags(fs)
-	fs.DurationVar(&cc.Timeout, "timeout", 5*time.Minute, "give up after this long")
-	fs.StringVar(&prompt, "prompt", "", "prompt token IDs, comma-separated")
+	o.cc.flags(fs)
+	req := &o.req
+	fs.DurationVar(&o.cc.Timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.StringVar(&o.prompt, "prompt", "", "prompt token IDs, comma-separated")
 	fs.IntVar(&req.MaxTokens, "max-tokens", 16, "most tokens to generate")
-	fs.Int64Var(&seed, "seed", -1, "per-request sampling seed (-1 for none)")
+	fs.Int64Var(&o.seed, "seed", -1, "per-request sampling seed (-1 for none)")
 	fs.Float32Var(&req.Temperature, "temperature", 1, "sampling temperature (below 1e-5: greedy)")
 	fs.IntVar(&req.TopK, "top-k", 0, "top-k (0 disables)")
 	fs.Float32Var(&req.TopP, "top-p", 0, "top-p (0 or 1 disables)")
 	fs.Float32Var(&req.MinP, "min-p", 0, "min-p (0 disables)")
 	fs.IntVar(&req.MinTokens, "min-tokens", 0, "stop tokens and EOS are blocked until this many tokens")
 	fs.BoolVar(&req.IgnoreEOS, "ignore-eos", false, "do not stop at EOS")
-	fs.IntVar(&logprobs, "logprobs", -1, "return each token's logprob and the top N (0..20; -1: none)")
+	fs.IntVar(&o.logprobs, "logprobs", -1, "return each token's logprob and the top N (0..20; -1: none)")
 	return cmd
+}
+
+// runGenerate submits the request and prints its tokens as they stream in;
+// SIGINT/SIGTERM or the timeout cancel it at rank 0.
+func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
+	ids, err := parseTokens(o.prompt)
+	if err != nil {
+		return configError("prompt: %v", err)
+	}
+	req := o.req
+	req.PromptTokenIDs = ids
+	if o.logprobs >= 0 {
+		req.Logprobs = &o.logprobs
+	}
+	if o.seed >= 0 {
+		s := uint64(o.seed)
+		req.Seed = &s
+	}
+	nc, subj, err := o.cc.connect("tpcoord-generate")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sctx, o.cc.Timeout)
+	defer cancel()
+	rep, err := client.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
+		if !o.cc.JSON {
+			fmt.Fprintf(out, "%d ", tok)
+		}
+	})
+	if rep != nil && rep.FinishReason == client.FinishCancelled && o.cc.JSON {
+		_ = json.NewEncoder(out).Encode(struct {
+			Tokens       []int32 `json:"tokens"`
+			FinishReason string  `json:"finish_reason"`
+		}{rep.Tokens, rep.FinishReason})
+	}
+	if err != nil {
+		return err
+	}
+	if o.cc.JSON {
+		return json.NewEncoder(out).Encode(struct {
+			Tokens       []int32            `json:"tokens"`
+			FinishReason string             `json:"finish_reason"`
+			Timings      *client.Timings    `json:"timings,omitempty"`
+			Logprobs     []sampler.Logprobs `json:"logprobs,omitempty"`
+		}{rep.Tokens, rep.FinishReason, rep.Timings, rep.TokenLogprobs})
+	}
+	fmt.Fprintf(out, "\nfinish_reason=%s tokens=%d\n", rep.FinishReason, len(rep.Tokens))
+	return nil
 }
 
 func parseTokens(s string) ([]int32, error) {

@@ -86,6 +86,12 @@ func runSample(w io.Writer, o sampleOptions, dtypeSet bool) error {
 	if err != nil {
 		return fmt.Errorf("--logits %s: %w", o.logits, err)
 	}
+	return printCounts(w, counts, o, row)
+}
+
+// printCounts prints how often each token was drawn: JSON, or a table of
+// the 20 most frequent.
+func printCounts(w io.Writer, counts map[int32]int, o sampleOptions, row sampler.Row) error {
 	toks := make([]int32, 0, len(counts))
 	for t := range counts {
 		toks = append(toks, t)

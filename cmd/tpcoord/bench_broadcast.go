@@ -25,6 +25,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
 // Wire format of one benchmark message, shared by both transports: the
@@ -350,7 +351,7 @@ func (ps *bcProcs) start(self, name string, args []string, env []string, withStd
 	p := &bcProc{name: name, lines: make(chan string, 2), done: make(chan struct{})}
 	p.cmd = exec.Command(self, args...)
 	p.cmd.Env = append(env, runAsTPCoordEnv+"=1")
-	p.cmd.SysProcAttr = childProcAttr()
+	p.cmd.SysProcAttr = rankproc.DieWithParent()
 	p.cmd.Stderr = &p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err == nil && withStdin {
@@ -445,7 +446,7 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 		// The server in a process of its own, tuned as launch tunes itself
 		// (one process more than the ranks share the host with).
 		var err error
-		srv, err = ps.start(c.self, "NATS server", []string{"bench", "broadcast-server"}, rankEnv(os.Environ(), c.n+2, c.o.tune), true)
+		srv, err = ps.start(c.self, "NATS server", []string{"bench", "broadcast-server"}, rankproc.Env(os.Environ(), c.n+2, c.o.tune), true)
 		if err != nil {
 			return res, err
 		}
@@ -461,7 +462,7 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 	args := []string{"bench", "broadcast-publisher", "--transport", c.transport, "--followers", strconv.Itoa(c.n),
 		"--payload", strconv.Itoa(c.o.payload), "--interval", c.o.interval.String(), "--messages", strconv.Itoa(c.o.messages),
 		"--subject", c.subject, "--nats", natsURL}
-	pub, err := ps.start(c.self, "publisher", args, rankEnv(os.Environ(), c.n+1, c.o.tune), true)
+	pub, err := ps.start(c.self, "publisher", args, rankproc.Env(os.Environ(), c.n+1, c.o.tune), true)
 	if err != nil {
 		return res, err
 	}
@@ -477,7 +478,7 @@ func (c *bcCase) run(ctx context.Context) (bcRound, error) {
 	for id := range c.n {
 		args := []string{"bench", "broadcast-follower", "--transport", c.transport, "--addr", addr,
 			"--subject", c.subject, "--messages", strconv.Itoa(c.o.messages), "--deadline", life.String()}
-		f, err := ps.start(c.self, fmt.Sprintf("follower %d", id), args, rankEnv(os.Environ(), c.n+1, c.o.tune), false)
+		f, err := ps.start(c.self, fmt.Sprintf("follower %d", id), args, rankproc.Env(os.Environ(), c.n+1, c.o.tune), false)
 		if err != nil {
 			return res, err
 		}

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 	"github.com/tpcoord/tpcoord/rank"
 )
 
@@ -94,10 +94,10 @@ tokens/s, and exits.`,
 				// The new process reads --config again: only a regular file
 				// can be read twice (not a pipe such as <(...)).
 				again := rereadable(fs)
-				if !again && !godebugHas(os.Getenv("GODEBUG"), "schedtrace") {
+				if !again && !rankproc.GodebugHas(os.Getenv("GODEBUG"), "schedtrace") {
 					log.Warn("not re-executing with the sysmon setting: the config file cannot be read twice (not a regular file)")
 				}
-				tuneSelf(cfg.NProc+1, again && !testing.Testing(), log)
+				rankproc.TuneSelf(cfg.NProc+1, again && reexec, log)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -198,8 +198,8 @@ func runLaunch(ctx context.Context, cfg launchConfig, natsURL string, passthroug
 		}
 		c := exec.Command(self, args...)
 		c.Stdout, c.Stderr = stderr, stderr
-		c.Env = rankEnv(os.Environ(), cfg.NProc, cfg.TuneRuntime)
-		c.SysProcAttr = childProcAttr()
+		c.Env = rankproc.Env(os.Environ(), cfg.NProc, cfg.TuneRuntime)
+		c.SysProcAttr = rankproc.DieWithParent()
 		if err := c.Start(); err != nil {
 			stopChildren(children, gone, exits, syscall.SIGTERM, 0, cfg.StopGrace, log)
 			return fmt.Errorf("start rank %d: %w", r, err)

@@ -15,8 +15,10 @@ import (
 // followers. They set TPC_RUN_AS_TPCOORD (runAsTPCoordEnv) in those
 // processes' environment; this hook, seeing it, runs the tpcoord command
 // line and exits before any test starts. An init rather than a TestMain so
-// that it cannot clash with a TestMain another file may add.
+// that it cannot clash with a TestMain another file may add. Either way
+// the test binary must not re-execute itself (reexec).
 func init() {
+	reexec = false
 	if os.Getenv(runAsTPCoordEnv) == "" {
 		return
 	}

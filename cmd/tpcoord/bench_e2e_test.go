@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tpcoord/tpcoord/internal/bench/e2e"
 )
 
 func runBenchE2ECmd(t *testing.T, args ...string) (string, error) {
@@ -25,13 +27,13 @@ func TestBenchE2EJSON(t *testing.T) {
 		t.Fatalf("bench e2e: %v\noutput:\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2+len(e2eStages) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(lines), 2+len(e2eStages), out)
+	if len(lines) != 2+len(e2e.Stages()) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), 2+len(e2e.Stages()), out)
 	}
-	want := []e2eCombo{e2eBaseline, {"pool", "softmax", "all"}} // baseline first
+	want := []e2e.Combo{e2e.Baseline, {Noise: "pool", Sampling: "softmax", Ranks: "all"}} // baseline first
 	var rates []float64
 	for i, line := range lines[:2] {
-		var r benchE2EResult
+		var r e2e.Result
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&r); err != nil {
@@ -62,13 +64,13 @@ func TestBenchE2EJSON(t *testing.T) {
 		}
 	}
 	for i, line := range lines[2:] {
-		var s benchE2EStage
+		var s e2e.StageResult
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
 			t.Fatalf("stage line %d: %v: %s", i, err, line)
 		}
-		if s.Kind != "stage" || s.Stage != e2eStages[i].name || s.OffAlone != nil {
+		if s.Kind != "stage" || s.Stage != e2e.Stages()[i].Name || s.OffAlone != nil {
 			t.Errorf("stage line %d: %+v", i, s)
 		}
 		// Only the noise stage's "only on" combination was measured.

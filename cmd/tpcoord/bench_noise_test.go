@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/internal/bench/noise"
 )
 
 // TestBenchNoiseJSON checks every case's line and fields, never a time.
@@ -28,7 +30,7 @@ func TestBenchNoiseJSON(t *testing.T) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out)
 	}
 	for i, line := range lines {
-		var r benchNoiseResult
+		var r noise.Result
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&r); err != nil {
@@ -41,7 +43,7 @@ func TestBenchNoiseJSON(t *testing.T) {
 		if r.Vocab != 1024 || r.Iters != 3 {
 			t.Errorf("line %d: configuration %+v", i, r)
 		}
-		if wantRows := map[bool]int{true: bnTakeRows, false: 2}[w.name == "pool_take32"]; r.Rows != wantRows {
+		if wantRows := map[bool]int{true: noise.TakeRows, false: 2}[w.name == "pool_take32"]; r.Rows != wantRows {
 			t.Errorf("line %d: rows %d, want %d", i, r.Rows, wantRows)
 		}
 		if !(r.Median > 0 && r.P90 >= r.Median && r.P99 >= r.P90) {

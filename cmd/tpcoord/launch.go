@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/coordinator/launch"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
@@ -29,10 +30,6 @@ type launchOptions struct {
 	TuneRuntime   bool
 	NATSInRank0   bool
 }
-
-// reexecAllowed lets launch re-execute itself with its runtime settings;
-// main sets it, so a test binary running the command is never replaced.
-var reexecAllowed = false
 
 func newLaunchCmd() *cobra.Command {
 	var o launchOptions
@@ -120,12 +117,12 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		// The new process reads --config again: only a regular file
 		// can be read twice (not a pipe such as <(...)).
 		again := rereadable(fs)
-		if !again && !godebugHas(os.Getenv("GODEBUG"), "schedtrace") {
+		if !again && !rankproc.GodebugHas(os.Getenv("GODEBUG"), "schedtrace") {
 			log.Warn("not re-executing with the sysmon setting: the config file cannot be read twice (not a regular file)")
 		}
-		tuneSelf(o.NProc+1, again && reexecAllowed, log)
+		rankproc.TuneSelf(o.NProc+1, again && reexec, log)
 	}
-	cfg.Env = rankEnv(os.Environ(), o.NProc, o.TuneRuntime)
+	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)
 	cfg.AgentArgs = agentArgs(fs, launchOwnFlags...)
 	cfg.Logger = log
 	return runLaunch(cmd.Context(), cfg, o, cmd.OutOrStdout())

@@ -56,7 +56,6 @@ func newRootCmd() *cobra.Command {
 }
 
 func main() {
-	reexecAllowed = true
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -7,17 +7,22 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tpcoord/tpcoord/internal/bench/job"
 )
 
-// The benches spawn processes from os.Executable(), which under go test is
-// this test binary: `bench e2e` and `bench step` start launch (which starts
-// its agents the same way), `bench broadcast` its publisher, server and
-// followers. They set TPC_RUN_AS_TPCOORD (runAsTPCoordEnv) in those
-// processes' environment; this hook, seeing it, runs the tpcoord command
-// line and exits before any test starts. An init rather than a TestMain so
-// that it cannot clash with a TestMain another file may add.
+// The benches spawn processes from os.Executable() (benchSelf), which
+// under go test is this test binary: `bench e2e` and `bench step` start
+// launch (which starts its agents the same way), `bench broadcast` its
+// publisher, server and followers. They set TPC_RUN_AS_TPCOORD
+// (job.RunAsTPCoordEnv) in those processes' environment; this hook, seeing
+// it, runs the tpcoord command line and exits before any test starts. An
+// init rather than a TestMain so that it cannot clash with a TestMain
+// another file may add. Either way the test binary must not re-execute
+// itself (reexec).
 func init() {
-	if os.Getenv(runAsTPCoordEnv) == "" {
+	reexec = false
+	if os.Getenv(job.RunAsTPCoordEnv) == "" {
 		return
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

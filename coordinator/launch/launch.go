@@ -16,6 +16,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
 // MaxProcs bounds Config.NProc.
@@ -178,7 +179,7 @@ func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.cfg.Self, args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
 	c.Env = s.cfg.Env
-	c.SysProcAttr = ChildProcAttr()
+	c.SysProcAttr = rankproc.DieWithParent()
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("start rank %d: %w", r, err)
 	}

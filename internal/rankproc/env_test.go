@@ -1,12 +1,13 @@
-package main
+package rankproc
 
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
-func TestRankEnv(t *testing.T) {
+func TestEnv(t *testing.T) {
 	procs := "GOMAXPROCS=" + strconv.Itoa(max(1, hostProcs/8))
 	for _, tc := range []struct {
 		name       string
@@ -20,7 +21,7 @@ func TestRankEnv(t *testing.T) {
 		{"schedtrace kept", []string{"GODEBUG=x=1, schedtrace=1000"}, true, []string{"GODEBUG=x=1, schedtrace=1000"}, []string{"GODEBUG=" + sysmonSetting}},
 		{"GOMAXPROCS kept", []string{"GOMAXPROCS=7"}, true, []string{"GOMAXPROCS=7"}, []string{procs}},
 	} {
-		got := rankEnv(tc.base, 8, tc.tune)
+		got := Env(tc.base, 8, tc.tune)
 		for _, w := range tc.want {
 			if !slices.Contains(got, w) {
 				t.Errorf("%s: %v lacks %q", tc.name, got, w)
@@ -33,7 +34,7 @@ func TestRankEnv(t *testing.T) {
 		}
 		n := 0
 		for _, kv := range got {
-			if len(kv) > 8 && kv[:8] == "GODEBUG=" {
+			if strings.HasPrefix(kv, "GODEBUG=") {
 				n++
 			}
 		}
@@ -42,8 +43,25 @@ func TestRankEnv(t *testing.T) {
 		}
 	}
 	base := []string{"GODEBUG=a=1"}
-	_ = rankEnv(base, 8, true)
+	_ = Env(base, 8, true)
 	if base[0] != "GODEBUG=a=1" {
-		t.Errorf("rankEnv changed its base: %v", base)
+		t.Errorf("Env changed its base: %v", base)
+	}
+}
+
+func TestGodebugHas(t *testing.T) {
+	for _, tc := range []struct {
+		godebug, key string
+		want         bool
+	}{
+		{"", "schedtrace", false},
+		{"schedtrace=1", "schedtrace", true},
+		{"gctrace=1, schedtrace=5", "schedtrace", true},
+		{"schedtracex=1", "schedtrace", false},
+		{"x=schedtrace", "schedtrace", false},
+	} {
+		if got := GodebugHas(tc.godebug, tc.key); got != tc.want {
+			t.Errorf("GodebugHas(%q, %q) = %v, want %v", tc.godebug, tc.key, got, tc.want)
+		}
 	}
 }

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package launch
-
-import "syscall"
-
-func ChildProcAttr() *syscall.SysProcAttr { return nil }

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/bench/job"
+	"github.com/tpcoord/tpcoord/internal/bench/stats"
+	"github.com/tpcoord/tpcoord/rank/client"
+)
+
+// Options configure Run. Errors of Validate name the tpcoord flag.
+type Options struct {
+	Self        string        // the tpcoord binary to run launch from
+	NProc       int           // --nproc: ranks
+	Batch       int           // --batch: concurrent requests (and launch's --max-batch)
+	Vocab       int           // --vocab
+	ForwardTime time.Duration // --forward-time: synthetic forward pass
+	Tokens      int           // --tokens: output tokens per request
+	CPUs        string        // --cpus: run each launch under taskset -c CPUs
+	Combos      []string      // --combos: noise+sampling+ranks, or all
+	JSON        bool          // --json: JSON lines instead of a table
+	Timeout     time.Duration // --timeout: per combination
+}
+
+// Validate checks o, and that taskset is there when --cpus asks for it;
+// its errors name the flag.
+func (o Options) Validate() error {
+	switch {
+	case o.NProc < 1 || o.NProc > 64:
+		return fmt.Errorf("--nproc: must be in [1, 64], got %d", o.NProc)
+	case o.Batch < 1 || o.Batch > broadcast.MaxAdmissions:
+		return fmt.Errorf("--batch: must be in [1, %d], got %d", broadcast.MaxAdmissions, o.Batch)
+	case o.Vocab < 16 || o.Vocab > 1<<24:
+		return fmt.Errorf("--vocab: must be in [16, %d], got %d", 1<<24, o.Vocab)
+	case o.ForwardTime < 0:
+		return fmt.Errorf("--forward-time: must be >= 0, got %v", o.ForwardTime)
+	case o.Tokens < 1:
+		return fmt.Errorf("--tokens: must be >= 1, got %d", o.Tokens)
+	case o.Timeout <= 0:
+		return fmt.Errorf("--timeout: must be > 0, got %v", o.Timeout)
+	}
+	if o.CPUs != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			return fmt.Errorf("--cpus: taskset not found (util-linux): %v", err)
+		}
+	}
+	if _, err := selectCombos(o.Combos); err != nil {
+		return err
+	}
+	if o.Self == "" {
+		return errors.New("options: Self, the tpcoord binary to run launch from, is not set")
+	}
+	return nil
+}
+
+// Run measures every selected combination, one launch each, and writes one
+// line per combination and then per stage to stdout, a table or JSON
+// lines, and its progress to progress.
+func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	combos, _ := selectCombos(o.Combos) // Validate checked them
+	dir, err := os.MkdirTemp("", "tpcoord-bench-e2e-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	m := stats.ThisMachine()
+	if !o.JSON {
+		fmt.Fprintf(stdout, "machine: %s, %d cores, %s; cpus %q; nproc %d, batch %d, vocab %d, forward %v, tokens %d\n",
+			m.CPU, m.Cores, m.Go, o.CPUs, o.NProc, o.Batch, o.Vocab, o.ForwardTime, o.Tokens)
+		fmt.Fprintf(stdout, "%-24s %14s %10s %12s  %s\n", "combination", "output_tok/s", "total_s", "vs_baseline", "rank 0 step ms (median)")
+	}
+	rate := map[Combo]float64{}
+	for i, c := range combos {
+		fmt.Fprintf(progress, "bench e2e: [%d/%d] %s ...\n", i+1, len(combos), c)
+		r, err := measure(ctx, o, c, dir, i, progress)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
+		r.Machine = m
+		rate[c] = r.TokensPerS
+		if b, ok := rate[Baseline]; ok && b > 0 {
+			v := r.TokensPerS / b
+			r.VsBaseline = &v
+		}
+		if err := printResult(stdout, r, o.JSON); err != nil {
+			return err
+		}
+	}
+	return printStages(stdout, rate, o.JSON)
+}
+
+// measure runs combination c (the i-th) and returns its line, without the
+// machine and the ratio to the baseline.
+func measure(ctx context.Context, o Options, c Combo, dir string, i int, progress io.Writer) (Result, error) {
+	n, elapsed, steps, err := runCombo(ctx, o, c, dir, i, progress)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Kind: "combo", CPUs: o.CPUs,
+		NProc: o.NProc, Batch: o.Batch, Vocab: o.Vocab, ForwardTimeMS: float64(o.ForwardTime.Microseconds()) / 1000,
+		Tokens: o.Tokens, Combo: c.String(), Noise: c.Noise, Sampling: c.Sampling, SamplingRanks: c.Ranks,
+		OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds(), Step: breakdown(steps)}
+	fmt.Fprintf(progress, "bench e2e: %s: %d tokens in %.2fs: %.1f tokens/s\n", c, n, r.TotalS, r.TokensPerS)
+	return r, nil
+}
+
+// runCombo runs one combination: start launch, wait for its ready file,
+// run the batch, stop launch. It returns the output tokens, the wall time
+// from the first submission to the last final reply, and rank 0's steps
+// (none if they could not be read).
+func runCombo(ctx context.Context, o Options, c Combo, dir string, i int, progress io.Writer) (int, time.Duration, []client.StepTiming, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	j, err := job.Start(ctx, job.Launch{Self: o.Self, CPUs: o.CPUs, Dir: dir, Name: strconv.Itoa(i), Args: []string{
+		"--nproc", strconv.Itoa(o.NProc), "--job", "bench-e2e",
+		"--vocab", strconv.Itoa(o.Vocab), "--forward-time", o.ForwardTime.String(),
+		"--max-batch", strconv.Itoa(o.Batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.Batch)),
+		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks}})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	// One short request first: the first step pays for page faults and
+	// the noise pool's first rows in every combination alike.
+	if _, _, err := j.Submit(ctx, job.Batch{Requests: 1, Tokens: 2, Vocab: o.Vocab, Temperature: 0.8, SeedBase: 1 << 20}); err != nil {
+		return 0, 0, nil, j.Fail(fmt.Errorf("warm-up: %w", err))
+	}
+	start := time.Now()
+	n, elapsed, err := j.Submit(ctx, job.Batch{Requests: o.Batch, Tokens: o.Tokens, Vocab: o.Vocab, Temperature: 0.8})
+	if err != nil {
+		return 0, 0, nil, j.Fail(err)
+	}
+	steps, err := j.StepTimings(ctx, start)
+	if err != nil {
+		fmt.Fprintf(progress, "bench e2e: %s: no step breakdown: %v\n", c, err)
+	}
+	j.StopQuietly(progress, "bench e2e: "+c.String())
+	return n, elapsed, steps, nil
+}

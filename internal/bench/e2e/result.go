@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/tpcoord/tpcoord/internal/bench/stats"
+	"github.com/tpcoord/tpcoord/rank/client"
+)
+
+// Result is one JSON line of `tpcoord bench e2e`: one combination.
+type Result struct {
+	Kind string `json:"kind"` // "combo"
+	stats.Machine
+	CPUs          string  `json:"cpus,omitempty"` // taskset list the whole launch ran under
+	NProc         int     `json:"nproc"`
+	Batch         int     `json:"batch"`
+	Vocab         int     `json:"vocab"`
+	ForwardTimeMS float64 `json:"forward_time_ms"`
+	Tokens        int     `json:"tokens"`
+	Combo         string  `json:"combo"`
+	Noise         string  `json:"noise"`
+	Sampling      string  `json:"sampling"`
+	SamplingRanks string  `json:"sampling_ranks"`
+	OutputTokens  int     `json:"output_tokens"`
+	TotalS        float64 `json:"total_s"`
+	TokensPerS    float64 `json:"output_tokens_per_s"`
+	// VsBaseline is TokensPerS over the baseline's (sync+softmax+all) in
+	// the same run; absent if the baseline was not measured.
+	VsBaseline *float64 `json:"vs_baseline,omitempty"`
+	// Step is rank 0's step-time breakdown over the batch's steps (median
+	// ms per phase, from its flight recorder); absent if it could not be
+	// read.
+	Step *StepBreakdown `json:"step_median_ms,omitempty"`
+}
+
+// StepBreakdown is the median time per phase of rank 0's steps, in ms.
+type StepBreakdown struct {
+	Steps   int     `json:"steps"`
+	Await   float64 `json:"await"`
+	Publish float64 `json:"publish"`
+	Forward float64 `json:"forward"`
+	Sample  float64 `json:"sample"`
+	Reply   float64 `json:"reply"`
+	Total   float64 `json:"total"`
+}
+
+// breakdown is the nearest-rank median of each phase over steps; nil for
+// none.
+func breakdown(steps []client.StepTiming) *StepBreakdown {
+	if len(steps) == 0 {
+		return nil
+	}
+	med := func(f func(client.StepTiming) float64) float64 {
+		v := make([]float64, len(steps))
+		for i, s := range steps {
+			v[i] = f(s)
+		}
+		return stats.Quantile(v, 0.5)
+	}
+	return &StepBreakdown{
+		Steps:   len(steps),
+		Await:   med(func(s client.StepTiming) float64 { return s.AwaitMs }),
+		Publish: med(func(s client.StepTiming) float64 { return s.PublishMs }),
+		Forward: med(func(s client.StepTiming) float64 { return s.ForwardMs }),
+		Sample:  med(func(s client.StepTiming) float64 { return s.SampleMs }),
+		Reply:   med(func(s client.StepTiming) float64 { return s.ReplyMs }),
+		Total:   med(func(s client.StepTiming) float64 { return s.TotalMs }),
+	}
+}
+
+// StageResult is one JSON line per stage, after the combinations: the
+// stage's own contribution, as tokens/s ratios. OnAlone is (baseline with
+// only this stage on) / baseline; OffAlone is full / (full with only this
+// stage off). Absent when a combination is missing.
+type StageResult struct {
+	Kind     string   `json:"kind"` // "stage"
+	Stage    string   `json:"stage"`
+	Off      string   `json:"off"`
+	On       string   `json:"on"`
+	OnAlone  *float64 `json:"only_on_vs_baseline,omitempty"`
+	OffAlone *float64 `json:"full_vs_only_off,omitempty"`
+}
+
+// stageResults are the stages' lines from the combinations' tokens/s.
+func stageResults(rate map[Combo]float64) []StageResult {
+	ratio := func(a, b Combo) *float64 {
+		ra, oka := rate[a]
+		rb, okb := rate[b]
+		if !oka || !okb || rb == 0 {
+			return nil
+		}
+		v := ra / rb
+		return &v
+	}
+	var out []StageResult
+	for _, st := range Stages() {
+		onAlone, offAlone := Baseline, Full
+		st.set(&onAlone, st.On)
+		st.set(&offAlone, st.Off)
+		out = append(out, StageResult{Kind: "stage", Stage: st.Name, Off: st.Off, On: st.On,
+			OnAlone: ratio(onAlone, Baseline), OffAlone: ratio(Full, offAlone)})
+	}
+	return out
+}
+
+func printResult(w io.Writer, r Result, asJSON bool) error {
+	if asJSON {
+		return stats.WriteJSONLine(w, r)
+	}
+	step := "-"
+	if b := r.Step; b != nil {
+		step = fmt.Sprintf("%.1f: forward %.1f, sample %.1f (medians of each)", b.Total, b.Forward, b.Sample)
+	}
+	_, err := fmt.Fprintf(w, "%-24s %14.1f %10.2f %12s  %s\n", r.Combo, r.TokensPerS, r.TotalS, fmtRatio(r.VsBaseline), step)
+	return err
+}
+
+// printStages writes the stages' lines, under a header in a table.
+func printStages(w io.Writer, rate map[Combo]float64, asJSON bool) error {
+	if !asJSON {
+		fmt.Fprintf(w, "%-16s %-20s %24s %20s\n", "stage", "off -> on", "only_on_vs_baseline", "full_vs_only_off")
+	}
+	for _, s := range stageResults(rate) {
+		var err error
+		if asJSON {
+			err = stats.WriteJSONLine(w, s)
+		} else {
+			_, err = fmt.Fprintf(w, "%-16s %-20s %24s %20s\n", s.Stage, s.Off+" -> "+s.On, fmtRatio(s.OnAlone), fmtRatio(s.OffAlone))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fmtRatio(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", *v)
+}

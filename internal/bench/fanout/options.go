@@ -1,0 +1,88 @@
+package fanout
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+const (
+	maxFollowers = 64
+	minMessages  = 10
+	maxRounds    = 100
+
+	// TargetP50Ratio and TargetP99Ratio are the NATS/TCP ratios the issue
+	// targets at N=8; reported, never asserted.
+	TargetP50Ratio = 1.5
+	TargetP99Ratio = 2.0
+
+	// readyTimeout bounds the start of a case's processes.
+	readyTimeout = 60 * time.Second
+	// exitTimeout bounds each process's exit once the case is over.
+	exitTimeout = 10 * time.Second
+)
+
+// Options configure Run. Errors of Validate name the tpcoord flag.
+type Options struct {
+	Self              string        // the tpcoord binary the processes are started from
+	Followers         []int         // --followers: follower process counts, 1..64
+	Payload           int           // --payload: message size, 16..1 MiB
+	Interval          time.Duration // --interval: between two published messages
+	Messages          int           // --messages: per case, >= 10 (the first 5% are warm-up)
+	Rounds            int           // --rounds: of (tcp, nats) per follower count
+	JSON              bool          // --json: JSON lines instead of a table
+	NATSURL           string        // --nats: an external server instead of the embedded one
+	ServerInPublisher bool          // --server-in-publisher: as launch --nats-in-rank0
+	TuneRuntime       bool          // --tune-runtime: the runtime settings launch gives ranks
+}
+
+// Validate checks o; its errors name the flag.
+func (o Options) Validate() error {
+	if len(o.Followers) == 0 {
+		return errors.New("--followers: give at least one count")
+	}
+	for _, n := range o.Followers {
+		if n < 1 || n > maxFollowers {
+			return fmt.Errorf("--followers: %d is outside 1..%d", n, maxFollowers)
+		}
+	}
+	if o.Payload < minPayload || o.Payload > maxPayload {
+		return fmt.Errorf("--payload: %d is outside %d..%d bytes", o.Payload, minPayload, maxPayload)
+	}
+	if o.Interval <= 0 {
+		return fmt.Errorf("--interval: must be > 0, got %v", o.Interval)
+	}
+	if o.Messages < minMessages {
+		return fmt.Errorf("--messages: must be >= %d, got %d", minMessages, o.Messages)
+	}
+	if o.Rounds < 1 || o.Rounds > maxRounds {
+		return fmt.Errorf("--rounds: %d is outside 1..%d", o.Rounds, maxRounds)
+	}
+	if o.ServerInPublisher && o.NATSURL != "" {
+		return errors.New("--server-in-publisher: not with --nats (the server is given)")
+	}
+	if o.Self == "" {
+		return errors.New("options: Self, the tpcoord binary to start the processes from, is not set")
+	}
+	return nil
+}
+
+// server names where the NATS server runs, as Result.NATSServer reports it.
+func (o Options) server() string {
+	switch {
+	case o.NATSURL != "":
+		return "external"
+	case o.ServerInPublisher:
+		return "in-publisher"
+	}
+	return "own-process"
+}
+
+// Warmup is the number of leading messages not counted: 5%, at least 1.
+func Warmup(messages int) int { return max(1, messages/20) }
+
+// followerDeadline bounds a spawned process's life, so a lost end marker
+// or a stuck publisher cannot keep it running.
+func followerDeadline(messages int, interval time.Duration) time.Duration {
+	return readyTimeout + 3*time.Duration(messages)*interval + 10*time.Second
+}

@@ -1,0 +1,179 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/tpcoord/tpcoord/internal/bench/stats"
+)
+
+// Result is one JSON line of `tpcoord bench broadcast`: one (transport,
+// followers) case. Latencies are publish-to-receive over all followers'
+// messages after the warm-up; each figure is the median over the rounds
+// of that round's figure (max: the largest).
+type Result struct {
+	Transport      string  `json:"transport"`
+	Followers      int     `json:"followers"`
+	Payload        int     `json:"payload"`
+	IntervalUS     float64 `json:"interval_us"`
+	SentIntervalUS float64 `json:"sent_interval_us"` // achieved mean interval
+	Messages       int     `json:"messages"`
+	Warmup         int     `json:"warmup"`
+	Rounds         int     `json:"rounds"`
+	Samples        int     `json:"samples"` // latencies per round (the fewest of any round)
+	P50US          float64 `json:"p50_us"`
+	P90US          float64 `json:"p90_us"`
+	P99US          float64 `json:"p99_us"`
+	MaxUS          float64 `json:"max_us"`
+	Lost           int     `json:"lost"` // over all rounds
+	// CPU time (user+system) per published message: all followers
+	// together, and the publishing process (with the embedded NATS server
+	// when there is one), from the start signal to the end.
+	FollowerCPUUS  float64 `json:"follower_cpu_us_per_msg"`
+	PublisherCPUUS float64 `json:"publisher_cpu_us_per_msg"`
+	// ServerCPUUS is the NATS server's process when it has one of its own
+	// (from its start to the end of the case; 0 otherwise).
+	ServerCPUUS float64 `json:"server_cpu_us_per_msg"`
+	// NATS over raw TCP for this follower count: the median over rounds of
+	// the ratio within the round (the two cases run back to back). On both
+	// lines.
+	P50RatioNATSTCP float64 `json:"p50_ratio_nats_tcp"`
+	P99RatioNATSTCP float64 `json:"p99_ratio_nats_tcp"`
+	TargetP50Ratio  float64 `json:"target_p50_ratio"`
+	TargetP99Ratio  float64 `json:"target_p99_ratio"`
+	// TargetsMet applies the N=8 targets' thresholds to this N's ratios;
+	// a lost message in either case fails it.
+	TargetsMet  bool   `json:"targets_met"`
+	NATSServer  string `json:"nats_server"` // "own-process" (as under launch), "in-publisher" (launch --nats-in-rank0) or "external"
+	TuneRuntime bool   `json:"tune_runtime"`
+	stats.Machine
+}
+
+// transports are the two cases of a round, in the order of their index.
+var transports = [2]string{"tcp", "nats"}
+
+// Run runs the benchmark o (see Options) and writes one line per
+// (follower count, transport) to stdout, a table or JSON lines, and its
+// progress to progress.
+func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	m := stats.ThisMachine()
+	if !o.JSON {
+		fmt.Fprintf(stdout, "%s, %d cores, %s; payload %d B, interval %v, %d messages (%d warm-up), %d rounds, NATS server %s, tune-runtime %v\n",
+			m.CPU, m.Cores, m.Go, o.Payload, o.Interval, o.Messages, Warmup(o.Messages), o.Rounds, o.server(), o.TuneRuntime)
+		fmt.Fprintf(stdout, "%-9s %9s %9s %9s %9s %9s %6s %9s %9s %9s %9s %9s %9s\n",
+			"transport", "followers", "p50_us", "p90_us", "p99_us", "max_us", "lost", "sent_us", "fcpu_us", "pcpu_us", "scpu_us", "p50/tcp", "p99/tcp")
+	}
+	for i, n := range o.Followers {
+		rounds, err := runRounds(ctx, o, i, n, progress)
+		if err != nil {
+			return err
+		}
+		for _, r := range results(o, n, rounds) {
+			r.Machine = m
+			if err := printResult(stdout, r, o.JSON); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runRounds runs o.Rounds rounds of both cases for n followers, their
+// order alternating from round to round. i numbers the follower count, to
+// give every case a NATS subject of its own.
+func runRounds(ctx context.Context, o Options, i, n int, progress io.Writer) ([2][]round, error) {
+	var rounds [2][]round // indexed like transports
+	for r := range o.Rounds {
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, t := range order {
+			c := fanoutCase{o: o, n: n, transport: transports[t], round: r,
+				subject: fmt.Sprintf("tpcoord.bench.broadcast.%d.%d", i, r), progress: progress}
+			res, err := c.run(ctx)
+			if err != nil {
+				return rounds, fmt.Errorf("%s, %d followers, round %d: %w", c.transport, n, r+1, err)
+			}
+			rounds[t] = append(rounds[t], res)
+		}
+	}
+	return rounds, nil
+}
+
+// results are the two lines of n followers, from their rounds.
+func results(o Options, n int, rounds [2][]round) [2]Result {
+	var p50r, p99r []float64
+	lost := 0
+	for r := range rounds[0] {
+		t, nr := rounds[0][r], rounds[1][r]
+		lost += t.lost + nr.lost
+		if t.p50 > 0 && t.p99 > 0 && nr.p50 > 0 && nr.p99 > 0 { // 0: nothing received
+			p50r = append(p50r, nr.p50/t.p50)
+			p99r = append(p99r, nr.p99/t.p99)
+		}
+	}
+	var out [2]Result
+	for t, name := range transports {
+		r := summarize(rounds[t])
+		r.Transport, r.Followers, r.Payload = name, n, o.Payload
+		r.IntervalUS, r.Messages, r.Warmup, r.Rounds = stats.US(o.Interval.Nanoseconds()), o.Messages, Warmup(o.Messages), o.Rounds
+		r.P50RatioNATSTCP, r.P99RatioNATSTCP = stats.Median(p50r), stats.Median(p99r)
+		r.TargetP50Ratio, r.TargetP99Ratio = TargetP50Ratio, TargetP99Ratio
+		r.TargetsMet = lost == 0 && r.P50RatioNATSTCP > 0 && r.P50RatioNATSTCP <= TargetP50Ratio && r.P99RatioNATSTCP <= TargetP99Ratio
+		r.NATSServer, r.TuneRuntime = o.server(), o.TuneRuntime
+		out[t] = r
+	}
+	return out
+}
+
+// round is one case's figures in one round: latencies and CPU per message
+// in µs.
+type round struct {
+	p50, p90, p99, max float64
+	lost, samples      int
+	sent, fcpu, pcpu   float64
+	scpu               float64
+}
+
+// summarize is the per-round medians of rs (max: the largest; lost: the
+// sum; samples: the fewest).
+func summarize(rs []round) Result {
+	pick := func(f func(round) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return stats.Median(v)
+	}
+	var res Result
+	res.P50US = pick(func(r round) float64 { return r.p50 })
+	res.P90US = pick(func(r round) float64 { return r.p90 })
+	res.P99US = pick(func(r round) float64 { return r.p99 })
+	res.SentIntervalUS = pick(func(r round) float64 { return r.sent })
+	res.FollowerCPUUS = pick(func(r round) float64 { return r.fcpu })
+	res.PublisherCPUUS = pick(func(r round) float64 { return r.pcpu })
+	res.ServerCPUUS = pick(func(r round) float64 { return r.scpu })
+	for i, r := range rs {
+		res.MaxUS = max(res.MaxUS, r.max)
+		res.Lost += r.lost
+		if i == 0 || r.samples < res.Samples {
+			res.Samples = r.samples
+		}
+	}
+	return res
+}
+
+func printResult(w io.Writer, r Result, asJSON bool) error {
+	if asJSON {
+		return stats.WriteJSONLine(w, r)
+	}
+	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %9.1f %9.1f %9.1f %8.2fx %8.2fx\n",
+		r.Transport, r.Followers, r.P50US, r.P90US, r.P99US, r.MaxUS, r.Lost, r.SentIntervalUS,
+		r.FollowerCPUUS, r.PublisherCPUUS, r.ServerCPUUS, r.P50RatioNATSTCP, r.P99RatioNATSTCP)
+	return err
+}

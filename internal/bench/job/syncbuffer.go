@@ -1,0 +1,25 @@
+package job
+
+import (
+	"bytes"
+	"sync"
+)
+
+// syncBuffer is a bytes.Buffer that launch's stdout and stderr copiers
+// may write concurrently with a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -13,11 +13,34 @@ import (
 
 // EpochInfo is what an executor is made for: one epoch of the world. A
 // model runtime with collectives of its own (torch.distributed) needs a
-// fresh process group each epoch, since a rank it knew may be gone.
+// fresh process group each epoch, since a rank it knew may be gone; the
+// fields are what torchrun would tell it.
 type EpochInfo struct {
 	Epoch uint32
 	Rank  int
 	World int
+	// LocalRank and LocalWorld count the ranks on this host (members
+	// advertising the same address), in rank order.
+	LocalRank, LocalWorld int
+	// MasterAddr and MasterPort are where rank 0's runtime listens for the
+	// rendezvous of its collectives: rank 0's address, and the port rank 0
+	// picked for this epoch (0 when the executor needs none).
+	MasterAddr string
+	MasterPort int
+}
+
+// Env is torchrun's environment for the epoch, so that a PyTorch runtime's
+// init_process_group(init_method="env://") works unchanged.
+func (e EpochInfo) Env() []string {
+	env := []string{
+		"RANK=" + strconv.Itoa(e.Rank), "WORLD_SIZE=" + strconv.Itoa(e.World),
+		"LOCAL_RANK=" + strconv.Itoa(e.LocalRank), "LOCAL_WORLD_SIZE=" + strconv.Itoa(e.LocalWorld),
+		"GROUP_RANK=0", "ROLE_RANK=" + strconv.Itoa(e.Rank), "ROLE_WORLD_SIZE=" + strconv.Itoa(e.World),
+	}
+	if e.MasterPort > 0 {
+		env = append(env, "MASTER_ADDR="+e.MasterAddr, "MASTER_PORT="+strconv.Itoa(e.MasterPort))
+	}
+	return env
 }
 
 // ExecutorFactory makes the executor of one epoch; the agent closes it when

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -96,6 +97,11 @@ func (r *run) connectBus(ctx context.Context) error {
 	return nil
 }
 
+// leaveTimeout bounds the goodbye: the leaving announcement's gossip (it
+// returns as soon as that is done, normally a few gossip intervals) and
+// memberlist's own leave message.
+const leaveTimeout = 3 * time.Second
+
 // join starts this rank's member and waits for the rendezvous. A clean
 // stop leaves the cluster announcing it (peers stop cleanly too); an agent
 // that fails leaves without the announcement, so peers see a lost rank
@@ -112,12 +118,18 @@ func (r *run) join(ctx context.Context) ([]membership.Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	masterPort := 0
+	if cfg.Rank == 0 && cfg.needsMasterPort() {
+		if masterPort, err = pickMasterPort(r.bindHost()); err != nil {
+			return nil, err
+		}
+	}
 	cl, err := membership.Start(membership.Config{
 		GossipKey: key, ClaimWait: cfg.RankClaimWait, Transport: r.a.o.transport,
 		ProbeInterval: cfg.Gossip.ProbeInterval, ProbeTimeout: cfg.Gossip.ProbeTimeout,
 		GossipInterval: cfg.Gossip.GossipInterval, SuspicionMult: cfg.Gossip.SuspicionMult,
 		Meta: membership.Meta{Job: cfg.Job, Rank: cfg.Rank, World: cfg.WorldSize, Digest: cfg.Digest(), NATS: natsbus.Redact(cfg.NATS),
-			Version: r.a.o.version, Proto: broadcast.Version, Leader: r.leader},
+			Version: r.a.o.version, Proto: broadcast.Version, Leader: r.leader, MasterPort: masterPort},
 		Bind: cfg.Bind, Join: cfg.Join, Local: cfg.Local, Logger: r.log,
 	})
 	if err != nil {
@@ -126,14 +138,20 @@ func (r *run) join(ctx context.Context) ([]membership.Member, error) {
 	r.cl = cl
 	_ = r.g.AddCloser("membership", func() error {
 		if r.clean {
-			return cl.Leave(time.Second)
+			return cl.Leave(leaveTimeout)
 		}
-		return cl.Abandon(time.Second)
+		return cl.Abandon(leaveTimeout)
 	})
 	r.log.Info("membership started", "member", cl.Name(), "addr", cl.Addr())
 	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
 	defer cancel()
 	return cl.Rendezvous(rctx)
+}
+
+// bindHost is the host part of Config.Bind ("" if it has none).
+func (r *run) bindHost() string {
+	host, _, _ := net.SplitHostPort(r.a.cfg.Bind)
+	return host
 }
 
 // sampling builds the picker of a rank that samples, with its noise pool.

@@ -78,13 +78,22 @@ func (w *world) loop(ctx context.Context) error {
 // runEpoch makes the epoch's executor and driver and runs it.
 func (w *world) runEpoch(ctx context.Context) (err error, peerLeft bool) {
 	a := w.r.a
-	ex, err := a.o.executors(ctx, EpochInfo{Epoch: w.epoch, Rank: a.cfg.Rank, World: a.cfg.WorldSize})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, false
+	info, err := w.epochInfo(ctx)
+	if err == nil {
+		var ex rank.Executor
+		if ex, err = a.o.executors(ctx, info); err == nil {
+			return w.runExecutor(ctx, ex)
 		}
-		return fmt.Errorf("rank %d: start the executor: %w", a.cfg.Rank, err), false
 	}
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	return fmt.Errorf("rank %d: start the executor: %w", a.cfg.Rank, err), false
+}
+
+// runExecutor runs the epoch's decode loop on ex, and closes ex.
+func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (err error, peerLeft bool) {
+	a := w.r.a
 	defer func() {
 		if cerr := ex.Close(); cerr != nil {
 			w.r.log.Warn("executor close", "err", cerr)
@@ -205,7 +214,13 @@ func (w *world) reform(ctx context.Context) error {
 	}
 	if cfg.Rank == 0 {
 		w.epoch++
-		if err := cl.UpdateMeta(func(m *membership.Meta) { m.Epoch = w.epoch }, 5*time.Second); err != nil {
+		port := 0
+		if cfg.needsMasterPort() {
+			if port, err = pickMasterPort(w.r.bindHost()); err != nil {
+				return err
+			}
+		}
+		if err := cl.UpdateMeta(func(m *membership.Meta) { m.Epoch, m.MasterPort = w.epoch, port }, 5*time.Second); err != nil {
 			log.Warn("epoch announcement not confirmed by every member", "epoch", w.epoch, "err", err)
 		}
 		log.Info("world re-formed", "epoch", w.epoch)

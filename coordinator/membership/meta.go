@@ -24,6 +24,10 @@ type Meta struct {
 	// Epoch is rank 0's current epoch: it grows each time the world
 	// re-forms after a loss, and followers run the epoch rank 0 advertises.
 	Epoch uint32 `json:"epoch,omitempty"`
+	// MasterPort is where rank 0's model runtime listens for its peers'
+	// collectives rendezvous in the current epoch (torchrun's MASTER_PORT;
+	// MASTER_ADDR is rank 0's address). Zero when the executor needs none.
+	MasterPort int `json:"master_port,omitempty"`
 	// State is MetaLeaving once the member has begun a graceful Leave. It
 	// is how peers tell a departure from a failure: memberlist v0.7 hands
 	// NotifyLeave a Node whose State field is never set.

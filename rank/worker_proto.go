@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"unsafe"
 
+	"github.com/tpcoord/tpcoord/internal/f16"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -370,48 +370,23 @@ func workerMessage(b []byte) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// halfToFloat32 converts IEEE 754 binary16 bits to float32 exactly.
-func halfToFloat32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch exp {
-	case 0:
-		// Zero or subnormal: man · 2^-24, exact in float32.
-		f := float32(man) * (1.0 / (1 << 24))
-		return math.Float32frombits(math.Float32bits(f) | sign)
-	case 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-}
-
-// widen converts n native-order 16-bit logits from src into dst.
+// widen converts native-order 16-bit logits from src into dst (len(dst)
+// elements; exact).
 func widen(dst []float32, src []uint16, dt WorkerDType) {
-	src = src[:len(dst)]
 	if dt == DTypeBFloat16 {
-		for i, h := range src {
-			dst[i] = math.Float32frombits(uint32(h) << 16)
-		}
+		f16.WidenBFloat16(dst, src)
 		return
 	}
-	for i, h := range src {
-		dst[i] = halfToFloat32(h)
-	}
+	f16.WidenHalf(dst, src)
 }
 
 // narrow rounds float32 logits to dt (ties to even), for workers.
 func narrow(dst []uint16, src []float32, dt WorkerDType) {
-	src = src[:len(dst)]
 	if dt == DTypeBFloat16 {
-		for i, f := range src {
-			dst[i] = sampler.Float32ToBFloat16(f)
-		}
+		f16.NarrowBFloat16(dst, src)
 		return
 	}
-	for i, f := range src {
-		dst[i] = sampler.Float32ToHalf(f)
-	}
+	f16.NarrowHalf(dst, src)
 }
 
 func leUint64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

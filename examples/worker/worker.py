@@ -63,7 +63,7 @@ def to_f32(x):
 
 
 def bf16_bits(x):
-    """float32 value -> bfloat16 bits, ties to even (sampler.Float32ToBFloat16)."""
+    """float32 value -> bfloat16 bits, ties to even (f16.Float32ToBFloat16 in Go)."""
     b = U32.unpack(F32.pack(x))[0]
     b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFFFFFF
     return b >> 16
@@ -87,7 +87,7 @@ class Model:
             self.encode = lambda x: x
         elif dtype == FLOAT16:
             # struct's 'e' rounds the (exact) float32 value to binary16,
-            # ties to even, as sampler.Float32ToHalf.
+            # ties to even, as f16.Float32ToHalf in Go.
             self.base = struct.pack("=%de" % vocab, *base)
             self.fmt = struct.Struct("=e")
             self.encode = lambda x: x

@@ -6,6 +6,7 @@
 // around them: it moves messages between a broadcast.Transport, the
 // Executor and the sampler, and owns no decisions of its own.
 //
-// Executors (the model side) live here too: Synthetic, a deterministic
-// load generator with realistic logits.
+// The Executor interface is the model side; Synthetic, a deterministic load
+// generator with realistic logits, is defined here. The executor backed by
+// a model worker process, and its protocol, are package rank/worker.
 package rank

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
 // workerOpts are the agent's flags for --executor worker.
@@ -46,11 +45,11 @@ func (o *workerOpts) validate(executor string) error {
 	case o.ForwardTimeout <= 0:
 		return configError("forward-timeout: must be > 0, got %v", o.ForwardTimeout)
 	}
-	if _, err := rank.ParseWorkerDType(o.WorkerDType); err != nil {
+	if _, err := worker.ParseDType(o.WorkerDType); err != nil {
 		return configError("worker-dtype: %v", err)
 	}
 	if o.WorkerCmd != "" {
-		if _, err := splitCommand(o.WorkerCmd); err != nil {
+		if _, err := worker.SplitCommand(o.WorkerCmd); err != nil {
 			return configError("worker-cmd: %v", err)
 		}
 	}
@@ -66,89 +65,27 @@ func newExecutor(ctx context.Context, cfg agentConfig, log *slog.Logger) (rank.E
 		}
 		return ex, nil
 	}
-	dt, err := rank.ParseWorkerDType(cfg.WorkerDType)
+	dt, err := worker.ParseDType(cfg.WorkerDType)
 	if err != nil {
 		return nil, configError("worker-dtype: %v", err)
 	}
-	wc := rank.WorkerConfig{
+	wc := worker.Config{
 		Rank: cfg.Rank, World: cfg.WorldSize, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
 		DType: dt, Logits: cfg.samples(), ForwardTimeout: cfg.ForwardTimeout,
 		Stdout: os.Stderr, Stderr: os.Stderr, Logger: log,
 	}
 	if cfg.WorkerCmd != "" {
-		if wc.Command, err = splitCommand(cfg.WorkerCmd); err != nil {
+		if wc.Command, err = worker.SplitCommand(cfg.WorkerCmd); err != nil {
 			return nil, configError("worker-cmd: %v", err)
 		}
 	} else {
 		wc.Socket = strings.ReplaceAll(cfg.WorkerSocket, "{rank}", strconv.Itoa(cfg.Rank))
 	}
-	w, err := rank.StartWorker(ctx, wc)
+	w, err := worker.Start(ctx, wc)
 	if err != nil {
 		return nil, err
 	}
 	return w, nil
-}
-
-// splitCommand splits a command line into arguments: blanks separate them,
-// single quotes keep everything, double quotes keep all but \" and \\, a
-// backslash outside quotes escapes the next character.
-func splitCommand(s string) ([]string, error) {
-	var (
-		args  []string
-		cur   strings.Builder
-		inArg bool
-		quote rune
-	)
-	rs := []rune(s)
-	for i := 0; i < len(rs); i++ {
-		c := rs[i]
-		switch {
-		case quote == '\'':
-			if c == '\'' {
-				quote = 0
-			} else {
-				cur.WriteRune(c)
-			}
-		case quote == '"':
-			switch {
-			case c == '"':
-				quote = 0
-			case c == '\\' && i+1 < len(rs) && (rs[i+1] == '"' || rs[i+1] == '\\'):
-				i++
-				cur.WriteRune(rs[i])
-			default:
-				cur.WriteRune(c)
-			}
-		case c == '\'' || c == '"':
-			quote, inArg = c, true
-		case c == '\\':
-			if i+1 == len(rs) {
-				return nil, errors.New("ends with a backslash")
-			}
-			i++
-			cur.WriteRune(rs[i])
-			inArg = true
-		case c == ' ' || c == '\t' || c == '\n':
-			if inArg {
-				args = append(args, cur.String())
-				cur.Reset()
-				inArg = false
-			}
-		default:
-			cur.WriteRune(c)
-			inArg = true
-		}
-	}
-	if quote != 0 {
-		return nil, fmt.Errorf("unterminated %c quote", quote)
-	}
-	if inArg {
-		args = append(args, cur.String())
-	}
-	if len(args) == 0 {
-		return nil, errors.New("empty command")
-	}
-	return args, nil
 }
 
 // workerCmdConfig configures `tpcoord worker`.
@@ -188,13 +125,13 @@ takes the agent's values.`,
 					return configError("socket: give --socket or --listen (one of them)")
 				}
 			}
-			sc := rank.WorkerServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, Name: "tpcoord worker " + version + " (synthetic model)"}
+			sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, Name: "tpcoord worker " + version + " (synthetic model)"}
 			if fs.Changed("eos") {
 				eos := int32(cfg.EOS)
 				sc.EOS = &eos
 			}
 			if cfg.DType != "" {
-				dt, err := rank.ParseWorkerDType(cfg.DType)
+				dt, err := worker.ParseDType(cfg.DType)
 				if err != nil {
 					return configError("dtype: %v", err)
 				}
@@ -222,7 +159,7 @@ takes the agent's values.`,
 	return cmd
 }
 
-func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConfig, log *slog.Logger) error {
+func runWorker(ctx context.Context, cfg workerCmdConfig, sc worker.ServeConfig, log *slog.Logger) error {
 	if cfg.Socket != "" {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "unix", cfg.Socket)
@@ -230,7 +167,7 @@ func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConf
 			return err
 		}
 		log.Debug("worker connected", "socket", cfg.Socket)
-		if err := rank.ServeWorker(ctx, conn, sc); err != nil && ctx.Err() == nil {
+		if err := worker.Serve(ctx, conn, sc); err != nil && ctx.Err() == nil {
 			return err
 		}
 		return nil
@@ -252,7 +189,7 @@ func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConf
 			return err
 		}
 		// One agent at a time: a card has one owner.
-		if err := rank.ServeWorker(ctx, conn, sc); err != nil && ctx.Err() == nil {
+		if err := worker.Serve(ctx, conn, sc); err != nil && ctx.Err() == nil {
 			log.Warn("agent connection ended", "err", err)
 		}
 	}

@@ -11,34 +11,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/worker"
 )
-
-func TestWorkerSplitCommand(t *testing.T) {
-	cases := []struct {
-		in   string
-		want []string
-		err  string
-	}{
-		{"python3 worker.py --socket {socket}", []string{"python3", "worker.py", "--socket", "{socket}"}, ""},
-		{`  a   'b c'  "d \"e\" \\" f\ g `, []string{"a", "b c", `d "e" \`, "f g"}, ""},
-		{`x ''`, []string{"x", ""}, ""},
-		{"", nil, "empty command"},
-		{`a 'b`, nil, "unterminated ' quote"},
-		{`a \`, nil, "ends with a backslash"},
-	}
-	for _, tc := range cases {
-		got, err := splitCommand(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("splitCommand(%q): %v, want error %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("splitCommand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-		}
-	}
-}
 
 func TestWorkerFlagsValidate(t *testing.T) {
 	cases := []struct {
@@ -81,7 +55,7 @@ func TestWorkerListen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runWorker(ctx, workerCmdConfig{Listen: sock}, rank.WorkerServeConfig{}, slog.New(slog.DiscardHandler))
+		done <- runWorker(ctx, workerCmdConfig{Listen: sock}, worker.ServeConfig{}, slog.New(slog.DiscardHandler))
 	}()
 	defer func() {
 		cancel()
@@ -89,10 +63,10 @@ func TestWorkerListen(t *testing.T) {
 			t.Errorf("runWorker: %v", err)
 		}
 	}()
-	var w *rank.Worker
+	var w *worker.Executor
 	deadline := time.Now().Add(30 * time.Second)
 	for w == nil {
-		w, err = rank.StartWorker(context.Background(), rank.WorkerConfig{Rank: 0, World: 1, Vocab: 256, MaxBatch: 2, EOS: 0, Logits: true, Socket: sock})
+		w, err = worker.Start(context.Background(), worker.Config{Rank: 0, World: 1, Vocab: 256, MaxBatch: 2, EOS: 0, Logits: true, Socket: sock})
 		if err != nil {
 			if time.Now().After(deadline) {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package rank
+package worker
 
 import (
 	"context"
@@ -14,16 +14,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank"
 )
 
-// WorkerConfig configures the worker executor: the agent's side of a model
+// Config configures the worker executor: the agent's side of a model
 // worker process (docs/worker-protocol.md).
-type WorkerConfig struct {
+type Config struct {
 	Rank, World     int
 	Vocab, MaxBatch int
 	EOS             int32 // -1 for none
 	// DType is the logits element type the worker must write (rank 0).
-	DType WorkerDType
+	DType DType
 	// Logits: this rank receives logits (rank 0). Only then is the
 	// shared-memory region created.
 	Logits bool
@@ -49,7 +51,7 @@ type WorkerConfig struct {
 	Logger         *slog.Logger
 }
 
-func (c *WorkerConfig) defaults() {
+func (c *Config) defaults() {
 	if c.ForwardTimeout <= 0 {
 		c.ForwardTimeout = 30 * time.Second
 	}
@@ -60,7 +62,7 @@ func (c *WorkerConfig) defaults() {
 		c.StopTimeout = 5 * time.Second
 	}
 	if c.DType == 0 {
-		c.DType = DTypeFloat32
+		c.DType = Float32
 	}
 	if c.ShmDir == "" {
 		c.ShmDir = os.TempDir()
@@ -74,7 +76,7 @@ func (c *WorkerConfig) defaults() {
 }
 
 // Validate checks the configuration; errors name the field.
-func (c *WorkerConfig) Validate() error {
+func (c *Config) Validate() error {
 	switch {
 	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
 		return fmt.Errorf("rank: %d is not in [0, %d)", c.Rank, c.World)
@@ -92,14 +94,14 @@ func (c *WorkerConfig) Validate() error {
 	return nil
 }
 
-// Worker is the executor backed by a model worker process. Forward sends
+// Executor is the executor backed by a model worker process. Forward sends
 // FORWARD over the socket and waits for FORWARD_OK; rank 0's logits are
 // then in the shared-memory region, which Forward returns in place
 // (float32) or widened into a buffer of its own (float16, bfloat16).
 // Forward and Close must not run concurrently (the driver calls Forward
 // from its loop and Close after Run returns).
-type Worker struct {
-	cfg  WorkerConfig
+type Executor struct {
+	cfg  Config
 	log  *slog.Logger
 	conn net.Conn
 	shm  *shmRegion
@@ -120,20 +122,20 @@ type Worker struct {
 	closeErr  error
 }
 
-var _ Executor = (*Worker)(nil)
+var _ rank.Executor = (*Executor)(nil)
 
-// errWorkerHung marks a step that hit its deadline.
-var errWorkerHung = errors.New("worker did not answer in time")
+// errHung marks a step that hit its deadline.
+var errHung = errors.New("worker did not answer in time")
 
-// StartWorker starts (or connects to) the worker and completes the
+// Start starts (or connects to) the worker and completes the
 // handshake. Every field HELLO_OK reports differently from cfg is refused,
 // naming the field and both values. ctx bounds the start only.
-func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Executor, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.defaults()
-	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_rank", cfg.Rank)}
+	w := &Executor{cfg: cfg, log: cfg.Logger.With("worker_rank", cfg.Rank)}
 	defer func() {
 		if err != nil {
 			// A worker that failed its start gets no SHUTDOWN: kill it.
@@ -181,8 +183,8 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 
 // spawn listens on a socket in a private directory, starts the command and
 // accepts its connection. The process is reaped by a goroutine owned by
-// the Worker; Close waits for it.
-func (w *Worker) spawn(ctx context.Context) error {
+// the Executor; Close waits for it.
+func (w *Executor) spawn(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "tpcoord-worker-")
 	if err != nil {
 		return err
@@ -231,9 +233,9 @@ func (w *Worker) spawn(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) handshake(ctx context.Context) error {
+func (w *Executor) handshake(ctx context.Context) error {
 	want := hello{
-		Version: WorkerProtocolVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
+		Version: ProtocolVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
 		Vocab: uint32(w.cfg.Vocab), MaxBatch: uint32(w.cfg.MaxBatch), EOS: w.cfg.EOS,
 		DType: w.cfg.DType, Order: nativeOrder, Logits: w.cfg.Logits,
 	}
@@ -248,8 +250,8 @@ func (w *Worker) handshake(ctx context.Context) error {
 	typ, body, err := w.roundTrip(appendHello(w.out[:0], &want))
 	if err != nil {
 		err = w.explain(err, ctx)
-		if errors.Is(err, errWorkerHung) || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errWorkerHung, w.cfg.StartTimeout)
+		if errors.Is(err, errHung) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errHung, w.cfg.StartTimeout)
 		}
 		return fmt.Errorf("handshake: %w", err)
 	}
@@ -297,7 +299,7 @@ func helloMismatch(a, b *hello) error {
 	return fmt.Errorf("handshake mismatch, refusing to start: %s", strings.Join(diffs, "; "))
 }
 
-func (w *Worker) roundTrip(frame []byte) (uint16, []byte, error) {
+func (w *Executor) roundTrip(frame []byte) (uint16, []byte, error) {
 	w.out = frame
 	if _, err := w.conn.Write(frame); err != nil {
 		return 0, nil, err
@@ -309,13 +311,13 @@ func (w *Worker) roundTrip(frame []byte) (uint16, []byte, error) {
 
 // explain turns an I/O error of a step or the handshake into what happened
 // to the worker.
-func (w *Worker) explain(err error, ctx context.Context) error {
+func (w *Executor) explain(err error, ctx context.Context) error {
 	var ne net.Error
 	switch {
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
 	case errors.As(err, &ne) && ne.Timeout():
-		return errWorkerHung
+		return errHung
 	case errors.Is(err, errGarbage):
 		return err
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isConnReset(err):
@@ -346,16 +348,16 @@ func exitString(err error) string {
 	return err.Error()
 }
 
-func (w *Worker) Vocab() int { return w.cfg.Vocab }
+func (w *Executor) Vocab() int { return w.cfg.Vocab }
 
 // PID is the worker process's ID (as the worker reported it when the agent
 // connected to a running one).
-func (w *Worker) PID() int { return w.pid }
+func (w *Executor) PID() int { return w.pid }
 
 // Forward runs one step on the worker. Any failure (an ERROR reply, garbage,
 // a closed connection, no answer within ForwardTimeout) names the rank and
 // leaves the worker broken: every later Forward fails the same way.
-func (w *Worker) Forward(ctx context.Context, b Batch) ([]float32, error) {
+func (w *Executor) Forward(ctx context.Context, b rank.Batch) ([]float32, error) {
 	if w.broken != nil {
 		return nil, w.broken
 	}
@@ -368,7 +370,7 @@ func (w *Worker) Forward(ctx context.Context, b Batch) ([]float32, error) {
 	return logits, nil
 }
 
-func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
+func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error) {
 	if len(b.Rows) > w.cfg.MaxBatch {
 		return nil, fmt.Errorf("%d rows, the worker was set up for at most %d", len(b.Rows), w.cfg.MaxBatch)
 	}
@@ -378,7 +380,7 @@ func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
 	typ, body, err := w.roundTrip(appendForward(w.out[:0], b.Step, b.Rows))
 	if err != nil {
 		err = w.explain(err, ctx)
-		if errors.Is(err, errWorkerHung) {
+		if errors.Is(err, errHung) {
 			return nil, fmt.Errorf("%w: no reply within --forward-timeout %v", err, w.cfg.ForwardTimeout)
 		}
 		return nil, err
@@ -405,7 +407,7 @@ func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
 		return nil, nil
 	}
 	n := len(b.Rows) * w.cfg.Vocab
-	if w.cfg.DType == DTypeFloat32 {
+	if w.cfg.DType == Float32 {
 		return w.shm.float32s(n), nil
 	}
 	// The sampler takes float32 rows: widen the 16-bit logits into a
@@ -419,7 +421,7 @@ func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
 }
 
 // kill ends the process now (used when it cannot be trusted to stop).
-func (w *Worker) kill() {
+func (w *Executor) kill() {
 	if w.cmd == nil {
 		return
 	}
@@ -433,7 +435,7 @@ func (w *Worker) kill() {
 // Close asks the worker to shut down, kills it if it does not exit within
 // StopTimeout (at once if it stopped answering), reaps it and releases the
 // socket and the shared memory. It is idempotent.
-func (w *Worker) Close() error {
+func (w *Executor) Close() error {
 	w.closeOnce.Do(func() {
 		if w.conn != nil {
 			if w.broken == nil {
@@ -443,7 +445,7 @@ func (w *Worker) Close() error {
 			_ = w.conn.Close()
 		}
 		if w.cmd != nil {
-			if errors.Is(w.broken, errWorkerHung) {
+			if errors.Is(w.broken, errHung) {
 				w.kill()
 			}
 			t := time.NewTimer(w.cfg.StopTimeout)

@@ -1,4 +1,4 @@
-package rank
+package worker
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/tpcoord/tpcoord/internal/f16"
+	"github.com/tpcoord/tpcoord/rank"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -16,8 +17,8 @@ import (
 // not travel on the socket: the worker writes them into a shared-memory file
 // the agent created, in the host's native byte order.
 
-// WorkerProtocolVersion is the version HELLO carries; both sides must agree.
-const WorkerProtocolVersion = 1
+// ProtocolVersion is the version HELLO carries; both sides must agree.
+const ProtocolVersion = 1
 
 // Frame types.
 const (
@@ -48,52 +49,52 @@ const (
 	orderBig    uint8 = 2
 )
 
-// WorkerDType is the element type of the logits the worker writes.
-type WorkerDType uint8
+// DType is the element type of the logits the worker writes.
+type DType uint8
 
 // Wire codes of the logits element types.
 const (
-	DTypeFloat32  WorkerDType = 1
-	DTypeFloat16  WorkerDType = 2
-	DTypeBFloat16 WorkerDType = 3
+	Float32  DType = 1
+	Float16  DType = 2
+	BFloat16 DType = 3
 )
 
-func (d WorkerDType) String() string {
+func (d DType) String() string {
 	switch d {
-	case DTypeFloat32:
+	case Float32:
 		return "float32"
-	case DTypeFloat16:
+	case Float16:
 		return "float16"
-	case DTypeBFloat16:
+	case BFloat16:
 		return "bfloat16"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
 // Size is the element size in bytes (0 for an unknown type).
-func (d WorkerDType) Size() int {
+func (d DType) Size() int {
 	switch d {
-	case DTypeFloat32:
+	case Float32:
 		return 4
-	case DTypeFloat16, DTypeBFloat16:
+	case Float16, BFloat16:
 		return 2
 	}
 	return 0
 }
 
-// ParseWorkerDType accepts float32, float16 and bfloat16 (and f32, f16, bf16).
-func ParseWorkerDType(s string) (WorkerDType, error) {
+// ParseDType accepts float32, float16 and bfloat16 (and f32, f16, bf16).
+func ParseDType(s string) (DType, error) {
 	d, err := sampler.ParseDtype(s)
 	if err != nil {
 		return 0, err
 	}
 	switch d {
 	case sampler.Float16:
-		return DTypeFloat16, nil
+		return Float16, nil
 	case sampler.BFloat16:
-		return DTypeBFloat16, nil
+		return BFloat16, nil
 	}
-	return DTypeFloat32, nil
+	return Float32, nil
 }
 
 // nativeOrder is this host's byte order, as HELLO states it.
@@ -124,7 +125,7 @@ type hello struct {
 	Vocab    uint32
 	MaxBatch uint32
 	EOS      int32
-	DType    WorkerDType
+	DType    DType
 	Order    uint8
 	Logits   bool   // HELLO only: this rank receives logits
 	ShmSize  uint64 // HELLO only
@@ -242,7 +243,7 @@ func decodeHelloFixed(b []byte, h *hello) {
 	le := binary.LittleEndian
 	h.Version, h.Rank, h.World, h.Vocab, h.MaxBatch = le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:]), le.Uint32(b[16:])
 	h.EOS = int32(le.Uint32(b[20:]))
-	h.DType, h.Order = WorkerDType(b[24]), b[25]
+	h.DType, h.Order = DType(b[24]), b[25]
 }
 
 func decodeHello(b []byte, h *hello) error {
@@ -275,7 +276,7 @@ func decodeHelloOK(b []byte, h *hello) error {
 }
 
 // appendForward encodes FORWARD: the step and every row's full history.
-func appendForward(dst []byte, step uint64, rows []*Seq) []byte {
+func appendForward(dst []byte, step uint64, rows []*rank.Seq) []byte {
 	dst, at := beginFrame(dst, frameForward)
 	dst = binary.LittleEndian.AppendUint64(dst, step)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(rows)))
@@ -300,7 +301,7 @@ func appendTokens(dst []byte, toks []int32) []byte {
 }
 
 // decodeForward decodes FORWARD into rows, reusing their storage.
-func decodeForward(b []byte, rows []Seq) (uint64, []Seq, error) {
+func decodeForward(b []byte, rows []rank.Seq) (uint64, []rank.Seq, error) {
 	if len(b) < 12 {
 		return 0, rows, fmt.Errorf("%w: FORWARD of %d bytes", errGarbage, len(b))
 	}
@@ -324,7 +325,7 @@ func decodeForward(b []byte, rows []Seq) (uint64, []Seq, error) {
 		if len(rows) < cap(rows) {
 			rows = rows[:len(rows)+1]
 		} else {
-			rows = append(rows, Seq{})
+			rows = append(rows, rank.Seq{})
 		}
 		r := &rows[len(rows)-1]
 		r.ID = id
@@ -372,8 +373,8 @@ func workerMessage(b []byte) string {
 
 // widen converts native-order 16-bit logits from src into dst (len(dst)
 // elements; exact).
-func widen(dst []float32, src []uint16, dt WorkerDType) {
-	if dt == DTypeBFloat16 {
+func widen(dst []float32, src []uint16, dt DType) {
+	if dt == BFloat16 {
 		f16.WidenBFloat16(dst, src)
 		return
 	}
@@ -381,8 +382,8 @@ func widen(dst []float32, src []uint16, dt WorkerDType) {
 }
 
 // narrow rounds float32 logits to dt (ties to even), for workers.
-func narrow(dst []uint16, src []float32, dt WorkerDType) {
-	if dt == DTypeBFloat16 {
+func narrow(dst []uint16, src []float32, dt DType) {
+	if dt == BFloat16 {
 		f16.NarrowBFloat16(dst, src)
 		return
 	}

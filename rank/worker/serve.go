@@ -1,4 +1,4 @@
-package rank
+package worker
 
 import (
 	"context"
@@ -8,16 +8,18 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank"
 )
 
-// WorkerServeConfig configures ServeWorker, the Go implementation of a
+// ServeConfig configures Serve, the Go implementation of a
 // model worker (the synthetic model behind the worker protocol). Zero
 // values take the agent's value from HELLO; a set value is reported as it
 // is, so the agent refuses a mismatch.
-type WorkerServeConfig struct {
+type ServeConfig struct {
 	Vocab, MaxBatch int
 	EOS             *int32
-	DType           WorkerDType
+	DType           DType
 	// Name is reported in HELLO_OK; PID too (default: this process).
 	Name string
 	PID  int
@@ -25,15 +27,15 @@ type WorkerServeConfig struct {
 	ForwardTime time.Duration
 }
 
-// ServeWorker speaks the worker side of the protocol on conn: HELLO, then
+// Serve speaks the worker side of the protocol on conn: HELLO, then
 // FORWARD steps until SHUTDOWN or the agent closes the connection (both
 // return nil). Cancelling ctx ends it with ctx's error. conn is closed on
 // return.
-func ServeWorker(ctx context.Context, conn net.Conn, cfg WorkerServeConfig) error {
+func Serve(ctx context.Context, conn net.Conn, cfg ServeConfig) error {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	s := &workerServer{ctx: ctx, conn: conn, cfg: cfg}
+	s := &server{ctx: ctx, conn: conn, cfg: cfg}
 	defer s.close()
 	err := s.serve()
 	if ctx.Err() != nil {
@@ -45,26 +47,26 @@ func ServeWorker(ctx context.Context, conn net.Conn, cfg WorkerServeConfig) erro
 	return err
 }
 
-type workerServer struct {
+type server struct {
 	ctx   context.Context
 	conn  net.Conn
-	cfg   WorkerServeConfig
+	cfg   ServeConfig
 	hello hello
-	model *Synthetic
+	model *rank.Synthetic
 	shm   *shmRegion
-	rows  []Seq
+	rows  []rank.Seq
 	row   []float32
 	in    []byte
 	out   []byte
 }
 
-func (s *workerServer) close() {
+func (s *server) close() {
 	if s.shm != nil {
 		_ = s.shm.close()
 	}
 }
 
-func (s *workerServer) serve() error {
+func (s *server) serve() error {
 	typ, body, err := readFrame(s.conn, s.in, maxRequestBody)
 	if err != nil {
 		return err
@@ -104,20 +106,20 @@ func (s *workerServer) serve() error {
 }
 
 // fail tells the agent what went wrong, then ends the connection.
-func (s *workerServer) fail(err error) error {
+func (s *server) fail(err error) error {
 	_, _ = s.conn.Write(appendError(nil, err.Error()))
 	return err
 }
 
 // handshake fills s.hello with this worker's values; ok reports whether
 // they match the agent's (only then is the shared memory opened).
-func (s *workerServer) handshake(body []byte) (ok bool, err error) {
+func (s *server) handshake(body []byte) (ok bool, err error) {
 	var h hello
 	if err := decodeHello(body, &h); err != nil {
 		return false, err
 	}
 	mine := h
-	mine.Version = WorkerProtocolVersion
+	mine.Version = ProtocolVersion
 	mine.Order = nativeOrder
 	if s.cfg.Vocab > 0 {
 		mine.Vocab = uint32(s.cfg.Vocab)
@@ -146,7 +148,7 @@ func (s *workerServer) handshake(body []byte) (ok bool, err error) {
 	if h.DType.Size() == 0 {
 		return false, fmt.Errorf("unknown dtype code %d", h.DType)
 	}
-	if s.model, err = NewSynthetic(SyntheticConfig{Vocab: int(h.Vocab), EOS: h.EOS, Logits: h.Logits}); err != nil {
+	if s.model, err = rank.NewSynthetic(rank.SyntheticConfig{Vocab: int(h.Vocab), EOS: h.EOS, Logits: h.Logits}); err != nil {
 		return false, err
 	}
 	if h.Logits {
@@ -161,7 +163,7 @@ func (s *workerServer) handshake(body []byte) (ok bool, err error) {
 	return true, nil
 }
 
-func (s *workerServer) forward(body []byte) error {
+func (s *server) forward(body []byte) error {
 	step, rows, err := decodeForward(body, s.rows)
 	s.rows = rows
 	if err != nil {
@@ -176,7 +178,7 @@ func (s *workerServer) forward(body []byte) error {
 		// Rows go straight into the shared memory (float32) or through
 		// one row of scratch (16-bit types).
 		v := int(s.hello.Vocab)
-		if s.hello.DType == DTypeFloat32 {
+		if s.hello.DType == Float32 {
 			out := s.shm.float32s(len(rows) * v)
 			for i := range rows {
 				s.model.Row(&rows[i], out[i*v:(i+1)*v])

@@ -1,4 +1,4 @@
-package rank
+package worker
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank"
 )
 
 // shortDir is a fresh directory with a short path: Unix socket paths are
@@ -55,12 +57,12 @@ func fakeWorker(t testing.TB, serve func(c net.Conn)) string {
 	return sock
 }
 
-// goWorker serves ServeWorker on a socket (an in-process Go worker).
-func goWorker(t testing.TB, cfg WorkerServeConfig) string {
+// goWorker serves Serve on a socket (an in-process Go worker).
+func goWorker(t testing.TB, cfg ServeConfig) string {
 	t.Helper()
 	return fakeWorker(t, func(c net.Conn) {
-		if err := ServeWorker(context.Background(), c, cfg); err != nil {
-			t.Errorf("ServeWorker: %v", err)
+		if err := Serve(context.Background(), c, cfg); err != nil {
+			t.Errorf("Serve: %v", err)
 		}
 	})
 }
@@ -97,14 +99,14 @@ func drain(c net.Conn) {
 	}
 }
 
-func testWorkerConfig(sock string) WorkerConfig {
-	return WorkerConfig{Rank: 3, World: 4, Vocab: 64, MaxBatch: 4, EOS: 0, Socket: sock, ForwardTimeout: time.Minute, StartTimeout: time.Minute}
+func testWorkerConfig(sock string) Config {
+	return Config{Rank: 3, World: 4, Vocab: 64, MaxBatch: 4, EOS: 0, Socket: sock, ForwardTimeout: time.Minute, StartTimeout: time.Minute}
 }
 
-func testBatch(step uint64, n int) Batch {
-	b := Batch{Step: step}
+func testBatch(step uint64, n int) rank.Batch {
+	b := rank.Batch{Step: step}
 	for i := range n {
-		s := &Seq{ID: uint64(100 + i), Prompt: []int32{int32(1 + 7*i), int32(2 + 3*i)}}
+		s := &rank.Seq{ID: uint64(100 + i), Prompt: []int32{int32(1 + 7*i), int32(2 + 3*i)}}
 		for j := range i * 5 {
 			s.Output = append(s.Output, int32((11*j+i)%60))
 		}
@@ -137,7 +139,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 		{"vocab", func(h *hello) { h.Vocab = 100352 }, "vocab: agent has 64, worker has 100352"},
 		{"max batch", func(h *hello) { h.MaxBatch = 32 }, "max batch: agent has 4, worker has 32"},
 		{"eos", func(h *hello) { h.EOS = 2 }, "eos: agent has 0, worker has 2"},
-		{"dtype", func(h *hello) { h.DType = DTypeBFloat16 }, "dtype: agent has float32, worker has bfloat16"},
+		{"dtype", func(h *hello) { h.DType = BFloat16 }, "dtype: agent has float32, worker has bfloat16"},
 		{"byte order", func(h *hello) { h.Order = 3 - nativeOrder }, "byte order: agent has " + orderName(nativeOrder) + ", worker has " + orderName(3-nativeOrder)},
 	}
 	for _, tc := range cases {
@@ -147,7 +149,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 					drain(c)
 				}
 			})
-			w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+			w, err := Start(context.Background(), testWorkerConfig(sock))
 			if err == nil {
 				w.Close()
 			}
@@ -160,7 +162,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 			c.Write(appendError(nil, "no card at slot 3"))
 			drain(c)
 		})
-		_, err := StartWorker(context.Background(), testWorkerConfig(sock))
+		_, err := Start(context.Background(), testWorkerConfig(sock))
 		mustContain(t, err, "rank 3", "refused", "no card at slot 3")
 	})
 	t.Run("garbage reply", func(t *testing.T) {
@@ -169,7 +171,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 			drain(c)
 		})
-		_, err := StartWorker(context.Background(), testWorkerConfig(sock))
+		_, err := Start(context.Background(), testWorkerConfig(sock))
 		mustContain(t, err, "rank 3", "handshake", "not a worker protocol frame")
 	})
 }
@@ -209,7 +211,7 @@ func TestWorkerBadReplies(t *testing.T) {
 				tc.reply(c, leUint64(body))
 				drain(c)
 			})
-			w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+			w, err := Start(context.Background(), testWorkerConfig(sock))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +236,7 @@ func TestWorkerHangs(t *testing.T) {
 	})
 	cfg := testWorkerConfig(sock)
 	cfg.ForwardTimeout = 50 * time.Millisecond
-	w, err := StartWorker(context.Background(), cfg)
+	w, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestWorkerHandshakeHangs(t *testing.T) {
 	sock := fakeWorker(t, drain)
 	cfg := testWorkerConfig(sock)
 	cfg.StartTimeout = 50 * time.Millisecond
-	_, err := StartWorker(context.Background(), cfg)
+	_, err := Start(context.Background(), cfg)
 	mustContain(t, err, "rank 3", "handshake", "did not answer in time", "start timeout 50ms")
 }
 
@@ -262,7 +264,7 @@ func TestWorkerCancel(t *testing.T) {
 			drain(c)
 		}
 	})
-	w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+	w, err := Start(context.Background(), testWorkerConfig(sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,8 +279,8 @@ func TestWorkerCancel(t *testing.T) {
 }
 
 // wantLogits is Synthetic's output for b, rounded through dt.
-func wantLogits(t testing.TB, vocab int, eos int32, dt WorkerDType, b Batch) []float32 {
-	syn, err := NewSynthetic(SyntheticConfig{Vocab: vocab, EOS: eos, Logits: true})
+func wantLogits(t testing.TB, vocab int, eos int32, dt DType, b rank.Batch) []float32 {
+	syn, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: vocab, EOS: eos, Logits: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +288,7 @@ func wantLogits(t testing.TB, vocab int, eos int32, dt WorkerDType, b Batch) []f
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dt != DTypeFloat32 {
+	if dt != Float32 {
 		h := make([]uint16, len(out))
 		narrow(h, out, dt)
 		widen(out, h, dt)
@@ -316,13 +318,13 @@ func compareLogits(t *testing.T, got, want []float32, vocab int) {
 // TestWorkerLogits: the Go worker's logits through shared memory equal the
 // synthetic executor's, for every dtype, over several steps.
 func TestWorkerLogits(t *testing.T) {
-	for _, dt := range []WorkerDType{DTypeFloat32, DTypeFloat16, DTypeBFloat16} {
+	for _, dt := range []DType{Float32, Float16, BFloat16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			const vocab = 5000
-			sock := goWorker(t, WorkerServeConfig{})
+			sock := goWorker(t, ServeConfig{})
 			shm := shortDir(t)
-			cfg := WorkerConfig{Rank: 0, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: dt, Logits: true, Socket: sock, ShmDir: shm}
-			w, err := StartWorker(context.Background(), cfg)
+			cfg := Config{Rank: 0, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: dt, Logits: true, Socket: sock, ShmDir: shm}
+			w, err := Start(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,8 +346,8 @@ func TestWorkerLogits(t *testing.T) {
 
 // TestWorkerFollower: a rank without logits gets none and no shared memory.
 func TestWorkerFollower(t *testing.T) {
-	sock := goWorker(t, WorkerServeConfig{})
-	w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+	sock := goWorker(t, ServeConfig{})
+	w, err := Start(context.Background(), testWorkerConfig(sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,8 +362,8 @@ func TestWorkerFollower(t *testing.T) {
 // agent refuses them.
 func TestWorkerServeMismatch(t *testing.T) {
 	eos := int32(7)
-	sock := goWorker(t, WorkerServeConfig{Vocab: 128, EOS: &eos, DType: DTypeFloat16})
-	_, err := StartWorker(context.Background(), testWorkerConfig(sock))
+	sock := goWorker(t, ServeConfig{Vocab: 128, EOS: &eos, DType: Float16})
+	_, err := Start(context.Background(), testWorkerConfig(sock))
 	mustContain(t, err, "rank 3", "vocab: agent has 64, worker has 128", "eos: agent has 0, worker has 7", "dtype: agent has float32, worker has float16")
 }
 
@@ -371,12 +373,12 @@ func TestWorkerServeMismatch(t *testing.T) {
 func TestWorkerProcessExits(t *testing.T) {
 	cfg := testWorkerConfig("")
 	cfg.Command = []string{"sh", "-c", "exit 3"}
-	_, err := StartWorker(context.Background(), cfg)
+	_, err := Start(context.Background(), cfg)
 	mustContain(t, err, "rank 3", "exited before connecting", "exit status 3")
 
 	cfg.Command = []string{"sleep", "600"}
 	cfg.StartTimeout = 100 * time.Millisecond
-	_, err = StartWorker(context.Background(), cfg)
+	_, err = Start(context.Background(), cfg)
 	mustContain(t, err, "rank 3", "did not connect")
 }
 
@@ -386,7 +388,7 @@ func pythonWorker(t testing.TB) []string {
 	if err != nil {
 		t.Skip("python3 not found")
 	}
-	script, err := filepath.Abs("../examples/worker/worker.py")
+	script, err := filepath.Abs("../../examples/worker/worker.py")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,15 +401,15 @@ func pythonWorker(t testing.TB) []string {
 // naming the rank and the signal.
 func TestWorkerPython(t *testing.T) {
 	cmd := pythonWorker(t)
-	for _, dt := range []WorkerDType{DTypeFloat32, DTypeFloat16, DTypeBFloat16} {
+	for _, dt := range []DType{Float32, Float16, BFloat16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			vocab := 100352
-			if dt != DTypeFloat32 {
+			if dt != Float32 {
 				vocab = 4099
 			}
-			cfg := WorkerConfig{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 32, EOS: 0, DType: dt, Logits: true,
+			cfg := Config{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 32, EOS: 0, DType: dt, Logits: true,
 				Command: cmd, Stderr: os.Stderr, StartTimeout: 2 * time.Minute, ForwardTimeout: time.Minute}
-			w, err := StartWorker(context.Background(), cfg)
+			w, err := Start(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -425,7 +427,7 @@ func TestWorkerPython(t *testing.T) {
 				}
 				compareLogits(t, got, wantLogits(t, vocab, 0, dt, b), vocab)
 			}
-			if dt != DTypeBFloat16 {
+			if dt != BFloat16 {
 				return
 			}
 			if err := syscall.Kill(w.PID(), syscall.SIGKILL); err != nil {
@@ -441,7 +443,7 @@ func TestWorkerPython(t *testing.T) {
 // synthetic executor, at batch 32 and the default vocab. The difference is
 // the protocol's overhead (encode FORWARD, two socket hops, decode).
 
-func benchBatch() Batch {
+func benchBatch() rank.Batch {
 	b := testBatch(1, 32)
 	for i, r := range b.Rows {
 		for j := range 64 {
@@ -452,7 +454,7 @@ func benchBatch() Batch {
 }
 
 func BenchmarkSyntheticForward(b *testing.B) {
-	syn, err := NewSynthetic(SyntheticConfig{Vocab: 100352, EOS: 0, Logits: true})
+	syn, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: 100352, EOS: 0, Logits: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -465,8 +467,8 @@ func BenchmarkSyntheticForward(b *testing.B) {
 }
 
 func BenchmarkWorkerForward(b *testing.B) {
-	sock := goWorker(b, WorkerServeConfig{})
-	w, err := StartWorker(context.Background(), WorkerConfig{Rank: 0, World: 1, Vocab: 100352, MaxBatch: 32, EOS: 0, Logits: true, Socket: sock})
+	sock := goWorker(b, ServeConfig{})
+	w, err := Start(context.Background(), Config{Rank: 0, World: 1, Vocab: 100352, MaxBatch: 32, EOS: 0, Logits: true, Socket: sock})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -483,8 +485,8 @@ func BenchmarkWorkerForward(b *testing.B) {
 // BenchmarkWorkerRoundTrip is the protocol alone: a follower rank (no
 // logits) with the same batch.
 func BenchmarkWorkerRoundTrip(b *testing.B) {
-	sock := goWorker(b, WorkerServeConfig{})
-	w, err := StartWorker(context.Background(), WorkerConfig{Rank: 1, World: 2, Vocab: 100352, MaxBatch: 32, EOS: 0, Socket: sock})
+	sock := goWorker(b, ServeConfig{})
+	w, err := Start(context.Background(), Config{Rank: 1, World: 2, Vocab: 100352, MaxBatch: 32, EOS: 0, Socket: sock})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -503,7 +505,7 @@ func BenchmarkWorkerRoundTrip(b *testing.B) {
 // that is the memory, not the protocol.
 func BenchmarkSyntheticIntoShm(b *testing.B) {
 	const vocab = 100352
-	syn, err := NewSynthetic(SyntheticConfig{Vocab: vocab, EOS: 0, Logits: true})
+	syn, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: vocab, EOS: 0, Logits: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -686,7 +686,7 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 	d.following = st.Leader
 	fctx, span := d.span(ctx, "forward")
 	rows := d.mirror.Rows()
-	logits, err := d.ex.Forward(fctx, Batch{Step: st.Step, Rows: rows})
+	logits, err := d.ex.Forward(fctx, Batch{Epoch: st.Epoch, Step: st.Step, Rows: rows})
 	span.End()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -792,7 +792,7 @@ func (d *Driver) lead(ctx context.Context) error {
 			d.cfg.Flight.enter(PhaseForward, time.Now())
 			fctx, fwd := d.span(sctx, "forward")
 			d.lp.start() // the previous step's logprobs, while the card works
-			logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
+			logits, err := d.ex.Forward(fctx, Batch{Epoch: d.cfg.Epoch, Step: k, Rows: rows})
 			fwd.End()
 			d.sendLogprobs()
 			if err != nil {

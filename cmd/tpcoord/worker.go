@@ -97,6 +97,7 @@ type workerCmdConfig struct {
 	EOS         int
 	DType       string
 	ForwardTime time.Duration
+	MaxVersion  uint32
 	LogLevel    string
 	LogFormat   string
 }
@@ -125,7 +126,10 @@ takes the agent's values.`,
 					return configError("socket: give --socket or --listen (one of them)")
 				}
 			}
-			sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, Name: "tpcoord worker " + version + " (synthetic model)"}
+			if cfg.MaxVersion > worker.ProtocolVersion {
+				return configError("max-version: this worker speaks protocol versions 1 to %d, not %d", worker.ProtocolVersion, cfg.MaxVersion)
+			}
+			sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + version + " (synthetic model)"}
 			if fs.Changed("eos") {
 				eos := int32(cfg.EOS)
 				sc.EOS = &eos
@@ -154,6 +158,7 @@ takes the agent's values.`,
 	fs.IntVar(&cfg.EOS, "eos", 0, "report this EOS token, -1 for none (default: the agent's)")
 	fs.StringVar(&cfg.DType, "dtype", "", "report this logits dtype: float32, float16, bfloat16 (default: the agent's)")
 	fs.DurationVar(&cfg.ForwardTime, "forward-time", 0, "wall time of one forward pass")
+	fs.Uint32Var(&cfg.MaxVersion, "max-version", 0, "speak worker protocol versions up to this one (default: the highest, 2; 1 stands in for a version 1 worker)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
 	return cmd

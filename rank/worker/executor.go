@@ -44,6 +44,9 @@ type Config struct {
 	ForwardTimeout time.Duration // one step's deadline (default 30s)
 	StartTimeout   time.Duration // start, connect and handshake (default 5m)
 	StopTimeout    time.Duration // Close: time for the worker to exit before SIGKILL (default 5s)
+	// MaxVersion is the protocol version HELLO offers (default and at
+	// most ProtocolVersion); the worker may answer a lower one.
+	MaxVersion uint32
 	// ShmDir holds the logits file (default /dev/shm, else os.TempDir()).
 	ShmDir string
 	// Stdout and Stderr receive the worker process's output (nil: discarded).
@@ -63,6 +66,9 @@ func (c *Config) defaults() {
 	}
 	if c.DType == 0 {
 		c.DType = Float32
+	}
+	if c.MaxVersion == 0 {
+		c.MaxVersion = ProtocolVersion
 	}
 	if c.ShmDir == "" {
 		c.ShmDir = os.TempDir()
@@ -86,6 +92,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max-batch: must be >= 1, got %d", c.MaxBatch)
 	case c.DType != 0 && c.DType.Size() == 0:
 		return fmt.Errorf("worker-dtype: unknown %v", c.DType)
+	case c.MaxVersion > ProtocolVersion:
+		return fmt.Errorf("max version: this agent speaks protocol versions 1 to %d, not %d", ProtocolVersion, c.MaxVersion)
 	case len(c.Command) == 0 && c.Socket == "":
 		return errors.New("worker-cmd or worker-socket: one is needed")
 	case len(c.Command) > 0 && c.Socket != "":
@@ -112,6 +120,8 @@ type Executor struct {
 	waitErr error         // valid after exited is closed
 	pid     int
 	name    string // worker identity reported in HELLO_OK
+	version uint32 // protocol version of the connection
+	delta   delta  // version 2: what the worker holds
 
 	out    []byte
 	in     []byte
@@ -177,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (_ *Executor, err error) {
 		}
 		w.shm.path = ""
 	}
-	w.log.Info("worker ready", "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch)
+	w.log.Info("worker connected", "protocol", w.version, "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch)
 	return w, nil
 }
 
@@ -235,7 +245,7 @@ func (w *Executor) spawn(ctx context.Context) error {
 
 func (w *Executor) handshake(ctx context.Context) error {
 	want := hello{
-		Version: ProtocolVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
+		Version: w.cfg.MaxVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
 		Vocab: uint32(w.cfg.Vocab), MaxBatch: uint32(w.cfg.MaxBatch), EOS: w.cfg.EOS,
 		DType: w.cfg.DType, Order: nativeOrder, Logits: w.cfg.Logits,
 	}
@@ -272,31 +282,9 @@ func (w *Executor) handshake(ctx context.Context) error {
 	if w.pid == 0 {
 		w.pid = int(got.PID)
 	}
-	w.name = got.Name
+	w.name, w.version = got.Name, got.Version
 	_ = w.conn.SetDeadline(time.Time{})
 	return nil
-}
-
-// helloMismatch names every field where the worker differs from the agent.
-func helloMismatch(a, b *hello) error {
-	var diffs []string
-	add := func(field string, av, bv any) {
-		if av != bv {
-			diffs = append(diffs, fmt.Sprintf("%s: agent has %v, worker has %v", field, av, bv))
-		}
-	}
-	add("protocol version", a.Version, b.Version)
-	add("rank", a.Rank, b.Rank)
-	add("world size", a.World, b.World)
-	add("vocab", a.Vocab, b.Vocab)
-	add("max batch", a.MaxBatch, b.MaxBatch)
-	add("eos", a.EOS, b.EOS)
-	add("dtype", a.DType.String(), b.DType.String())
-	add("byte order", orderName(a.Order), orderName(b.Order))
-	if len(diffs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("handshake mismatch, refusing to start: %s", strings.Join(diffs, "; "))
 }
 
 func (w *Executor) roundTrip(frame []byte) (uint16, []byte, error) {
@@ -354,12 +342,23 @@ func (w *Executor) Vocab() int { return w.cfg.Vocab }
 // connected to a running one).
 func (w *Executor) PID() int { return w.pid }
 
+// ProtocolVersion is the protocol version the connection speaks, as the
+// worker answered HELLO.
+func (w *Executor) ProtocolVersion() uint32 { return w.version }
+
 // Forward runs one step on the worker. Any failure (an ERROR reply, garbage,
 // a closed connection, no answer within ForwardTimeout) names the rank and
 // leaves the worker broken: every later Forward fails the same way.
+//
+// An empty batch sends nothing and returns no logits: rank 0 runs no
+// forward pass for one, and every rank's worker must see the same FORWARDs
+// (in version 2 the ids that left are finished in the next FORWARD).
 func (w *Executor) Forward(ctx context.Context, b rank.Batch) ([]float32, error) {
 	if w.broken != nil {
 		return nil, w.broken
+	}
+	if len(b.Rows) == 0 {
+		return nil, nil
 	}
 	logits, err := w.forward(ctx, b)
 	if err != nil {
@@ -377,7 +376,11 @@ func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error)
 	_ = w.conn.SetDeadline(time.Now().Add(w.cfg.ForwardTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	typ, body, err := w.roundTrip(appendForward(w.out[:0], b.Step, b.Rows))
+	frame, err := w.encodeForward(b)
+	if err != nil {
+		return nil, err
+	}
+	typ, body, err := w.roundTrip(frame)
 	if err != nil {
 		err = w.explain(err, ctx)
 		if errors.Is(err, errHung) {
@@ -418,6 +421,20 @@ func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error)
 	w.wide = w.wide[:n]
 	widen(w.wide, w.shm.uint16s(n), w.cfg.DType)
 	return w.wide, nil
+}
+
+// encodeForward encodes b's FORWARD in the connection's version into w.out
+// (reused), advancing the version 2 delta state.
+func (w *Executor) encodeForward(b rank.Batch) ([]byte, error) {
+	if w.version != ProtocolV2 {
+		w.out = appendForward(w.out[:0], b.Step, b.Rows)
+		return w.out, nil
+	}
+	if err := w.delta.advance(b); err != nil {
+		return nil, err
+	}
+	w.out = appendForward2(w.out[:0], b.Step, w.delta.finished, b.Rows, w.delta.plan)
+	return w.out, nil
 }
 
 // kill ends the process now (used when it cannot be trusted to stop).

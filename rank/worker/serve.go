@@ -25,6 +25,9 @@ type ServeConfig struct {
 	PID  int
 	// ForwardTime is the wall time of one forward pass, as in Synthetic.
 	ForwardTime time.Duration
+	// MaxVersion caps the protocol versions this worker speaks (default
+	// and at most ProtocolVersion): 1 stands in for a version 1 worker.
+	MaxVersion uint32
 }
 
 // Serve speaks the worker side of the protocol on conn: HELLO, then
@@ -54,7 +57,10 @@ type server struct {
 	hello hello
 	model *rank.Synthetic
 	shm   *shmRegion
-	rows  []rank.Seq
+	rows  []rank.Seq  // version 1: the decoded rows
+	batch []*rank.Seq // the rows of the current FORWARD
+	fwd2  forward2    // version 2: the decoded FORWARD
+	held  seqs        // version 2: the sequences this worker holds
 	row   []float32
 	in    []byte
 	out   []byte
@@ -112,34 +118,16 @@ func (s *server) fail(err error) error {
 }
 
 // handshake fills s.hello with this worker's values; ok reports whether
-// they match the agent's (only then is the shared memory opened).
+// they match the agent's (only then is the shared memory opened). A
+// version this worker cannot speak is an error (answered with ERROR).
 func (s *server) handshake(body []byte) (ok bool, err error) {
 	var h hello
 	if err := decodeHello(body, &h); err != nil {
 		return false, err
 	}
-	mine := h
-	mine.Version = ProtocolVersion
-	mine.Order = nativeOrder
-	if s.cfg.Vocab > 0 {
-		mine.Vocab = uint32(s.cfg.Vocab)
-	}
-	if s.cfg.MaxBatch > 0 {
-		mine.MaxBatch = uint32(s.cfg.MaxBatch)
-	}
-	if s.cfg.EOS != nil {
-		mine.EOS = *s.cfg.EOS
-	}
-	if s.cfg.DType != 0 {
-		mine.DType = s.cfg.DType
-	}
-	mine.PID = uint32(s.cfg.PID)
-	if mine.PID == 0 {
-		mine.PID = uint32(os.Getpid())
-	}
-	mine.Name = s.cfg.Name
-	if mine.Name == "" {
-		mine.Name = "tpcoord worker (synthetic model)"
+	mine := s.reply(&h)
+	if mine.Version, err = negotiate(h.Version, s.maxVersion()); err != nil {
+		return false, err
 	}
 	s.hello = mine
 	if helloMismatch(&h, &mine) != nil {
@@ -163,36 +151,59 @@ func (s *server) handshake(body []byte) (ok bool, err error) {
 	return true, nil
 }
 
+func (s *server) maxVersion() uint32 {
+	if s.cfg.MaxVersion == 0 {
+		return ProtocolVersion
+	}
+	return min(s.cfg.MaxVersion, ProtocolVersion)
+}
+
+// reply is the HELLO_OK this worker answers h with, but for the version:
+// the agent's values where the configuration sets none.
+func (s *server) reply(h *hello) hello {
+	mine := *h
+	mine.Order = nativeOrder
+	if s.cfg.Vocab > 0 {
+		mine.Vocab = uint32(s.cfg.Vocab)
+	}
+	if s.cfg.MaxBatch > 0 {
+		mine.MaxBatch = uint32(s.cfg.MaxBatch)
+	}
+	if s.cfg.EOS != nil {
+		mine.EOS = *s.cfg.EOS
+	}
+	if s.cfg.DType != 0 {
+		mine.DType = s.cfg.DType
+	}
+	mine.PID = uint32(s.cfg.PID)
+	if mine.PID == 0 {
+		mine.PID = uint32(os.Getpid())
+	}
+	mine.Name = s.cfg.Name
+	if mine.Name == "" {
+		mine.Name = "tpcoord worker (synthetic model)"
+	}
+	return mine
+}
+
+// forward runs one FORWARD: the rows' logits into the shared memory (on
+// the rank with logits), the configured forward time, FORWARD_OK.
 func (s *server) forward(body []byte) error {
-	step, rows, err := decodeForward(body, s.rows)
-	s.rows = rows
+	var step uint64
+	var rows []*rank.Seq
+	var err error
+	if s.hello.Version == ProtocolV2 {
+		step, rows, err = s.apply2(body)
+	} else {
+		step, rows, err = s.apply1(body)
+	}
 	if err != nil {
 		return err
-	}
-	if len(rows) > int(s.hello.MaxBatch) {
-		return fmt.Errorf("step %d has %d rows, max batch is %d", step, len(rows), s.hello.MaxBatch)
 	}
 	deadline := time.Now().Add(s.cfg.ForwardTime)
 	var written uint32
 	if s.hello.Logits {
-		// Rows go straight into the shared memory (float32) or through
-		// one row of scratch (16-bit types).
-		v := int(s.hello.Vocab)
-		if s.hello.DType == Float32 {
-			out := s.shm.float32s(len(rows) * v)
-			for i := range rows {
-				s.model.Row(&rows[i], out[i*v:(i+1)*v])
-			}
-		} else {
-			if len(s.row) < v {
-				s.row = make([]float32, v)
-			}
-			out := s.shm.uint16s(len(rows) * v)
-			for i := range rows {
-				s.model.Row(&rows[i], s.row)
-				narrow(out[i*v:(i+1)*v], s.row, s.hello.DType)
-			}
-		}
+		s.logits(rows)
 		written = uint32(len(rows))
 	}
 	if wait := time.Until(deadline); wait > 0 {
@@ -206,4 +217,39 @@ func (s *server) forward(body []byte) error {
 	}
 	_, err = s.conn.Write(appendForwardOK(s.out[:0], step, written))
 	return err
+}
+
+// apply1 decodes a version 1 FORWARD: every row is whole.
+func (s *server) apply1(body []byte) (uint64, []*rank.Seq, error) {
+	step, rows, err := decodeForward(body, s.hello.MaxBatch, s.rows)
+	s.rows = rows
+	if err != nil {
+		return 0, nil, err
+	}
+	s.batch = s.batch[:0]
+	for i := range rows {
+		s.batch = append(s.batch, &rows[i])
+	}
+	return step, s.batch, nil
+}
+
+// logits writes the rows' logits into the shared memory: straight in
+// (float32) or through one row of scratch (16-bit types).
+func (s *server) logits(rows []*rank.Seq) {
+	v := int(s.hello.Vocab)
+	if s.hello.DType == Float32 {
+		out := s.shm.float32s(len(rows) * v)
+		for i, r := range rows {
+			s.model.Row(r, out[i*v:(i+1)*v])
+		}
+		return
+	}
+	if len(s.row) < v {
+		s.row = make([]float32, v)
+	}
+	out := s.shm.uint16s(len(rows) * v)
+	for i, r := range rows {
+		s.model.Row(r, s.row)
+		narrow(out[i*v:(i+1)*v], s.row, s.hello.DType)
+	}
 }

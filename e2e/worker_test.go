@@ -47,7 +47,8 @@ func runJob(t *testing.T, reqs []request, args ...string) []generated {
 
 // TestWorkerSameTokensAsSynthetic: with the Python reference worker and
 // with `tpcoord worker`, TP=2 and TP=4 jobs sample exactly the tokens of a
-// job with the built-in synthetic executor, for the same seeded requests.
+// job with the built-in synthetic executor, for the same seeded requests,
+// in protocol version 2 and with workers capped at version 1.
 func TestWorkerSameTokensAsSynthetic(t *testing.T) {
 	py := pythonWorkerCmd(t)
 	goWorker := tpcoordBin + " worker --socket {socket} --log-format text"
@@ -62,6 +63,8 @@ func TestWorkerSameTokensAsSynthetic(t *testing.T) {
 		{"go-tp2", 2, 4096, goWorker},
 		{"go-tp4", 4, 4096, goWorker},
 		{"python-tp2-vocab100352", 2, 100352, py},
+		{"python-tp2-v1", 2, 4096, py + " --max-version 1"},
+		{"go-tp2-v1", 2, 4096, goWorker + " --max-version 1"},
 	}
 	reqs := workload(4)
 	want := map[int][]generated{} // by vocab

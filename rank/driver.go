@@ -95,7 +95,7 @@ type DriverConfig struct {
 	// them with an error.
 	HoldOnPeerLoss bool
 	// Clock is the time the loop's decisions use: peer liveness and
-	// client timeouts (default time.Now). Timings it measures (the flight
+	// client timeouts (default time.Now). client.Timings it measures (the flight
 	// recorder, metrics) use the wall clock.
 	Clock func() time.Time
 	// Resume are the requests in flight when the previous epoch stopped
@@ -231,22 +231,22 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
-		cfg:    cfg,
-		log:    log,
-		tr:     tr,
-		ex:     ex,
-		pick:   pick,
-		subj:   broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
-		job:    broadcast.JobHash(cfg.Job),
-		mirror: NewMirror(cfg.Epoch),
-		steps:  make(chan stepMsg, stepQueueLen),
-		intake: make(chan *Request, cfg.MaxQueue),
-		wake:   make(chan struct{}, 1),
-		aborts: make(chan error, 1),
+		cfg:     cfg,
+		log:     log,
+		tr:      tr,
+		ex:      ex,
+		pick:    pick,
+		subj:    broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
+		job:     broadcast.JobHash(cfg.Job),
+		mirror:  NewMirror(cfg.Epoch),
+		steps:   make(chan stepMsg, stepQueueLen),
+		intake:  make(chan *Request, cfg.MaxQueue),
+		wake:    make(chan struct{}, 1),
+		aborts:  make(chan error, 1),
 		peerTab: newPeerTable(cfg.Rank, cfg.World, cfg.Epoch, cfg.HeartbeatTimeout, cfg.LivenessGrace),
-		behind: make(chan struct{}, 1),
-		ops:    make(chan clientOp, 4096),
-		alive:  map[string]time.Time{},
+		behind:  make(chan struct{}, 1),
+		ops:     make(chan clientOp, 4096),
+		alive:   map[string]time.Time{},
 
 		rejected: map[string]uint64{},
 		lastWarn: map[string]time.Time{},
@@ -703,7 +703,7 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 	d.following = st.Leader
 	fctx, span := d.span(ctx, "forward")
 	rows := d.mirror.Rows()
-	logits, err := d.ex.Forward(fctx, Batch{Step: st.Step, Rows: rows})
+	logits, err := d.ex.Forward(fctx, Batch{Epoch: st.Epoch, Step: st.Step, Rows: rows})
 	span.End()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -843,7 +843,7 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	d.cfg.Flight.enter(PhaseForward, time.Now())
 	fctx, fwd := d.span(sctx, "forward")
 	d.lp.start() // the previous step's logprobs, while the card works
-	logits, err := d.ex.Forward(fctx, Batch{Step: k, Rows: rows})
+	logits, err := d.ex.Forward(fctx, Batch{Epoch: d.cfg.Epoch, Step: k, Rows: rows})
 	fwd.End()
 	d.sendLogprobs()
 	if err != nil {

@@ -754,3 +754,67 @@ func TestDriverStepsTransport(t *testing.T) {
 		t.Errorf("%d steps on the main transport, want 0", n)
 	}
 }
+
+// epochRecorder records the epoch and step of every batch its executor runs.
+type epochRecorder struct {
+	Executor
+	mu      sync.Mutex
+	batches [][2]uint64 // epoch, step
+}
+
+func (e *epochRecorder) Forward(ctx context.Context, b Batch) ([]float32, error) {
+	e.mu.Lock()
+	e.batches = append(e.batches, [2]uint64{uint64(b.Epoch), b.Step})
+	e.mu.Unlock()
+	return e.Executor.Forward(ctx, b)
+}
+
+// TestDriverBatchEpoch: rank 0's loop and a follower's both hand the
+// executor the epoch they run in (a stateful executor starts over when it
+// changes), with the step numbers of that epoch.
+func TestDriverBatchEpoch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	var recs []*epochRecorder
+	var ranks []*runningRank
+	for r := range 2 {
+		cfg := driverConfig(r, 2)
+		cfg.Epoch = 7
+		ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: r == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &epochRecorder{Executor: ex}
+		recs = append(recs, rec)
+		ranks = append(ranks, runRank(t, ctx, hub.Connect(), cfg, rec))
+	}
+	requester := hub.Connect()
+	t.Cleanup(func() {
+		cancel()
+		for _, r := range ranks {
+			_ = r.wait(t)
+		}
+		requester.Close()
+	})
+	waitServing(t, requester, 2)
+	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer gcancel()
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6, Params: sampler.Params{IgnoreEOS: true}}
+	if _, err := client.Generate(gctx, requester, drvSubj, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the follower ran no step", func() bool {
+		recs[1].mu.Lock()
+		defer recs[1].mu.Unlock()
+		return len(recs[1].batches) > 0
+	})
+	for r, rec := range recs {
+		rec.mu.Lock()
+		for _, b := range rec.batches {
+			if b[0] != 7 || b[1] == 0 {
+				t.Errorf("rank %d ran epoch %d step %d, want epoch 7 and a step from 1", r, b[0], b[1])
+			}
+		}
+		rec.mu.Unlock()
+	}
+}

@@ -7,10 +7,14 @@ import (
 	"time"
 )
 
-// Batch is what one Forward call runs: the rows of step Step, in order.
+// Batch is what one Forward call runs: the rows of step Step of epoch
+// Epoch, in order. Steps restart at 1 in every epoch; an executor that
+// keeps state per sequence (a worker's KV caches) starts over when the
+// epoch changes.
 type Batch struct {
-	Step uint64
-	Rows []*Seq
+	Epoch uint32
+	Step  uint64
+	Rows  []*Seq
 }
 
 // Executor runs the model's forward pass for one rank. On a card the TP

@@ -61,3 +61,58 @@ func benchRows(vocab, batch int, p *Params, pool bool) []Row {
 	}
 	return rows
 }
+
+// BenchmarkSample16: the 16-bit hot path, float16 and bfloat16 rows (each
+// widened to float32 into the sampler's scratch before sampling).
+//
+//	go test -run '^$' -bench 'Sample16|ConvertRow16' -count 5 ./sampler/
+func BenchmarkSample16(b *testing.B) {
+	const vocab = 100352
+	for _, dt := range []Dtype{Float16, BFloat16} {
+		for _, batch := range []int{1, 32} {
+			b.Run(fmt.Sprintf("dtype=%v/batch=%d", dt, batch), func(b *testing.B) {
+				p, err := ModeParams("plain")
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows := benchRows(vocab, batch, &p, false)
+				for i := range rows {
+					rows[i].Logits16 = narrowRow(rows[i].Logits, dt)
+					rows[i].Logits, rows[i].Dtype = nil, dt
+				}
+				out := make([]Result, batch)
+				s := New(Config{Vocab: vocab})
+				s.Sample(rows, out)
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					for j := range rows {
+						rows[j].NoiseRow = uint64(i)
+					}
+					s.Sample(rows, out)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkConvertRow16 is the widening pass alone, one row of 100352.
+func BenchmarkConvertRow16(b *testing.B) {
+	const vocab = 100352
+	for _, dt := range []Dtype{Float16, BFloat16} {
+		b.Run(fmt.Sprintf("dtype=%v", dt), func(b *testing.B) {
+			src := narrowRow(SyntheticLogits(vocab, 1), dt)
+			dst := make([]float32, vocab)
+			b.SetBytes(2 * vocab)
+			for b.Loop() {
+				convertRow(dst, src, dt)
+			}
+		})
+	}
+}
+
+func narrowRow(l []float32, dt Dtype) []uint16 {
+	if dt == BFloat16 {
+		return bf16Row(l)
+	}
+	return halfRow(l)
+}

@@ -6,8 +6,10 @@
 // Use: s := New(DefaultConfig()); per step fill a []Row (logits, Params,
 // token history, noise identity and optionally a pool noise row) and call
 // s.Sample(rows, results). Logprobs are computed afterwards, off the
-// critical path, with s.Logprobs. The processing order (vLLM v0 Sampler) is
-// documented at the top of sampler.go.
+// critical path, with s.Logprobs. The processing order is vLLM v0
+// Sampler's: allowed_token_ids, logit_bias, min_tokens, penalties, greedy,
+// temperature, top-k, top-p, min-p, then the Gumbel-max draw; the source
+// states the exact arithmetic of each step next to the constants it uses.
 //
 // Exactness: whatever path a row takes (pool or inline noise, pruned or
 // not), the token is exactly the argmax over all kept tokens of
@@ -15,6 +17,7 @@
 // index on ties. The tests check this bit for bit against a brute-force
 // full-row computation.
 //
-// The package does not own the noise pool (noisepool), stop handling
-// beyond reporting Result.Stop, or max_tokens (the rank's request tracker).
+// The package does not own the noise pool (noisepool), the 16-bit float
+// conversion (internal/f16), stop handling beyond reporting Result.Stop, or
+// max_tokens (the rank's request tracker).
 package sampler

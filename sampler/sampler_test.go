@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/internal/f16"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -85,17 +86,17 @@ func TestMatchesFullRow(t *testing.T) {
 // their converted values.
 func TestHalfTypes(t *testing.T) {
 	logits := gaussRow(3000, 3, 3, 9)
-	f16 := make([]uint16, len(logits))
+	half := make([]uint16, len(logits))
 	bf16 := make([]uint16, len(logits))
 	for i, v := range logits {
-		f16[i] = Float32ToHalf(v)
-		bf16[i] = Float32ToBFloat16(v)
+		half[i] = f16.Float32ToHalf(v)
+		bf16[i] = f16.Float32ToBFloat16(v)
 	}
 	s := New(DefaultConfig())
 	for _, p := range []Params{{Temperature: 1}, {Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopK: 20}, {}} {
 		for d := range scale(60) {
 			for _, dt := range []Dtype{Float16, BFloat16} {
-				row := Row{Logits16: f16, Dtype: dt, Params: &p, EOS: -1, NoiseKey: 5, NoiseRow: uint64(d)}
+				row := Row{Logits16: half, Dtype: dt, Params: &p, EOS: -1, NoiseKey: 5, NoiseRow: uint64(d)}
 				if dt == BFloat16 {
 					row.Logits16 = bf16
 				}
@@ -109,44 +110,6 @@ func TestHalfTypes(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-func TestHalfConversion(t *testing.T) {
-	for h := range 1 << 16 {
-		f := halfToFloat32(uint16(h))
-		exp := (h >> 10) & 0x1f
-		man := h & 0x3ff
-		var want float64
-		switch exp {
-		case 0:
-			want = float64(man) * math.Pow(2, -24)
-		case 31:
-			want = math.Inf(1)
-			if man != 0 {
-				want = math.NaN()
-			}
-		default:
-			want = (1 + float64(man)/1024) * math.Pow(2, float64(exp-15))
-		}
-		if h&0x8000 != 0 {
-			want = -want
-		}
-		if math.IsNaN(want) {
-			if f == f {
-				t.Fatalf("half %#04x: got %v want NaN", h, f)
-			}
-			continue
-		}
-		if float64(f) != want {
-			t.Fatalf("half %#04x: got %v want %v", h, f, want)
-		}
-		if f == f && Float32ToHalf(f) != uint16(h) {
-			t.Fatalf("round trip %#04x -> %v -> %#04x", h, f, Float32ToHalf(f))
-		}
-	}
-	if got := bfloat16ToFloat32(Float32ToBFloat16(1.5)); got != 1.5 {
-		t.Fatalf("bf16 1.5 -> %v", got)
 	}
 }
 
@@ -404,7 +367,7 @@ func allAt(n int, v float32) []float32 {
 func halfRow(l []float32) []uint16 {
 	h := make([]uint16, len(l))
 	for i, v := range l {
-		h[i] = Float32ToHalf(v)
+		h[i] = f16.Float32ToHalf(v)
 	}
 	return h
 }
@@ -412,7 +375,7 @@ func halfRow(l []float32) []uint16 {
 func bf16Row(l []float32) []uint16 {
 	h := make([]uint16, len(l))
 	for i, v := range l {
-		h[i] = Float32ToBFloat16(v)
+		h[i] = f16.Float32ToBFloat16(v)
 	}
 	return h
 }

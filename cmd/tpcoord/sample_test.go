@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/internal/f16"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {
@@ -68,10 +68,10 @@ var testLogits = []float32{0, 1, float32(math.Inf(-1)), 0.5, -1, 3, 0.25, -2}
 func TestSampleFormats(t *testing.T) {
 	files := map[string][]string{
 		"raw f32":  {"--logits", writeFile(t, "l.f32", f32Bytes(testLogits))},
-		"raw f16":  {"--logits", writeFile(t, "l.f16", u16Bytes(testLogits, sampler.Float32ToHalf)), "--dtype", "f16"},
-		"raw bf16": {"--logits", writeFile(t, "l.bf16", u16Bytes(testLogits, sampler.Float32ToBFloat16)), "--dtype", "bf16"},
+		"raw f16":  {"--logits", writeFile(t, "l.f16", u16Bytes(testLogits, f16.Float32ToHalf)), "--dtype", "f16"},
+		"raw bf16": {"--logits", writeFile(t, "l.bf16", u16Bytes(testLogits, f16.Float32ToBFloat16)), "--dtype", "bf16"},
 		"npy f4":   {"--logits", writeFile(t, "l.npy", npyBytes("<f4", "(8,)", f32Bytes(testLogits)))},
-		"npy 1xV":  {"--logits", writeFile(t, "m.npy", npyBytes("<f2", "(1, 8)", u16Bytes(testLogits, sampler.Float32ToHalf)))},
+		"npy 1xV":  {"--logits", writeFile(t, "m.npy", npyBytes("<f2", "(1, 8)", u16Bytes(testLogits, f16.Float32ToHalf)))},
 	}
 	for name, args := range files {
 		out, err := runCmd(t, append(args, "--draws", "2000", "--seed", "3", "--json")...)

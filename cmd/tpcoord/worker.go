@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
 // workerCmdConfig configures `tpcoord worker`.
@@ -23,6 +23,7 @@ type workerCmdConfig struct {
 	EOS         int
 	DType       string
 	ForwardTime time.Duration
+	MaxVersion  uint32
 	LogLevel    string
 	LogFormat   string
 }
@@ -51,13 +52,16 @@ takes the agent's values.`,
 					return configError("socket: give --socket or --listen (one of them)")
 				}
 			}
-			sc := rank.WorkerServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, Name: "tpcoord worker " + version + " (synthetic model)"}
+			if cfg.MaxVersion > worker.ProtocolVersion {
+				return configError("max-version: this worker speaks protocol versions 1 to %d, not %d", worker.ProtocolVersion, cfg.MaxVersion)
+			}
+			sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + version + " (synthetic model)"}
 			if fs.Changed("eos") {
 				eos := int32(cfg.EOS)
 				sc.EOS = &eos
 			}
 			if cfg.DType != "" {
-				dt, err := rank.ParseWorkerDType(cfg.DType)
+				dt, err := worker.ParseDType(cfg.DType)
 				if err != nil {
 					return configError("dtype: %v", err)
 				}
@@ -80,12 +84,13 @@ takes the agent's values.`,
 	fs.IntVar(&cfg.EOS, "eos", 0, "report this EOS token, -1 for none (default: the agent's)")
 	fs.StringVar(&cfg.DType, "dtype", "", "report this logits dtype: float32, float16, bfloat16 (default: the agent's)")
 	fs.DurationVar(&cfg.ForwardTime, "forward-time", 0, "wall time of one forward pass")
+	fs.Uint32Var(&cfg.MaxVersion, "max-version", 0, "speak worker protocol versions up to this one (default: the highest, 2; 1 stands in for a version 1 worker)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
 	return cmd
 }
 
-func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConfig, log *slog.Logger) error {
+func runWorker(ctx context.Context, cfg workerCmdConfig, sc worker.ServeConfig, log *slog.Logger) error {
 	if cfg.Socket != "" {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "unix", cfg.Socket)
@@ -93,7 +98,7 @@ func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConf
 			return err
 		}
 		log.Debug("worker connected", "socket", cfg.Socket)
-		if err := rank.ServeWorker(ctx, conn, sc); err != nil && ctx.Err() == nil {
+		if err := worker.Serve(ctx, conn, sc); err != nil && ctx.Err() == nil {
 			return err
 		}
 		return nil
@@ -115,7 +120,7 @@ func runWorker(ctx context.Context, cfg workerCmdConfig, sc rank.WorkerServeConf
 			return err
 		}
 		// One agent at a time: a card has one owner.
-		if err := rank.ServeWorker(ctx, conn, sc); err != nil && ctx.Err() == nil {
+		if err := worker.Serve(ctx, conn, sc); err != nil && ctx.Err() == nil {
 			log.Warn("agent connection ended", "err", err)
 		}
 	}

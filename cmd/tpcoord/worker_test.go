@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
 // TestWorkerListen: `tpcoord worker --listen` serves an agent that
@@ -24,7 +25,7 @@ func TestWorkerListen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runWorker(ctx, workerCmdConfig{Listen: sock}, rank.WorkerServeConfig{}, slog.New(slog.DiscardHandler))
+		done <- runWorker(ctx, workerCmdConfig{Listen: sock}, worker.ServeConfig{}, slog.New(slog.DiscardHandler))
 	}()
 	defer func() {
 		cancel()
@@ -32,10 +33,10 @@ func TestWorkerListen(t *testing.T) {
 			t.Errorf("runWorker: %v", err)
 		}
 	}()
-	var w *rank.Worker
+	var w *worker.Executor
 	deadline := time.Now().Add(30 * time.Second)
 	for w == nil {
-		w, err = rank.StartWorker(context.Background(), rank.WorkerConfig{Rank: 0, World: 1, Vocab: 256, MaxBatch: 2, EOS: 0, Logits: true, Socket: sock})
+		w, err = worker.Start(context.Background(), worker.Config{Rank: 0, World: 1, Vocab: 256, MaxBatch: 2, EOS: 0, Logits: true, Socket: sock})
 		if err != nil {
 			if time.Now().After(deadline) {
 				t.Fatal(err)

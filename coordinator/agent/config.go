@@ -14,6 +14,7 @@ import (
 	"github.com/tpcoord/tpcoord/internal/telemetry"
 	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
 // MaxWorldSize bounds WorldSize (and what status believes of replies).
@@ -88,7 +89,7 @@ func DefaultConfig() Config {
 		Job: "default", WorldSize: 1, Bind: "0.0.0.0:7946",
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
 		Executor: "synthetic", ForwardTime: 20 * time.Millisecond,
-		Worker: WorkerConfig{DType: "float32", ForwardTimeout: rank.DefaultForwardTimeout},
+		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
 		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2,
 		RendezvousTimeout: 60 * time.Second, HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second,
 		OnPeerLoss: "fail", RankClaimWait: membership.DefaultClaimWait,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
 // EpochInfo is what an executor is made for: one epoch of the world. A
@@ -59,11 +60,11 @@ func (w *WorkerConfig) validate(executor string) error {
 	case w.ForwardTimeout <= 0:
 		return fielderr.New("ForwardTimeout", "must be > 0, got %v", w.ForwardTimeout)
 	}
-	if _, err := rank.ParseWorkerDType(w.DType); err != nil {
+	if _, err := worker.ParseDType(w.DType); err != nil {
 		return fielderr.New("DType", "%w", err)
 	}
 	if w.Cmd != "" {
-		if _, err := splitCommand(w.Cmd); err != nil {
+		if _, err := worker.SplitCommand(w.Cmd); err != nil {
 			return fielderr.New("Cmd", "%w", err)
 		}
 	}
@@ -81,23 +82,23 @@ func defaultExecutors(cfg *Config, log *slog.Logger) ExecutorFactory {
 			}
 			return ex, nil
 		}
-		dt, err := rank.ParseWorkerDType(cfg.Worker.DType)
+		dt, err := worker.ParseDType(cfg.Worker.DType)
 		if err != nil {
 			return nil, fielderr.Within("Worker", fielderr.New("DType", "%w", err))
 		}
-		wc := rank.WorkerConfig{
+		wc := worker.Config{
 			Rank: e.Rank, World: e.World, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
 			DType: dt, Logits: cfg.Samples(), ForwardTimeout: cfg.Worker.ForwardTimeout,
-			Stdout: os.Stderr, Stderr: os.Stderr, Logger: log,
+			Stdout: os.Stderr, Stderr: os.Stderr, Logger: log, Env: e.Env(),
 		}
 		if cfg.Worker.Cmd != "" {
-			if wc.Command, err = splitCommand(cfg.Worker.Cmd); err != nil {
+			if wc.Command, err = worker.SplitCommand(cfg.Worker.Cmd); err != nil {
 				return nil, fielderr.Within("Worker", fielderr.New("Cmd", "%w", err))
 			}
 		} else {
 			wc.Socket = strings.ReplaceAll(cfg.Worker.Socket, "{rank}", strconv.Itoa(e.Rank))
 		}
-		w, err := rank.StartWorker(ctx, wc)
+		w, err := worker.Start(ctx, wc)
 		if err != nil {
 			return nil, err
 		}

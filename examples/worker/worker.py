@@ -10,8 +10,10 @@ run with --executor synthetic.
     python3 worker.py --listen PATH   # wait for agents (--worker-socket)
 
 Without --socket or --listen it connects to $TPCOORD_WORKER_SOCKET.
-A real model runner replaces Model with its runtime: keep the framing,
-the handshake and the shared-memory layout.
+It speaks protocol versions 1 and 2 (--max-version 1 stands in for a
+version 1 worker). A real model runner replaces Model with its runtime and
+Held with its KV caches: keep the framing, the handshake, the version 2
+bookkeeping (StepsV2) and the shared-memory layout.
 """
 
 import argparse
@@ -24,7 +26,7 @@ import struct
 import sys
 import time
 
-VERSION = 1
+VERSION = 2  # the highest protocol version spoken; 1 is spoken too
 
 HELLO, HELLO_OK, FORWARD, FORWARD_OK, ERROR, SHUTDOWN = 1, 2, 3, 4, 5, 6
 
@@ -39,8 +41,12 @@ NATIVE_ORDER = LITTLE if sys.byteorder == "little" else BIG
 HEADER = struct.Struct("<IHH")          # body length, type, reserved (0)
 HELLO_FIXED = struct.Struct("<IIIIIiBBBBQH")  # 38 bytes, then the shm path
 HELLO_OK_FIXED = struct.Struct("<IIIIIiBBHIH")  # 34 bytes, then the name
-FORWARD_HEAD = struct.Struct("<QI")     # step, rows
-ROW_HEAD = struct.Struct("<QII")        # seq id, prompt length, output length
+FORWARD_HEAD = struct.Struct("<QI")     # v1: step, rows
+ROW_HEAD = struct.Struct("<QII")        # v1: seq id, prompt length, output length
+FORWARD2_HEAD = struct.Struct("<QII")   # v2: step, rows, finished ids
+ROW2_HEAD = struct.Struct("<QIIII")     # v2: seq id, flags, position, prompt length, tokens
+FLAG_NEW = 1
+U64 = struct.Struct("<Q")
 FORWARD_OK_BODY = struct.Struct("<QI")  # step, rows written
 TOKEN = struct.Struct("<i")
 
@@ -63,7 +69,7 @@ def to_f32(x):
 
 
 def bf16_bits(x):
-    """float32 value -> bfloat16 bits, ties to even (sampler.Float32ToBFloat16)."""
+    """float32 value -> bfloat16 bits, ties to even (f16.Float32ToBFloat16 in Go)."""
     b = U32.unpack(F32.pack(x))[0]
     b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFFFFFF
     return b >> 16
@@ -87,7 +93,7 @@ class Model:
             self.encode = lambda x: x
         elif dtype == FLOAT16:
             # struct's 'e' rounds the (exact) float32 value to binary16,
-            # ties to even, as sampler.Float32ToHalf.
+            # ties to even, as f16.Float32ToHalf in Go.
             self.base = struct.pack("=%de" % vocab, *base)
             self.fmt = struct.Struct("=e")
             self.encode = lambda x: x
@@ -96,34 +102,28 @@ class Model:
             self.fmt = struct.Struct("=H")
             self.encode = bf16_bits
         self.lifts = [self.encode(to_f32(v)) for v in self.LIFTS]
-        self.prompt_hash = {}  # seq id -> hash of its prompt
 
-    def eos_after(self, seq_id, prompt):
-        """The output length L where EOS overtakes the top candidate."""
-        ph = self.prompt_hash.get(seq_id)
-        if ph is None:
-            ph = 0
-            for t in prompt:
-                ph = mix(ph ^ (t & 0xFFFFFFFF))
-            self.prompt_hash[seq_id] = ph
-        return 8 + ph % 40
+    @staticmethod
+    def prompt_hash(prompt):
+        """The hash of a prompt that sets where EOS overtakes (8 + h % 40)."""
+        ph = 0
+        for t in prompt:
+            ph = mix(ph ^ (t & 0xFFFFFFFF))
+        return ph
 
-    def write_row(self, mm, offset, seq_id, prompt_fn, last, n_output):
-        """Write one row's logits at byte offset of mm (rank.Synthetic.Row)."""
+    def write_row(self, mm, offset, ph, last, n_output):
+        """Write one row's logits at byte offset of mm (rank.Synthetic.Row):
+        ph is the hash of its prompt, last its last token."""
         v, size = self.vocab, self.size
         mm[offset:offset + v * size] = self.base
         last &= 0xFFFFFFFF
         for j, lift in enumerate(self.lifts):
             self.fmt.pack_into(mm, offset + size * (mix(last * 8 + j + 1) % v), lift)
         if self.eos >= 0:
-            l = self.eos_after(seq_id, prompt_fn())
+            l = 8 + ph % 40
             # float32 arithmetic in Go; every operand here is exact.
             value = to_f32(self.LIFTS[0] + 0.5 + 0.75 * (float(n_output) - l))
             self.fmt.pack_into(mm, offset + size * self.eos, self.encode(value))
-
-    def forget_except(self, ids):
-        if len(self.prompt_hash) > 4 * max(len(ids), 64):
-            self.prompt_hash = {i: h for i, h in self.prompt_hash.items() if i in ids}
 
 
 class ProtocolError(Exception):
@@ -171,21 +171,145 @@ def log(msg):
     print("worker.py[%d]: %s" % (os.getpid(), msg), file=sys.stderr, flush=True)
 
 
-def serve(sock, args):
-    """One agent connection: HELLO, then FORWARD until SHUTDOWN or EOF."""
-    conn = Conn(sock)
-    try:
-        typ, body = conn.read_frame()
-    except EOFError:
-        return
-    if typ != HELLO:
-        raise ProtocolError("expected HELLO, got frame type %d" % typ)
+class Steps:
+    """What a connection does with FORWARD bodies: decode the rows, write
+    their logits (on the rank with logits) and return (step, rows)."""
+
+    def __init__(self, model, mm, max_batch, row_bytes):
+        self.model, self.mm = model, mm
+        self.max_batch, self.row_bytes = max_batch, row_bytes
+
+
+class StepsV1(Steps):
+    """Version 1: every row carries its whole history; nothing is held but
+    a cache of prompt hashes."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.prompt_hash = {}  # seq id -> hash of its prompt
+
+    def forward(self, body):
+        if len(body) < FORWARD_HEAD.size:
+            raise ProtocolError("FORWARD of %d bytes" % len(body))
+        step, n = FORWARD_HEAD.unpack_from(body, 0)
+        if n > self.max_batch:
+            raise ProtocolError("step %d has %d rows, max batch is %d" % (step, n, self.max_batch))
+        off = FORWARD_HEAD.size
+        ids = set()
+        for i in range(n):
+            if off + ROW_HEAD.size > len(body):
+                raise ProtocolError("row %d of step %d is truncated" % (i, step))
+            seq_id, np_, no = ROW_HEAD.unpack_from(body, off)
+            off += ROW_HEAD.size
+            ntok = np_ + no
+            if off + 4 * ntok > len(body):
+                raise ProtocolError("row %d of step %d is truncated" % (i, step))
+            ids.add(seq_id)
+            if self.model is not None:
+                # The synthetic model needs the last token and (once per
+                # sequence) the hash of the prompt.
+                last = TOKEN.unpack_from(body, off + 4 * (ntok - 1))[0] if ntok else -1
+                ph = self.prompt_hash.get(seq_id)
+                if ph is None and self.model.eos >= 0:
+                    ph = Model.prompt_hash(struct.unpack_from("<%di" % np_, body, off))
+                    self.prompt_hash[seq_id] = ph
+                self.model.write_row(self.mm, i * self.row_bytes, ph or 0, last, no)
+            off += 4 * ntok
+        if off != len(body):
+            raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
+        if len(self.prompt_hash) > 4 * max(len(ids), 64):
+            self.prompt_hash = {i: h for i, h in self.prompt_hash.items() if i in ids}
+        return step, n
+
+
+class Held:
+    """A sequence a version 2 worker holds (a real runtime: its KV cache)."""
+    __slots__ = ("prompt_len", "length", "last", "ph")
+
+    def __init__(self, prompt_len, length, last, ph):
+        self.prompt_len, self.length, self.last, self.ph = prompt_len, length, last, ph
+
+
+class StepsV2(Steps):
+    """Version 2: deltas. Finished ids are freed first; a NEW row brings its
+    whole context, a known row the tokens appended since the last FORWARD,
+    at the position equal to the number of tokens held."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.held = {}  # seq id -> Held
+
+    def forward(self, body):
+        if len(body) < FORWARD2_HEAD.size:
+            raise ProtocolError("FORWARD of %d bytes" % len(body))
+        step, n, nf = FORWARD2_HEAD.unpack_from(body, 0)
+        if n == 0 or n > self.max_batch:
+            raise ProtocolError("step %d has %d rows, max batch is %d (and at least 1)" % (step, n, self.max_batch))
+        off = FORWARD2_HEAD.size
+        if off + 8 * nf + (ROW2_HEAD.size + 4) * n > len(body):
+            raise ProtocolError("FORWARD claims %d finished ids and %d rows in %d bytes" % (nf, n, len(body)))
+        for k in range(nf):
+            self.held.pop(U64.unpack_from(body, off + 8 * k)[0], None)
+        off += 8 * nf
+        for i in range(n):
+            off = self.row(body, off, step, i)
+        if off != len(body):
+            raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
+        if len(self.held) > n:
+            raise ProtocolError("step %d: this worker holds %d sequences, the batch has %d rows: "
+                                "the FORWARD does not finish the sequences that left" % (step, len(self.held), n))
+        return step, n
+
+    def row(self, body, off, step, i):
+        """Apply row i at off, write its logits, return the offset after it."""
+        if off + ROW2_HEAD.size > len(body):
+            raise ProtocolError("row %d of step %d is truncated" % (i, step))
+        seq_id, flags, pos, np_, nt = ROW2_HEAD.unpack_from(body, off)
+        off += ROW2_HEAD.size
+        where = "step %d: row %d: sequence %d" % (step, i, seq_id)
+        if flags & ~FLAG_NEW:
+            raise ProtocolError("%s: unknown flag bits %#x" % (where, flags & ~FLAG_NEW))
+        if nt == 0 or off + 4 * nt > len(body):
+            raise ProtocolError("%s: %d tokens in %d bytes (at least 1)" % (where, nt, len(body) - off))
+        last = TOKEN.unpack_from(body, off + 4 * (nt - 1))[0]
+        seq = self.held.get(seq_id)
+        if flags & FLAG_NEW:
+            if seq is not None:
+                raise ProtocolError("%s is flagged NEW but this worker already holds it" % where)
+            if pos != 0 or np_ > nt:
+                raise ProtocolError("%s: NEW at position %d with a %d-token prompt in %d tokens" % (where, pos, np_, nt))
+            ph = 0
+            if self.model is not None and self.model.eos >= 0:
+                ph = Model.prompt_hash(struct.unpack_from("<%di" % np_, body, off))
+            seq = self.held[seq_id] = Held(np_, nt, last, ph)
+        elif seq is None:
+            raise ProtocolError("%s is not flagged NEW but this worker does not hold it" % where)
+        elif pos != seq.length:
+            raise ProtocolError("%s continues at position %d, this worker holds %d of its tokens" % (where, pos, seq.length))
+        else:
+            seq.length += nt
+            seq.last = last
+        if self.model is not None:
+            self.model.write_row(self.mm, i * self.row_bytes, seq.ph, seq.last, seq.length - seq.prompt_len)
+        return off + 4 * nt
+
+
+def handshake(conn, body, args):
+    """Answer HELLO. Returns (hello values, mapped shm or None, Steps) when
+    this worker serves the agent, None when it does not."""
+    if len(body) < HELLO_FIXED.size:
+        raise ProtocolError("HELLO of %d bytes" % len(body))
     (version, rank, world, vocab, max_batch, eos, dtype, order, logits, _r,
      shm_size, path_len) = HELLO_FIXED.unpack_from(body, 0)
     shm_path = bytes(body[HELLO_FIXED.size:HELLO_FIXED.size + path_len]).decode()
-    # Report what this worker runs with; the agent refuses any difference.
-    agent = (version, rank, world, vocab, max_batch, eos, dtype, order)
-    mine = [VERSION, rank, world, vocab, max_batch, eos, dtype, NATIVE_ORDER]
+    top = min(VERSION, args.max_version or VERSION)
+    if version < 1:
+        conn.send_error("protocol version %d offered; this worker speaks 1 to %d" % (version, top))
+        return None
+    # Speak the highest version both sides speak; report the values this
+    # worker runs with for everything else (the agent refuses a difference).
+    agent = (rank, world, vocab, max_batch, eos, dtype, order)
+    mine = [min(version, top), rank, world, vocab, max_batch, eos, dtype, NATIVE_ORDER]
     if args.vocab:
         mine[3] = args.vocab
     if args.max_batch:
@@ -195,13 +319,12 @@ def serve(sock, args):
     if args.dtype:
         mine[6] = DTYPE_NAMES[args.dtype]
     name = ("python reference worker (synthetic model) " + args.name).strip().encode()
-    matches = tuple(mine) == agent
-    mm = None
-    model = None
+    matches = tuple(mine[1:]) == agent
+    mm = model = None
     if matches:
         if dtype not in DTYPE_SIZE:
             conn.send_error("unknown dtype code %d" % dtype)
-            return
+            return None
         if logits:
             need = max_batch * vocab * DTYPE_SIZE[dtype]
             try:
@@ -212,17 +335,33 @@ def serve(sock, args):
                     os.close(fd)
             except (OSError, ValueError) as e:
                 conn.send_error("open shared memory %s (%d bytes): %s" % (shm_path, need, e))
-                return
+                return None
             t0 = time.monotonic()
             model = Model(vocab, eos, dtype)
             log("rank %d: base row of %d built in %.2fs" % (rank, vocab, time.monotonic() - t0))
     conn.send(HELLO_OK, HELLO_OK_FIXED.pack(*mine, 0, os.getpid(), len(name)) + name)
     if not matches:
-        log("handshake mismatch; the agent will refuse: agent %r, worker %r" % (agent, tuple(mine)))
-        return
-    log("rank %d of %d ready (vocab %d, max batch %d, dtype %d)" % (rank, world, vocab, max_batch, dtype))
+        log("handshake mismatch; the agent will refuse: agent %r, worker %r" % (agent, tuple(mine[1:])))
+        if mm is not None:
+            mm.close()
+        return None
+    log("rank %d of %d ready (protocol %d, vocab %d, max batch %d, dtype %d)" % (rank, world, mine[0], vocab, max_batch, dtype))
+    steps = (StepsV2 if mine[0] == 2 else StepsV1)(model, mm, max_batch, vocab * DTYPE_SIZE[dtype])
+    return steps
 
-    row_bytes = vocab * DTYPE_SIZE[dtype]
+
+def serve(sock, args):
+    """One agent connection: HELLO, then FORWARD until SHUTDOWN or EOF."""
+    conn = Conn(sock)
+    try:
+        typ, body = conn.read_frame()
+    except EOFError:
+        return
+    if typ != HELLO:
+        raise ProtocolError("expected HELLO, got frame type %d" % typ)
+    steps = handshake(conn, body, args)
+    if steps is None:
+        return
     try:
         while True:
             try:
@@ -234,42 +373,18 @@ def serve(sock, args):
             if typ != FORWARD:
                 raise ProtocolError("expected FORWARD or SHUTDOWN, got frame type %d" % typ)
             start = time.monotonic()
-            step, n = FORWARD_HEAD.unpack_from(body, 0)
-            if n > max_batch:
-                raise ProtocolError("step %d has %d rows, max batch is %d" % (step, n, max_batch))
-            off = FORWARD_HEAD.size
-            ids = set()
-            for i in range(n):
-                seq_id, np_, no = ROW_HEAD.unpack_from(body, off)
-                off += ROW_HEAD.size
-                ntok = np_ + no
-                if off + 4 * ntok > len(body):
-                    raise ProtocolError("row %d of step %d is truncated" % (i, step))
-                ids.add(seq_id)
-                if model is not None:
-                    # A real runtime keeps KV caches and needs only the new
-                    # token; the synthetic model needs the last token and
-                    # (once per sequence) the prompt.
-                    last = TOKEN.unpack_from(body, off + 4 * (ntok - 1))[0] if ntok else -1
-                    p0 = off
-                    prompt = lambda p0=p0, np_=np_: [TOKEN.unpack_from(body, p0 + 4 * k)[0] for k in range(np_)]
-                    model.write_row(mm, i * row_bytes, seq_id, prompt, last, no)
-                off += 4 * ntok
-            if off != len(body):
-                raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
-            if model is not None:
-                model.forget_except(ids)
+            step, n = steps.forward(body)
             if args.forward_time > 0:
                 left = args.forward_time / 1000.0 - (time.monotonic() - start)
                 if left > 0:
                     time.sleep(left)
-            conn.send(FORWARD_OK, FORWARD_OK_BODY.pack(step, n if model is not None else 0))
+            conn.send(FORWARD_OK, FORWARD_OK_BODY.pack(step, n if steps.model is not None else 0))
     except (ProtocolError, struct.error) as e:
         conn.send_error(str(e))
         raise
     finally:
-        if mm is not None:
-            mm.close()
+        if steps.mm is not None:
+            steps.mm.close()
 
 
 def main():
@@ -282,6 +397,7 @@ def main():
     ap.add_argument("--dtype", choices=sorted(DTYPE_NAMES), help="report this dtype instead of the agent's")
     ap.add_argument("--forward-time", type=float, default=0, help="milliseconds one forward pass takes at least")
     ap.add_argument("--name", default="", help="appended to the name reported in HELLO_OK")
+    ap.add_argument("--max-version", type=int, default=0, help="speak protocol versions up to this one (default %d)" % VERSION)
     args = ap.parse_args()
 
     if args.listen:

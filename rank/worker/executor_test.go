@@ -1,129 +1,19 @@
-package rank
+package worker
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank"
 )
-
-// shortDir is a fresh directory with a short path: Unix socket paths are
-// limited to ~108 bytes, which t.TempDir() under a long test name exceeds.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "tw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// fakeWorker listens on a socket and runs serve on the first connection in
-// a goroutine that the test's cleanup waits for. serve must return once the
-// agent closes the connection.
-func fakeWorker(t testing.TB, serve func(c net.Conn)) string {
-	t.Helper()
-	sock := filepath.Join(shortDir(t), "w.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		c, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		serve(c)
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return sock
-}
-
-// goWorker serves ServeWorker on a socket (an in-process Go worker).
-func goWorker(t testing.TB, cfg WorkerServeConfig) string {
-	t.Helper()
-	return fakeWorker(t, func(c net.Conn) {
-		if err := ServeWorker(context.Background(), c, cfg); err != nil {
-			t.Errorf("ServeWorker: %v", err)
-		}
-	})
-}
-
-// handshakeOK reads HELLO and answers HELLO_OK after edit changes the echo.
-func handshakeOK(t testing.TB, c net.Conn, edit func(h *hello)) (hello, bool) {
-	typ, body, err := readFrame(c, nil, maxRequestBody)
-	if err != nil || typ != frameHello {
-		t.Errorf("fake worker: want HELLO, got %s, %v", frameName(typ), err)
-		return hello{}, false
-	}
-	var h hello
-	if err := decodeHello(body, &h); err != nil {
-		t.Errorf("fake worker: %v", err)
-		return h, false
-	}
-	echo := h
-	echo.PID, echo.Name = 4242, "fake"
-	if edit != nil {
-		edit(&echo)
-	}
-	if _, err := c.Write(appendHelloOK(nil, &echo)); err != nil {
-		return h, false
-	}
-	return h, true
-}
-
-// drain reads frames until the agent closes the connection.
-func drain(c net.Conn) {
-	for {
-		if _, _, err := readFrame(c, nil, maxRequestBody); err != nil {
-			return
-		}
-	}
-}
-
-func testWorkerConfig(sock string) WorkerConfig {
-	return WorkerConfig{Rank: 3, World: 4, Vocab: 64, MaxBatch: 4, EOS: 0, Socket: sock, ForwardTimeout: time.Minute, StartTimeout: time.Minute}
-}
-
-func testBatch(step uint64, n int) Batch {
-	b := Batch{Step: step}
-	for i := range n {
-		s := &Seq{ID: uint64(100 + i), Prompt: []int32{int32(1 + 7*i), int32(2 + 3*i)}}
-		for j := range i * 5 {
-			s.Output = append(s.Output, int32((11*j+i)%60))
-		}
-		b.Rows = append(b.Rows, s)
-	}
-	return b
-}
-
-func mustContain(t *testing.T, err error, parts ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want one containing %q", parts)
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("error %q does not contain %q", err, p)
-		}
-	}
-}
 
 func TestWorkerHandshakeMismatch(t *testing.T) {
 	cases := []struct {
@@ -131,13 +21,14 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 		edit  func(h *hello)
 		want  string
 	}{
-		{"version", func(h *hello) { h.Version = 9 }, "protocol version: agent has 1, worker has 9"},
+		{"version", func(h *hello) { h.Version = 9 }, "protocol version: agent has 1 to 2, worker has 9"},
+		{"version 0", func(h *hello) { h.Version = 0 }, "protocol version: agent has 1 to 2, worker has 0"},
 		{"rank", func(h *hello) { h.Rank = 2 }, "rank: agent has 3, worker has 2"},
 		{"world", func(h *hello) { h.World = 8 }, "world size: agent has 4, worker has 8"},
 		{"vocab", func(h *hello) { h.Vocab = 100352 }, "vocab: agent has 64, worker has 100352"},
 		{"max batch", func(h *hello) { h.MaxBatch = 32 }, "max batch: agent has 4, worker has 32"},
 		{"eos", func(h *hello) { h.EOS = 2 }, "eos: agent has 0, worker has 2"},
-		{"dtype", func(h *hello) { h.DType = DTypeBFloat16 }, "dtype: agent has float32, worker has bfloat16"},
+		{"dtype", func(h *hello) { h.DType = BFloat16 }, "dtype: agent has float32, worker has bfloat16"},
 		{"byte order", func(h *hello) { h.Order = 3 - nativeOrder }, "byte order: agent has " + orderName(nativeOrder) + ", worker has " + orderName(3-nativeOrder)},
 	}
 	for _, tc := range cases {
@@ -147,7 +38,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 					drain(c)
 				}
 			})
-			w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+			w, err := Start(context.Background(), testWorkerConfig(sock))
 			if err == nil {
 				w.Close()
 			}
@@ -160,7 +51,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 			c.Write(appendError(nil, "no card at slot 3"))
 			drain(c)
 		})
-		_, err := StartWorker(context.Background(), testWorkerConfig(sock))
+		_, err := Start(context.Background(), testWorkerConfig(sock))
 		mustContain(t, err, "rank 3", "refused", "no card at slot 3")
 	})
 	t.Run("garbage reply", func(t *testing.T) {
@@ -169,7 +60,7 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 			drain(c)
 		})
-		_, err := StartWorker(context.Background(), testWorkerConfig(sock))
+		_, err := Start(context.Background(), testWorkerConfig(sock))
 		mustContain(t, err, "rank 3", "handshake", "not a worker protocol frame")
 	})
 }
@@ -209,7 +100,7 @@ func TestWorkerBadReplies(t *testing.T) {
 				tc.reply(c, leUint64(body))
 				drain(c)
 			})
-			w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+			w, err := Start(context.Background(), testWorkerConfig(sock))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +125,7 @@ func TestWorkerHangs(t *testing.T) {
 	})
 	cfg := testWorkerConfig(sock)
 	cfg.ForwardTimeout = 50 * time.Millisecond
-	w, err := StartWorker(context.Background(), cfg)
+	w, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +139,7 @@ func TestWorkerHandshakeHangs(t *testing.T) {
 	sock := fakeWorker(t, drain)
 	cfg := testWorkerConfig(sock)
 	cfg.StartTimeout = 50 * time.Millisecond
-	_, err := StartWorker(context.Background(), cfg)
+	_, err := Start(context.Background(), cfg)
 	mustContain(t, err, "rank 3", "handshake", "did not answer in time", "start timeout 50ms")
 }
 
@@ -262,7 +153,7 @@ func TestWorkerCancel(t *testing.T) {
 			drain(c)
 		}
 	})
-	w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+	w, err := Start(context.Background(), testWorkerConfig(sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,76 +167,45 @@ func TestWorkerCancel(t *testing.T) {
 	mustContain(t, err, "rank 3")
 }
 
-// wantLogits is Synthetic's output for b, rounded through dt.
-func wantLogits(t testing.TB, vocab int, eos int32, dt WorkerDType, b Batch) []float32 {
-	syn, err := NewSynthetic(SyntheticConfig{Vocab: vocab, EOS: eos, Logits: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := syn.Forward(context.Background(), b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dt != DTypeFloat32 {
-		h := make([]uint16, len(out))
-		narrow(h, out, dt)
-		widen(out, h, dt)
-	}
-	return out
-}
-
-func compareLogits(t *testing.T, got, want []float32, vocab int) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d logits, want %d", len(got), len(want))
-	}
-	bad := 0
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			if bad < 5 {
-				t.Errorf("row %d token %d: %v, want %v", i/vocab, i%vocab, got[i], want[i])
-			}
-			bad++
-		}
-	}
-	if bad > 0 {
-		t.Fatalf("%d of %d logits differ", bad, len(want))
-	}
-}
-
 // TestWorkerLogits: the Go worker's logits through shared memory equal the
-// synthetic executor's, for every dtype, over several steps.
+// synthetic executor's, for every dtype, in both protocol versions (a
+// version 1 worker is the Go worker capped at 1), over steps where rows
+// join and leave and the epoch changes.
 func TestWorkerLogits(t *testing.T) {
-	for _, dt := range []WorkerDType{DTypeFloat32, DTypeFloat16, DTypeBFloat16} {
-		t.Run(dt.String(), func(t *testing.T) {
-			const vocab = 5000
-			sock := goWorker(t, WorkerServeConfig{})
-			shm := shortDir(t)
-			cfg := WorkerConfig{Rank: 0, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: dt, Logits: true, Socket: sock, ShmDir: shm}
-			w, err := StartWorker(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			if ents, _ := os.ReadDir(shm); len(ents) != 0 {
-				t.Errorf("shared-memory file still linked after the handshake: %v", ents)
-			}
-			for step, n := range []int{8, 3, 1, 8} {
-				b := testBatch(uint64(step+1), n)
-				got, err := w.Forward(context.Background(), b)
+	for _, version := range []uint32{ProtocolV1, ProtocolV2} {
+		for _, dt := range []DType{Float32, Float16, BFloat16} {
+			t.Run(fmt.Sprintf("v%d/%v", version, dt), func(t *testing.T) {
+				const vocab = 5000
+				sock := goWorker(t, ServeConfig{MaxVersion: version})
+				shm := shortDir(t)
+				cfg := Config{Rank: 0, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: dt, Logits: true, Socket: sock, ShmDir: shm}
+				w, err := Start(context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareLogits(t, got, wantLogits(t, vocab, 3, dt, b), vocab)
-			}
-		})
+				defer w.Close()
+				if got := w.ProtocolVersion(); got != version {
+					t.Fatalf("negotiated version %d, want %d", got, version)
+				}
+				if ents, _ := os.ReadDir(shm); len(ents) != 0 {
+					t.Errorf("shared-memory file still linked after the handshake: %v", ents)
+				}
+				newSession(vocab).play(func(b rank.Batch) {
+					got, err := w.Forward(context.Background(), b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					compareLogits(t, got, wantLogits(t, vocab, 3, dt, b), vocab)
+				})
+			})
+		}
 	}
 }
 
 // TestWorkerFollower: a rank without logits gets none and no shared memory.
 func TestWorkerFollower(t *testing.T) {
-	sock := goWorker(t, WorkerServeConfig{})
-	w, err := StartWorker(context.Background(), testWorkerConfig(sock))
+	sock := goWorker(t, ServeConfig{})
+	w, err := Start(context.Background(), testWorkerConfig(sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,8 +220,8 @@ func TestWorkerFollower(t *testing.T) {
 // agent refuses them.
 func TestWorkerServeMismatch(t *testing.T) {
 	eos := int32(7)
-	sock := goWorker(t, WorkerServeConfig{Vocab: 128, EOS: &eos, DType: DTypeFloat16})
-	_, err := StartWorker(context.Background(), testWorkerConfig(sock))
+	sock := goWorker(t, ServeConfig{Vocab: 128, EOS: &eos, DType: Float16})
+	_, err := Start(context.Background(), testWorkerConfig(sock))
 	mustContain(t, err, "rank 3", "vocab: agent has 64, worker has 128", "eos: agent has 0, worker has 7", "dtype: agent has float32, worker has float16")
 }
 
@@ -371,67 +231,80 @@ func TestWorkerServeMismatch(t *testing.T) {
 func TestWorkerProcessExits(t *testing.T) {
 	cfg := testWorkerConfig("")
 	cfg.Command = []string{"sh", "-c", "exit 3"}
-	_, err := StartWorker(context.Background(), cfg)
+	_, err := Start(context.Background(), cfg)
 	mustContain(t, err, "rank 3", "exited before connecting", "exit status 3")
 
 	cfg.Command = []string{"sleep", "600"}
 	cfg.StartTimeout = 100 * time.Millisecond
-	_, err = StartWorker(context.Background(), cfg)
+	_, err = Start(context.Background(), cfg)
 	mustContain(t, err, "rank 3", "did not connect")
 }
 
-func pythonWorker(t testing.TB) []string {
+func pythonWorker(t testing.TB, args ...string) []string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 not found")
 	}
-	script, err := filepath.Abs("../examples/worker/worker.py")
+	script, err := filepath.Abs("../../examples/worker/worker.py")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []string{py, script, "--socket", "{socket}"}
+	return append([]string{py, script, "--socket", "{socket}"}, args...)
 }
 
 // TestWorkerPython: the Python reference worker, started as a process,
 // produces exactly the synthetic executor's logits at the default vocab,
-// for every dtype; SIGKILL of the worker ends the next step with an error
-// naming the rank and the signal.
+// for every dtype, in version 2 and (capped with --max-version 1) in
+// version 1; SIGKILL of the worker ends the next step with an error naming
+// the rank and the signal.
 func TestWorkerPython(t *testing.T) {
-	cmd := pythonWorker(t)
-	for _, dt := range []WorkerDType{DTypeFloat32, DTypeFloat16, DTypeBFloat16} {
-		t.Run(dt.String(), func(t *testing.T) {
+	cases := []struct {
+		version uint32
+		dt      DType
+	}{{2, Float32}, {2, Float16}, {2, BFloat16}, {1, Float16}}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("v%d/%v", tc.version, tc.dt), func(t *testing.T) {
+			dt := tc.dt
 			vocab := 100352
-			if dt != DTypeFloat32 {
+			if dt != Float32 {
 				vocab = 4099
 			}
-			cfg := WorkerConfig{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 32, EOS: 0, DType: dt, Logits: true,
-				Command: cmd, Stderr: os.Stderr, StartTimeout: 2 * time.Minute, ForwardTimeout: time.Minute}
-			w, err := StartWorker(context.Background(), cfg)
+			cfg := Config{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 32, EOS: 0, DType: dt, Logits: true,
+				Command: pythonWorker(t, "--max-version", fmt.Sprint(tc.version)), Stderr: os.Stderr, StartTimeout: 2 * time.Minute, ForwardTimeout: time.Minute}
+			w, err := Start(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			for step, n := range []int{32, 5} {
-				b := testBatch(uint64(step+1), n)
-				for i, r := range b.Rows { // long, varied histories
-					for j := range 40 * i {
-						r.Output = append(r.Output, int32((j*7919+i*104729)%vocab))
-					}
+			if got := w.ProtocolVersion(); got != tc.version {
+				t.Fatalf("negotiated version %d, want %d", got, tc.version)
+			}
+			b := testBatch(1, 32)
+			for i, r := range b.Rows { // long, varied histories
+				for j := range 40 * i {
+					r.Output = append(r.Output, int32((j*7919+i*104729)%vocab))
 				}
+			}
+			for step := range 2 {
 				got, err := w.Forward(context.Background(), b)
 				if err != nil {
 					t.Fatal(err)
 				}
 				compareLogits(t, got, wantLogits(t, vocab, 0, dt, b), vocab)
+				// The next step: five rows go on with one token each.
+				b = rank.Batch{Step: uint64(step + 2), Rows: b.Rows[:5]}
+				for i, r := range b.Rows {
+					r.Output = append(r.Output, int32(i*11+step))
+				}
 			}
-			if dt != DTypeBFloat16 {
+			if dt != BFloat16 {
 				return
 			}
 			if err := syscall.Kill(w.PID(), syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			_, err = w.Forward(context.Background(), testBatch(3, 1))
+			_, err = w.Forward(context.Background(), b)
 			mustContain(t, err, "rank 0", fmt.Sprintf("pid %d", w.PID()), "step 3", "killed")
 		})
 	}
@@ -441,7 +314,7 @@ func TestWorkerPython(t *testing.T) {
 // synthetic executor, at batch 32 and the default vocab. The difference is
 // the protocol's overhead (encode FORWARD, two socket hops, decode).
 
-func benchBatch() Batch {
+func benchBatch() rank.Batch {
 	b := testBatch(1, 32)
 	for i, r := range b.Rows {
 		for j := range 64 {
@@ -452,7 +325,7 @@ func benchBatch() Batch {
 }
 
 func BenchmarkSyntheticForward(b *testing.B) {
-	syn, err := NewSynthetic(SyntheticConfig{Vocab: 100352, EOS: 0, Logits: true})
+	syn, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: 100352, EOS: 0, Logits: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -464,27 +337,29 @@ func BenchmarkSyntheticForward(b *testing.B) {
 	}
 }
 
+// BenchmarkWorkerForward: rank 0, logits through shared memory. v1 sends
+// the same 32 histories every step; v2 sends each row's one new token.
 func BenchmarkWorkerForward(b *testing.B) {
-	sock := goWorker(b, WorkerServeConfig{})
-	w, err := StartWorker(context.Background(), WorkerConfig{Rank: 0, World: 1, Vocab: 100352, MaxBatch: 32, EOS: 0, Logits: true, Socket: sock})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Close()
-	batch := benchBatch()
-	for b.Loop() {
-		batch.Step++
-		if _, err := w.Forward(context.Background(), batch); err != nil {
-			b.Fatal(err)
-		}
+	for _, v := range []uint32{ProtocolV1, ProtocolV2} {
+		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
+			benchWorker(b, Config{Rank: 0, World: 1, Vocab: 100352, MaxBatch: 32, EOS: 0, Logits: true, MaxVersion: v})
+		})
 	}
 }
 
 // BenchmarkWorkerRoundTrip is the protocol alone: a follower rank (no
-// logits) with the same batch.
+// logits) with the same batches.
 func BenchmarkWorkerRoundTrip(b *testing.B) {
-	sock := goWorker(b, WorkerServeConfig{})
-	w, err := StartWorker(context.Background(), WorkerConfig{Rank: 1, World: 2, Vocab: 100352, MaxBatch: 32, EOS: 0, Socket: sock})
+	for _, v := range []uint32{ProtocolV1, ProtocolV2} {
+		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
+			benchWorker(b, Config{Rank: 1, World: 2, Vocab: 100352, MaxBatch: 32, EOS: 0, MaxVersion: v})
+		})
+	}
+}
+
+func benchWorker(b *testing.B, cfg Config) {
+	cfg.Socket = goWorker(b, ServeConfig{})
+	w, err := Start(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -492,6 +367,11 @@ func BenchmarkWorkerRoundTrip(b *testing.B) {
 	batch := benchBatch()
 	for b.Loop() {
 		batch.Step++
+		if cfg.MaxVersion == ProtocolV2 {
+			for _, r := range batch.Rows {
+				r.Output = append(r.Output, int32(batch.Step%1000))
+			}
+		}
 		if _, err := w.Forward(context.Background(), batch); err != nil {
 			b.Fatal(err)
 		}
@@ -503,7 +383,7 @@ func BenchmarkWorkerRoundTrip(b *testing.B) {
 // that is the memory, not the protocol.
 func BenchmarkSyntheticIntoShm(b *testing.B) {
 	const vocab = 100352
-	syn, err := NewSynthetic(SyntheticConfig{Vocab: vocab, EOS: 0, Logits: true})
+	syn, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: vocab, EOS: 0, Logits: true})
 	if err != nil {
 		b.Fatal(err)
 	}

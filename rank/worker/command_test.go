@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"reflect"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestWorkerSplitCommand(t *testing.T) {
+func TestSplitCommand(t *testing.T) {
 	cases := []struct {
 		in   string
 		want []string
@@ -20,15 +20,15 @@ func TestWorkerSplitCommand(t *testing.T) {
 		{`a \`, nil, "ends with a backslash"},
 	}
 	for _, tc := range cases {
-		got, err := splitCommand(tc.in)
+		got, err := SplitCommand(tc.in)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("splitCommand(%q): %v, want error %q", tc.in, err, tc.err)
+				t.Errorf("SplitCommand(%q): %v, want error %q", tc.in, err, tc.err)
 			}
 			continue
 		}
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("splitCommand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			t.Errorf("SplitCommand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package rank
+package worker
 
 import (
 	"fmt"

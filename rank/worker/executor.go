@@ -1,4 +1,4 @@
-package rank
+package worker
 
 import (
 	"context"
@@ -14,19 +14,21 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tpcoord/tpcoord/rank"
 )
 
-// DefaultForwardTimeout is WorkerConfig.ForwardTimeout's default.
+// DefaultForwardTimeout is Config.ForwardTimeout's default.
 const DefaultForwardTimeout = 30 * time.Second
 
-// WorkerConfig configures the worker executor: the agent's side of a model
+// Config configures the worker executor: the agent's side of a model
 // worker process (docs/worker-protocol.md).
-type WorkerConfig struct {
+type Config struct {
 	Rank, World     int
 	Vocab, MaxBatch int
 	EOS             int32 // -1 for none
 	// DType is the logits element type the worker must write (rank 0).
-	DType WorkerDType
+	DType DType
 	// Logits: this rank receives logits (rank 0). Only then is the
 	// shared-memory region created.
 	Logits bool
@@ -45,6 +47,9 @@ type WorkerConfig struct {
 	ForwardTimeout time.Duration // one step's deadline (default 30s)
 	StartTimeout   time.Duration // start, connect and handshake (default 5m)
 	StopTimeout    time.Duration // Close: time for the worker to exit before SIGKILL (default 5s)
+	// MaxVersion is the protocol version HELLO offers (default and at
+	// most ProtocolVersion); the worker may answer a lower one.
+	MaxVersion uint32
 	// ShmDir holds the logits file (default /dev/shm, else os.TempDir()).
 	ShmDir string
 	// Stdout and Stderr receive the worker process's output (nil: discarded).
@@ -52,7 +57,7 @@ type WorkerConfig struct {
 	Logger         *slog.Logger
 }
 
-func (c *WorkerConfig) defaults() {
+func (c *Config) defaults() {
 	if c.ForwardTimeout <= 0 {
 		c.ForwardTimeout = DefaultForwardTimeout
 	}
@@ -63,7 +68,10 @@ func (c *WorkerConfig) defaults() {
 		c.StopTimeout = 5 * time.Second
 	}
 	if c.DType == 0 {
-		c.DType = DTypeFloat32
+		c.DType = Float32
+	}
+	if c.MaxVersion == 0 {
+		c.MaxVersion = ProtocolVersion
 	}
 	if c.ShmDir == "" {
 		c.ShmDir = os.TempDir()
@@ -77,7 +85,7 @@ func (c *WorkerConfig) defaults() {
 }
 
 // Validate checks the configuration; errors name the field.
-func (c *WorkerConfig) Validate() error {
+func (c *Config) Validate() error {
 	switch {
 	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
 		return fmt.Errorf("rank: %d is not in [0, %d)", c.Rank, c.World)
@@ -87,6 +95,8 @@ func (c *WorkerConfig) Validate() error {
 		return fmt.Errorf("max-batch: must be >= 1, got %d", c.MaxBatch)
 	case c.DType != 0 && c.DType.Size() == 0:
 		return fmt.Errorf("worker-dtype: unknown %v", c.DType)
+	case c.MaxVersion > ProtocolVersion:
+		return fmt.Errorf("max version: this agent speaks protocol versions 1 to %d, not %d", ProtocolVersion, c.MaxVersion)
 	case len(c.Command) == 0 && c.Socket == "":
 		return errors.New("worker-cmd or worker-socket: one is needed")
 	case len(c.Command) > 0 && c.Socket != "":
@@ -95,14 +105,14 @@ func (c *WorkerConfig) Validate() error {
 	return nil
 }
 
-// Worker is the executor backed by a model worker process. Forward sends
+// Executor is the executor backed by a model worker process. Forward sends
 // FORWARD over the socket and waits for FORWARD_OK; rank 0's logits are
 // then in the shared-memory region, which Forward returns in place
 // (float32) or widened into a buffer of its own (float16, bfloat16).
 // Forward and Close must not run concurrently (the driver calls Forward
 // from its loop and Close after Run returns).
-type Worker struct {
-	cfg  WorkerConfig
+type Executor struct {
+	cfg  Config
 	log  *slog.Logger
 	conn net.Conn
 	shm  *shmRegion
@@ -113,6 +123,8 @@ type Worker struct {
 	waitErr error         // valid after exited is closed
 	pid     int
 	name    string // worker identity reported in HELLO_OK
+	version uint32 // protocol version of the connection
+	delta   delta  // version 2: what the worker holds
 
 	out    []byte
 	in     []byte
@@ -123,20 +135,20 @@ type Worker struct {
 	closeErr  error
 }
 
-var _ Executor = (*Worker)(nil)
+var _ rank.Executor = (*Executor)(nil)
 
-// errWorkerHung marks a step that hit its deadline.
-var errWorkerHung = errors.New("worker did not answer in time")
+// errHung marks a step that hit its deadline.
+var errHung = errors.New("worker did not answer in time")
 
-// StartWorker starts (or connects to) the worker and completes the
+// Start starts (or connects to) the worker and completes the
 // handshake. Every field HELLO_OK reports differently from cfg is refused,
 // naming the field and both values. ctx bounds the start only.
-func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Executor, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.defaults()
-	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_rank", cfg.Rank)}
+	w := &Executor{cfg: cfg, log: cfg.Logger.With("worker_rank", cfg.Rank)}
 	defer func() {
 		if err != nil {
 			// A worker that failed its start gets no SHUTDOWN: kill it.
@@ -178,14 +190,14 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 		}
 		w.shm.path = ""
 	}
-	w.log.Info("worker ready", "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch)
+	w.log.Info("worker connected", "protocol", w.version, "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch)
 	return w, nil
 }
 
 // spawn listens on a socket in a private directory, starts the command and
 // accepts its connection. The process is reaped by a goroutine owned by
-// the Worker; Close waits for it.
-func (w *Worker) spawn(ctx context.Context) error {
+// the Executor; Close waits for it.
+func (w *Executor) spawn(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "tpcoord-worker-")
 	if err != nil {
 		return err
@@ -234,9 +246,9 @@ func (w *Worker) spawn(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) handshake(ctx context.Context) error {
+func (w *Executor) handshake(ctx context.Context) error {
 	want := hello{
-		Version: WorkerProtocolVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
+		Version: w.cfg.MaxVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
 		Vocab: uint32(w.cfg.Vocab), MaxBatch: uint32(w.cfg.MaxBatch), EOS: w.cfg.EOS,
 		DType: w.cfg.DType, Order: nativeOrder, Logits: w.cfg.Logits,
 	}
@@ -251,8 +263,8 @@ func (w *Worker) handshake(ctx context.Context) error {
 	typ, body, err := w.roundTrip(appendHello(w.out[:0], &want))
 	if err != nil {
 		err = w.explain(err, ctx)
-		if errors.Is(err, errWorkerHung) || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errWorkerHung, w.cfg.StartTimeout)
+		if errors.Is(err, errHung) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errHung, w.cfg.StartTimeout)
 		}
 		return fmt.Errorf("handshake: %w", err)
 	}
@@ -273,34 +285,12 @@ func (w *Worker) handshake(ctx context.Context) error {
 	if w.pid == 0 {
 		w.pid = int(got.PID)
 	}
-	w.name = got.Name
+	w.name, w.version = got.Name, got.Version
 	_ = w.conn.SetDeadline(time.Time{})
 	return nil
 }
 
-// helloMismatch names every field where the worker differs from the agent.
-func helloMismatch(a, b *hello) error {
-	var diffs []string
-	add := func(field string, av, bv any) {
-		if av != bv {
-			diffs = append(diffs, fmt.Sprintf("%s: agent has %v, worker has %v", field, av, bv))
-		}
-	}
-	add("protocol version", a.Version, b.Version)
-	add("rank", a.Rank, b.Rank)
-	add("world size", a.World, b.World)
-	add("vocab", a.Vocab, b.Vocab)
-	add("max batch", a.MaxBatch, b.MaxBatch)
-	add("eos", a.EOS, b.EOS)
-	add("dtype", a.DType.String(), b.DType.String())
-	add("byte order", orderName(a.Order), orderName(b.Order))
-	if len(diffs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("handshake mismatch, refusing to start: %s", strings.Join(diffs, "; "))
-}
-
-func (w *Worker) roundTrip(frame []byte) (uint16, []byte, error) {
+func (w *Executor) roundTrip(frame []byte) (uint16, []byte, error) {
 	w.out = frame
 	if _, err := w.conn.Write(frame); err != nil {
 		return 0, nil, err
@@ -312,13 +302,13 @@ func (w *Worker) roundTrip(frame []byte) (uint16, []byte, error) {
 
 // explain turns an I/O error of a step or the handshake into what happened
 // to the worker.
-func (w *Worker) explain(err error, ctx context.Context) error {
+func (w *Executor) explain(err error, ctx context.Context) error {
 	var ne net.Error
 	switch {
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
 	case errors.As(err, &ne) && ne.Timeout():
-		return errWorkerHung
+		return errHung
 	case errors.Is(err, errGarbage):
 		return err
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isConnReset(err):
@@ -349,18 +339,29 @@ func exitString(err error) string {
 	return err.Error()
 }
 
-func (w *Worker) Vocab() int { return w.cfg.Vocab }
+func (w *Executor) Vocab() int { return w.cfg.Vocab }
 
 // PID is the worker process's ID (as the worker reported it when the agent
 // connected to a running one).
-func (w *Worker) PID() int { return w.pid }
+func (w *Executor) PID() int { return w.pid }
+
+// ProtocolVersion is the protocol version the connection speaks, as the
+// worker answered HELLO.
+func (w *Executor) ProtocolVersion() uint32 { return w.version }
 
 // Forward runs one step on the worker. Any failure (an ERROR reply, garbage,
 // a closed connection, no answer within ForwardTimeout) names the rank and
 // leaves the worker broken: every later Forward fails the same way.
-func (w *Worker) Forward(ctx context.Context, b Batch) ([]float32, error) {
+//
+// An empty batch sends nothing and returns no logits: rank 0 runs no
+// forward pass for one, and every rank's worker must see the same FORWARDs
+// (in version 2 the ids that left are finished in the next FORWARD).
+func (w *Executor) Forward(ctx context.Context, b rank.Batch) ([]float32, error) {
 	if w.broken != nil {
 		return nil, w.broken
+	}
+	if len(b.Rows) == 0 {
+		return nil, nil
 	}
 	logits, err := w.forward(ctx, b)
 	if err != nil {
@@ -371,17 +372,21 @@ func (w *Worker) Forward(ctx context.Context, b Batch) ([]float32, error) {
 	return logits, nil
 }
 
-func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
+func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error) {
 	if len(b.Rows) > w.cfg.MaxBatch {
 		return nil, fmt.Errorf("%d rows, the worker was set up for at most %d", len(b.Rows), w.cfg.MaxBatch)
 	}
 	_ = w.conn.SetDeadline(time.Now().Add(w.cfg.ForwardTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	typ, body, err := w.roundTrip(appendForward(w.out[:0], b.Step, b.Rows))
+	frame, err := w.encodeForward(b)
+	if err != nil {
+		return nil, err
+	}
+	typ, body, err := w.roundTrip(frame)
 	if err != nil {
 		err = w.explain(err, ctx)
-		if errors.Is(err, errWorkerHung) {
+		if errors.Is(err, errHung) {
 			return nil, fmt.Errorf("%w: no reply within --forward-timeout %v", err, w.cfg.ForwardTimeout)
 		}
 		return nil, err
@@ -408,7 +413,7 @@ func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
 		return nil, nil
 	}
 	n := len(b.Rows) * w.cfg.Vocab
-	if w.cfg.DType == DTypeFloat32 {
+	if w.cfg.DType == Float32 {
 		return w.shm.float32s(n), nil
 	}
 	// The sampler takes float32 rows: widen the 16-bit logits into a
@@ -421,8 +426,22 @@ func (w *Worker) forward(ctx context.Context, b Batch) ([]float32, error) {
 	return w.wide, nil
 }
 
+// encodeForward encodes b's FORWARD in the connection's version into w.out
+// (reused), advancing the version 2 delta state.
+func (w *Executor) encodeForward(b rank.Batch) ([]byte, error) {
+	if w.version != ProtocolV2 {
+		w.out = appendForward(w.out[:0], b.Step, b.Rows)
+		return w.out, nil
+	}
+	if err := w.delta.advance(b); err != nil {
+		return nil, err
+	}
+	w.out = appendForward2(w.out[:0], b.Step, w.delta.finished, b.Rows, w.delta.plan)
+	return w.out, nil
+}
+
 // kill ends the process now (used when it cannot be trusted to stop).
-func (w *Worker) kill() {
+func (w *Executor) kill() {
 	if w.cmd == nil {
 		return
 	}
@@ -436,7 +455,7 @@ func (w *Worker) kill() {
 // Close asks the worker to shut down, kills it if it does not exit within
 // StopTimeout (at once if it stopped answering), reaps it and releases the
 // socket and the shared memory. It is idempotent.
-func (w *Worker) Close() error {
+func (w *Executor) Close() error {
 	w.closeOnce.Do(func() {
 		if w.conn != nil {
 			if w.broken == nil {
@@ -446,7 +465,7 @@ func (w *Worker) Close() error {
 			_ = w.conn.Close()
 		}
 		if w.cmd != nil {
-			if errors.Is(w.broken, errWorkerHung) {
+			if errors.Is(w.broken, errHung) {
 				w.kill()
 			}
 			t := time.NewTimer(w.cfg.StopTimeout)

@@ -1,4 +1,4 @@
-package agent
+package worker
 
 import (
 	"errors"
@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// splitCommand splits a command line into arguments: blanks separate them,
+// SplitCommand splits a command line into arguments: blanks separate them,
 // single quotes keep everything, double quotes keep all but \" and \\, a
 // backslash outside quotes escapes the next character.
-func splitCommand(s string) ([]string, error) {
+func SplitCommand(s string) ([]string, error) {
 	var (
 		args  []string
 		cur   strings.Builder

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package rank
+package worker
 
 import "syscall"
 

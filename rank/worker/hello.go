@@ -1,0 +1,152 @@
+package worker
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+)
+
+// Protocol versions. The agent offers the highest version it speaks; the
+// worker answers the highest version it speaks that is no higher than the
+// offer, and both speak that one for the whole connection.
+const (
+	// ProtocolV1: every FORWARD carries every row's whole token history.
+	ProtocolV1 uint32 = 1
+	// ProtocolV2: FORWARD carries deltas: finished ids, new sequences
+	// whole, known ones only the tokens appended since the last FORWARD.
+	ProtocolV2 uint32 = 2
+	// ProtocolVersion is the highest version this package speaks.
+	ProtocolVersion = ProtocolV2
+)
+
+// negotiate picks the version a worker speaking up to max (1 or more)
+// answers an agent that offers offer.
+func negotiate(offer, max uint32) (uint32, error) {
+	if offer < ProtocolV1 {
+		return 0, fmt.Errorf("protocol version %d offered; this worker speaks %s", offer, versionRange(max))
+	}
+	return min(offer, max), nil
+}
+
+// versionRange names the versions from 1 to max.
+func versionRange(max uint32) string {
+	if max <= ProtocolV1 {
+		return "1"
+	}
+	return fmt.Sprintf("1 to %d", max)
+}
+
+// hello is the HELLO body and, with PID and Name, the HELLO_OK body: the
+// worker echoes the values it runs with and the agent compares them.
+type hello struct {
+	Version  uint32
+	Rank     uint32
+	World    uint32
+	Vocab    uint32
+	MaxBatch uint32
+	EOS      int32
+	DType    DType
+	Order    uint8
+	Logits   bool   // HELLO only: this rank receives logits
+	ShmSize  uint64 // HELLO only
+	ShmPath  string // HELLO only
+	PID      uint32 // HELLO_OK only
+	Name     string // HELLO_OK only
+}
+
+func appendHello(dst []byte, h *hello) []byte {
+	dst, at := beginFrame(dst, frameHello)
+	dst = appendHelloFixed(dst, h)
+	var logits uint8
+	if h.Logits {
+		logits = 1
+	}
+	dst = append(dst, logits, 0)
+	dst = binary.LittleEndian.AppendUint64(dst, h.ShmSize)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(h.ShmPath)))
+	dst = append(dst, h.ShmPath...)
+	return endFrame(dst, at)
+}
+
+func appendHelloOK(dst []byte, h *hello) []byte {
+	dst, at := beginFrame(dst, frameHelloOK)
+	dst = appendHelloFixed(dst, h)
+	dst = binary.LittleEndian.AppendUint16(dst, 0)
+	dst = binary.LittleEndian.AppendUint32(dst, h.PID)
+	name := h.Name
+	if len(name) > 1024 {
+		name = name[:1024]
+	}
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(name)))
+	dst = append(dst, name...)
+	return endFrame(dst, at)
+}
+
+func appendHelloFixed(dst []byte, h *hello) []byte {
+	for _, v := range [...]uint32{h.Version, h.Rank, h.World, h.Vocab, h.MaxBatch, uint32(h.EOS)} {
+		dst = binary.LittleEndian.AppendUint32(dst, v)
+	}
+	return append(dst, uint8(h.DType), h.Order)
+}
+
+func decodeHelloFixed(b []byte, h *hello) {
+	le := binary.LittleEndian
+	h.Version, h.Rank, h.World, h.Vocab, h.MaxBatch = le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:]), le.Uint32(b[16:])
+	h.EOS = int32(le.Uint32(b[20:]))
+	h.DType, h.Order = DType(b[24]), b[25]
+}
+
+func decodeHello(b []byte, h *hello) error {
+	if len(b) < helloFixedSize {
+		return fmt.Errorf("%w: HELLO of %d bytes (at least %d)", errGarbage, len(b), helloFixedSize)
+	}
+	decodeHelloFixed(b, h)
+	h.Logits = b[26] == 1
+	h.ShmSize = binary.LittleEndian.Uint64(b[28:])
+	n := int(binary.LittleEndian.Uint16(b[36:]))
+	if len(b) != helloFixedSize+n {
+		return fmt.Errorf("%w: HELLO of %d bytes with a %d-byte path", errGarbage, len(b), n)
+	}
+	h.ShmPath = string(b[helloFixedSize:])
+	return nil
+}
+
+func decodeHelloOK(b []byte, h *hello) error {
+	if len(b) < helloOKFixedSize {
+		return fmt.Errorf("%w: HELLO_OK of %d bytes (at least %d)", errGarbage, len(b), helloOKFixedSize)
+	}
+	decodeHelloFixed(b, h)
+	h.PID = binary.LittleEndian.Uint32(b[28:])
+	n := int(binary.LittleEndian.Uint16(b[32:]))
+	if len(b) != helloOKFixedSize+n {
+		return fmt.Errorf("%w: HELLO_OK of %d bytes with a %d-byte name", errGarbage, len(b), n)
+	}
+	h.Name = string(b[helloOKFixedSize:])
+	return nil
+}
+
+// helloMismatch names every field where the worker's HELLO_OK (b) differs
+// from the agent's HELLO (a). The version differs legitimately: the worker
+// may answer any version from 1 to the one offered.
+func helloMismatch(a, b *hello) error {
+	var diffs []string
+	add := func(field string, av, bv any) {
+		if av != bv {
+			diffs = append(diffs, fmt.Sprintf("%s: agent has %v, worker has %v", field, av, bv))
+		}
+	}
+	if b.Version < ProtocolV1 || b.Version > a.Version {
+		add("protocol version", versionRange(a.Version), b.Version)
+	}
+	add("rank", a.Rank, b.Rank)
+	add("world size", a.World, b.World)
+	add("vocab", a.Vocab, b.Vocab)
+	add("max batch", a.MaxBatch, b.MaxBatch)
+	add("eos", a.EOS, b.EOS)
+	add("dtype", a.DType.String(), b.DType.String())
+	add("byte order", orderName(a.Order), orderName(b.Order))
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("handshake mismatch, refusing to start: %s", strings.Join(diffs, "; "))
+}

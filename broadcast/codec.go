@@ -226,35 +226,46 @@ func DecodeStep(b []byte, job uint64, s *Step) error {
 	}
 	s.Admitted = s.Admitted[:0]
 	for i := range nAdm {
-		if len(p) < admissionFixed {
-			return fmt.Errorf("%w: admission %d header", ErrShort, i)
-		}
-		seq, n, nOut := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:]), binary.LittleEndian.Uint32(p[12:])
-		p = p[admissionFixed:]
-		if n > MaxPromptLen || nOut > MaxPromptLen {
-			return fmt.Errorf("%w: admission %d prompt length %d, output length %d (max %d each)", ErrBounds, i, n, nOut, MaxPromptLen)
-		}
-		if uint64(len(p)) < (uint64(n)+uint64(nOut))*4 {
-			return fmt.Errorf("%w: admission %d tokens need %d bytes, have %d", ErrShort, i, (n+nOut)*4, len(p))
-		}
-		a := Admission{Seq: seq, Prompt: make([]int32, n)}
-		for j := range a.Prompt {
-			a.Prompt[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
-		}
-		p = p[4*n:]
-		if nOut > 0 {
-			a.Output = make([]int32, nOut)
-			for j := range a.Output {
-				a.Output[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
-			}
-			p = p[4*nOut:]
+		a, rest, err := decodeAdmission(p, i)
+		if err != nil {
+			return err
 		}
 		s.Admitted = append(s.Admitted, a)
+		p = rest
 	}
 	if len(p) != 0 {
 		return fmt.Errorf("%w: %d bytes after the last admission", ErrTrailing, len(p))
 	}
 	return nil
+}
+
+// decodeAdmission decodes admission i from the start of p and returns it
+// with the bytes after it.
+func decodeAdmission(p []byte, i uint32) (Admission, []byte, error) {
+	if len(p) < admissionFixed {
+		return Admission{}, nil, fmt.Errorf("%w: admission %d header", ErrShort, i)
+	}
+	seq, n, nOut := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:]), binary.LittleEndian.Uint32(p[12:])
+	p = p[admissionFixed:]
+	if n > MaxPromptLen || nOut > MaxPromptLen {
+		return Admission{}, nil, fmt.Errorf("%w: admission %d prompt length %d, output length %d (max %d each)", ErrBounds, i, n, nOut, MaxPromptLen)
+	}
+	if uint64(len(p)) < (uint64(n)+uint64(nOut))*4 {
+		return Admission{}, nil, fmt.Errorf("%w: admission %d tokens need %d bytes, have %d", ErrShort, i, (n+nOut)*4, len(p))
+	}
+	a := Admission{Seq: seq, Prompt: make([]int32, n)}
+	for j := range a.Prompt {
+		a.Prompt[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
+	}
+	p = p[4*n:]
+	if nOut > 0 {
+		a.Output = make([]int32, nOut)
+		for j := range a.Output {
+			a.Output[j] = int32(binary.LittleEndian.Uint32(p[4*j:]))
+		}
+		p = p[4*nOut:]
+	}
+	return a, p, nil
 }
 
 // Phase is a rank's state as it reports it.

@@ -260,6 +260,41 @@ func TestAccuracy(t *testing.T) {
 // changes; found by binary search), plus a strided sweep.
 // TestMonotoneExhaustive checks all 2^32.
 func TestMonotone(t *testing.T) {
+	edges := monotoneEdges()
+	w := uint64(1 << 12)
+	if testing.Short() {
+		w = 1 << 8
+	}
+	for _, e := range edges {
+		lo := uint64(e) - min(uint64(e), w)
+		hi := min(uint64(e)+w, math.MaxUint32)
+		prev := GumbelFromBits(uint32(lo))
+		for b := lo + 1; b <= hi; b++ {
+			g := GumbelFromBits(uint32(b))
+			if g < prev {
+				t.Fatalf("GumbelFromBits(%#x) = %.9g < GumbelFromBits(%#x) = %.9g", b, g, b-1, prev)
+			}
+			prev = g
+		}
+	}
+	stride := uint64(1009)
+	if testing.Short() {
+		stride = 1 << 16
+	}
+	prev := GumbelFromBits(0)
+	for b := stride; b < 1<<32; b += stride {
+		g := GumbelFromBits(uint32(b))
+		if g < prev {
+			t.Fatalf("GumbelFromBits(%#x) = %.9g < value %d inputs earlier, %.9g", b, g, stride, prev)
+		}
+		prev = g
+	}
+}
+
+// monotoneEdges returns the inputs where GumbelFromBits changes form: the
+// ends, the fold at 2^31, and where the argument of either log crosses a
+// table-interval boundary 2^k·(1+j/32).
+func monotoneEdges() []uint32 {
 	edges := []uint32{0, 1 << 31, math.MaxUint32}
 	// First input at which a non-decreasing or non-increasing step function
 	// of b changes value past x.
@@ -292,35 +327,7 @@ func TestMonotone(t *testing.T) {
 			}
 		}
 	}
-
-	w := uint64(1 << 12)
-	if testing.Short() {
-		w = 1 << 8
-	}
-	for _, e := range edges {
-		lo := uint64(e) - min(uint64(e), w)
-		hi := min(uint64(e)+w, math.MaxUint32)
-		prev := GumbelFromBits(uint32(lo))
-		for b := lo + 1; b <= hi; b++ {
-			g := GumbelFromBits(uint32(b))
-			if g < prev {
-				t.Fatalf("GumbelFromBits(%#x) = %.9g < GumbelFromBits(%#x) = %.9g", b, g, b-1, prev)
-			}
-			prev = g
-		}
-	}
-	stride := uint64(1009)
-	if testing.Short() {
-		stride = 1 << 16
-	}
-	prev := GumbelFromBits(0)
-	for b := stride; b < 1<<32; b += stride {
-		g := GumbelFromBits(uint32(b))
-		if g < prev {
-			t.Fatalf("GumbelFromBits(%#x) = %.9g < value %d inputs earlier, %.9g", b, g, stride, prev)
-		}
-		prev = g
-	}
+	return edges
 }
 
 // TestMonotoneExhaustive checks all 2^32 inputs through the fastest kernel
@@ -472,6 +479,39 @@ func TestUpperTail(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		rows = 20 // 2e6 values: 91 expected above 10
 	}
+	c10v, c15v := countValuesAbove(rows)
+	n := rows * 100352
+	checkCount(t, "values > 10", c10v, n, tailP(10))
+	if !testing.Short() && !raceEnabled {
+		checkCount(t, "values > 15", c15v, n, tailP(15))
+	}
+
+	for _, x := range []float64{10, 15, 20} {
+		thr, ok := MinBitsAbove(float32(x))
+		if !ok {
+			t.Fatalf("no input gives G > %v", x)
+		}
+		p := (float64(1<<32) - float64(thr)) / (1 << 32)
+		// float32 G near x has spacing ulp(x); P's relative change over one
+		// ulp is about ulp·e^{-x}/P ≈ ulp, plus the 2^-32 quantisation.
+		if rel := math.Abs(p/tailP(x) - 1); rel > 1e-5+1/(p*(1<<32)) {
+			t.Errorf("P(G > %v) by the threshold is %.6g, theory %.6g (relative %.2g)", x, p, tailP(x), rel)
+		}
+	}
+	draws := 1 << 30
+	if testing.Short() || raceEnabled {
+		draws = 1 << 24
+	}
+	c10, c15 := countBitsAbove(draws)
+	checkCount(t, "bits for G > 10", c10, draws, tailP(10))
+	if !testing.Short() && !raceEnabled {
+		checkCount(t, "bits for G > 15", c15, draws, tailP(15))
+	}
+}
+
+// countValuesAbove counts the values above 10 and above 15 in FillRow rows
+// 0..rows-1 (keys 200..204) of 100352 values, on two goroutines.
+func countValuesAbove(rows int) (c10, c15 int) {
 	var c10v, c15v [2]int
 	var wg sync.WaitGroup
 	for part := range 2 {
@@ -491,31 +531,16 @@ func TestUpperTail(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	n := rows * 100352
-	checkCount(t, "values > 10", c10v[0]+c10v[1], n, tailP(10))
-	if !testing.Short() && !raceEnabled {
-		checkCount(t, "values > 15", c15v[0]+c15v[1], n, tailP(15))
-	}
+	return c10v[0] + c10v[1], c15v[0] + c15v[1]
+}
 
-	for _, x := range []float64{10, 15, 20} {
-		thr, ok := MinBitsAbove(float32(x))
-		if !ok {
-			t.Fatalf("no input gives G > %v", x)
-		}
-		p := (float64(1<<32) - float64(thr)) / (1 << 32)
-		// float32 G near x has spacing ulp(x); P's relative change over one
-		// ulp is about ulp·e^{-x}/P ≈ ulp, plus the 2^-32 quantisation.
-		if rel := math.Abs(p/tailP(x) - 1); rel > 1e-5+1/(p*(1<<32)) {
-			t.Errorf("P(G > %v) by the threshold is %.6g, theory %.6g (relative %.2g)", x, p, tailP(x), rel)
-		}
-	}
-	draws := 1 << 30
-	if testing.Short() || raceEnabled {
-		draws = 1 << 24
-	}
+// countBitsAbove counts, among draws raw bit values (rows of 2^16), those
+// at or above MinBitsAbove(10) and MinBitsAbove(15), on two goroutines.
+func countBitsAbove(draws int) (c10, c15 int) {
 	thr15, _ := MinBitsAbove(15)
 	thr10, _ := MinBitsAbove(10)
-	var c10, c15 [2]int
+	var c10b, c15b [2]int
+	var wg sync.WaitGroup
 	for part := range 2 {
 		wg.Go(func() {
 			for r := part; r < draws>>16; r += 2 {
@@ -523,9 +548,9 @@ func TestUpperTail(t *testing.T) {
 				for i := range 1 << 16 {
 					b := Bits(seed, i)
 					if b >= thr10 {
-						c10[part]++
+						c10b[part]++
 						if b >= thr15 {
-							c15[part]++
+							c15b[part]++
 						}
 					}
 				}
@@ -533,10 +558,7 @@ func TestUpperTail(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	checkCount(t, "bits for G > 10", c10[0]+c10[1], draws, tailP(10))
-	if !testing.Short() && !raceEnabled {
-		checkCount(t, "bits for G > 15", c15[0]+c15[1], draws, tailP(15))
-	}
+	return c10b[0] + c10b[1], c15b[0] + c15b[1]
 }
 
 // corr is the Pearson correlation of x and y.

@@ -169,48 +169,61 @@ func TestKernelScoreMax(t *testing.T) {
 	}
 }
 
+// expSumRow runs k's expSum over l block by block, as the sampler does.
+func expSumRow(k *kernels, l []float32, c *expSumArgs) ([16]float64, []uint16) {
+	var acc [16]float64
+	mask := make([]uint16, (len(l)+15)/16)
+	for lo := 0; lo < len(l); lo += blockSize {
+		blk := l[lo:min(lo+blockSize, len(l))]
+		k.expSumOf(blk, c, &acc, mask[lo/16:])
+	}
+	return acc, mask
+}
+
+// checkExpSum fails the test unless every kernel of impls gives the Go
+// kernel's accumulators and mask, bit for bit, for l.
+func checkExpSum(t *testing.T, impls []*kernels, l []float32, c *expSumArgs, what string) {
+	t.Helper()
+	wantAcc, wantMask := expSumRow(&goKernels, l, c)
+	for _, k := range impls {
+		gotAcc, gotMask := expSumRow(k, l, c)
+		for j := range gotAcc {
+			if math.Float64bits(gotAcc[j]) != math.Float64bits(wantAcc[j]) {
+				t.Fatalf("%s %s len %d: acc[%d] = %v, Go gives %v", k.name, what, len(l), j, gotAcc[j], wantAcc[j])
+			}
+		}
+		for j := range gotMask {
+			if gotMask[j] != wantMask[j] {
+				t.Fatalf("%s %s len %d: mask[%d] = %#x, Go gives %#x", k.name, what, len(l), j, gotMask[j], wantMask[j])
+			}
+		}
+	}
+}
+
+// randExpSumArgs returns the row constants of l (M its maximum, 0 if none
+// is finite) with a random temperature and head bound.
+func randExpSumArgs(l []float32, r *rand.Rand) *expSumArgs {
+	M := float32(math.Inf(-1))
+	for _, x := range l {
+		M = max(M, x)
+	}
+	invT := float32(0.1 + 3*r.Float64())
+	if M == float32(math.Inf(-1)) || M != M {
+		M = 0
+	}
+	return &expSumArgs{invT: invT, smax: float32(M * invT), M: M, dh: float32(r.Float64() * 20)}
+}
+
 func TestKernelExpSum(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	impls := vectorImpls(t)
-	run := func(k *kernels, l []float32, c *expSumArgs) ([16]float64, []uint16) {
-		var acc [16]float64
-		mask := make([]uint16, (len(l)+15)/16)
-		for lo := 0; lo < len(l); lo += blockSize {
-			blk := l[lo:min(lo+blockSize, len(l))]
-			k.expSumOf(blk, c, &acc, mask[lo/16:])
-		}
-		return acc, mask
-	}
 	check := func(l []float32, c *expSumArgs, what string) {
-		wantAcc, wantMask := run(&goKernels, l, c)
-		for _, k := range impls {
-			gotAcc, gotMask := run(k, l, c)
-			for j := range gotAcc {
-				if math.Float64bits(gotAcc[j]) != math.Float64bits(wantAcc[j]) {
-					t.Fatalf("%s %s len %d: acc[%d] = %v, Go gives %v", k.name, what, len(l), j, gotAcc[j], wantAcc[j])
-				}
-			}
-			for j := range gotMask {
-				if gotMask[j] != wantMask[j] {
-					t.Fatalf("%s %s len %d: mask[%d] = %#x, Go gives %#x", k.name, what, len(l), j, gotMask[j], wantMask[j])
-				}
-			}
-		}
-	}
-	args := func(l []float32) *expSumArgs {
-		M := float32(math.Inf(-1))
-		for _, x := range l {
-			M = max(M, x)
-		}
-		invT := float32(0.1 + 3*r.Float64())
-		if M == float32(math.Inf(-1)) || M != M {
-			M = 0
-		}
-		return &expSumArgs{invT: invT, smax: float32(M * invT), M: M, dh: float32(r.Float64() * 20)}
+		t.Helper()
+		checkExpSum(t, impls, l, c, what)
 	}
 	for n := 0; n <= 1100; n++ {
 		l := randRow(n, r)
-		c := args(l)
+		c := randExpSumArgs(l, r)
 		check(l, c, "random")
 		// Tokens at the underflow edge x = -86 and at the rounding edges
 		// of n (t - n close to 0.5).

@@ -67,27 +67,12 @@ var (
 	npyShape   = regexp.MustCompile(`'shape'\s*:\s*\(([^)]*)\)`)
 )
 
+// parseNpy returns the dtype and the values' bytes of a one-row .npy file.
 func parseNpy(data []byte) (Dtype, []byte, error) {
-	if len(data) < 10 {
-		return 0, nil, fmt.Errorf("npy: truncated header")
+	hdr, payload, err := npyHeader(data)
+	if err != nil {
+		return 0, nil, err
 	}
-	major := data[6]
-	var hlen, off int
-	switch major {
-	case 1:
-		hlen, off = int(binary.LittleEndian.Uint16(data[8:])), 10
-	case 2, 3:
-		if len(data) < 12 {
-			return 0, nil, fmt.Errorf("npy: truncated header")
-		}
-		hlen, off = int(binary.LittleEndian.Uint32(data[8:])), 12
-	default:
-		return 0, nil, fmt.Errorf("npy: unsupported format version %d", major)
-	}
-	if off+hlen > len(data) {
-		return 0, nil, fmt.Errorf("npy: header length %d exceeds file size %d", hlen, len(data))
-	}
-	hdr := string(data[off : off+hlen])
 	m := npyDescr.FindStringSubmatch(hdr)
 	if m == nil {
 		return 0, nil, fmt.Errorf("npy: header has no descr: %q", hdr)
@@ -104,9 +89,50 @@ func parseNpy(data []byte) (Dtype, []byte, error) {
 	if f := npyFortran.FindStringSubmatch(hdr); f != nil && f[1] == "True" {
 		return 0, nil, fmt.Errorf("npy: fortran_order arrays are not supported")
 	}
+	v, err := npyRowLength(hdr)
+	if err != nil {
+		return 0, nil, err
+	}
+	size := 4
+	if dt == Float16 {
+		size = 2
+	}
+	if len(payload) != v*size {
+		return 0, nil, fmt.Errorf("npy: shape says %d values but the file holds %d bytes of data", v, len(payload))
+	}
+	return dt, payload, nil
+}
+
+// npyHeader splits a .npy file (format version 1 to 3) into its header
+// dict text and the bytes after it.
+func npyHeader(data []byte) (string, []byte, error) {
+	if len(data) < 10 {
+		return "", nil, fmt.Errorf("npy: truncated header")
+	}
+	major := data[6]
+	var hlen, off int
+	switch major {
+	case 1:
+		hlen, off = int(binary.LittleEndian.Uint16(data[8:])), 10
+	case 2, 3:
+		if len(data) < 12 {
+			return "", nil, fmt.Errorf("npy: truncated header")
+		}
+		hlen, off = int(binary.LittleEndian.Uint32(data[8:])), 12
+	default:
+		return "", nil, fmt.Errorf("npy: unsupported format version %d", major)
+	}
+	if off+hlen > len(data) {
+		return "", nil, fmt.Errorf("npy: header length %d exceeds file size %d", hlen, len(data))
+	}
+	return string(data[off : off+hlen]), data[off+hlen:], nil
+}
+
+// npyRowLength returns V for a header whose shape is (V,) or (1, V).
+func npyRowLength(hdr string) (int, error) {
 	sm := npyShape.FindStringSubmatch(hdr)
 	if sm == nil {
-		return 0, nil, fmt.Errorf("npy: header has no shape: %q", hdr)
+		return 0, fmt.Errorf("npy: header has no shape: %q", hdr)
 	}
 	var dims []int
 	for _, f := range strings.Split(sm[1], ",") {
@@ -115,28 +141,17 @@ func parseNpy(data []byte) (Dtype, []byte, error) {
 		}
 		d, err := strconv.Atoi(f)
 		if err != nil {
-			return 0, nil, fmt.Errorf("npy: bad shape %q", sm[1])
+			return 0, fmt.Errorf("npy: bad shape %q", sm[1])
 		}
 		dims = append(dims, d)
 	}
-	var v int
 	switch {
 	case len(dims) == 1:
-		v = dims[0]
+		return dims[0], nil
 	case len(dims) == 2 && dims[0] == 1:
-		v = dims[1]
-	default:
-		return 0, nil, fmt.Errorf("npy: shape (%s) is not one row (want (V,) or (1, V))", sm[1])
+		return dims[1], nil
 	}
-	size := 4
-	if dt == Float16 {
-		size = 2
-	}
-	payload := data[off+hlen:]
-	if len(payload) != v*size {
-		return 0, nil, fmt.Errorf("npy: shape says %d values but the file holds %d bytes of data", v, len(payload))
-	}
-	return dt, payload, nil
+	return 0, fmt.Errorf("npy: shape (%s) is not one row (want (V,) or (1, V))", sm[1])
 }
 
 // DrawCounts draws n tokens from row (Params and history as given) with

@@ -54,6 +54,25 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 	if err := s.blockBounds(base, nb); err != nil {
 		return Logprobs{}, err
 	}
+	lp, err := s.logSoftmax(base, nb, p)
+	if err != nil {
+		return Logprobs{}, err
+	}
+	out := Logprobs{Token: token, Logprob: float32(lp[token]), Rank: 1}
+	for _, v := range lp {
+		if v > lp[token] {
+			out.Rank++
+		}
+	}
+	out.Top = topLogprobs(lp, min(n, vocab))
+	return out, nil
+}
+
+// logSoftmax returns the log-softmax, in float64, of the processed logits
+// scaled by the temperature (1 for greedy rows), tokens outside
+// allowed_token_ids at -Inf. It needs buildOverrides and blockBounds run
+// for the row.
+func (s *Sampler) logSoftmax(base []float32, nb int, p *Params) ([]float64, error) {
 	allowed := func(t int32) bool { return true }
 	if len(p.AllowedTokenIDs) > 0 {
 		set := make(map[int32]bool, len(p.AllowedTokenIDs))
@@ -66,7 +85,7 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 	if p.Temperature >= GreedyBelow {
 		invT = float64(float32(1 / float64(p.Temperature)))
 	}
-	lp := make([]float64, vocab)
+	lp := make([]float64, len(base))
 	m := math.Inf(-1)
 	for b := range nb {
 		lo := b << blockShift
@@ -80,7 +99,7 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 		}
 	}
 	if math.IsInf(m, -1) {
-		return Logprobs{}, ErrNoCandidates
+		return nil, ErrNoCandidates
 	}
 	var z float64
 	for _, v := range lp {
@@ -90,30 +109,31 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 	for i := range lp {
 		lp[i] -= lz
 	}
-	out := Logprobs{Token: token, Logprob: float32(lp[token]), Rank: 1}
-	for _, v := range lp {
-		if v > lp[token] {
-			out.Rank++
+	return lp, nil
+}
+
+// topLogprobs returns the n (<= len(lp)) most likely tokens of lp, most
+// likely first, ties by index; nil for n == 0.
+func topLogprobs(lp []float64, n int) []TokenLogprob {
+	if n <= 0 {
+		return nil
+	}
+	// Threshold by selection, then order the few survivors.
+	sel := make([]float32, len(lp))
+	for i, v := range lp {
+		sel[i] = float32(v)
+	}
+	th := kthLargest(sel, n)
+	var c []cand
+	for i, v := range lp {
+		if float32(v) >= th {
+			c = append(c, cand{idx: int32(i), l: float32(v)})
 		}
 	}
-	n = min(n, vocab)
-	if n > 0 {
-		// Threshold by selection, then order the few survivors.
-		sel := make([]float32, vocab)
-		for i, v := range lp {
-			sel[i] = float32(v)
-		}
-		th := kthLargest(sel, n)
-		var c []cand
-		for i, v := range lp {
-			if float32(v) >= th {
-				c = append(c, cand{idx: int32(i), l: float32(v)})
-			}
-		}
-		sortCands(c)
-		for _, x := range c[:n] {
-			out.Top = append(out.Top, TokenLogprob{Token: x.idx, Logprob: float32(lp[x.idx])})
-		}
+	sortCands(c)
+	top := make([]TokenLogprob, 0, n)
+	for _, x := range c[:n] {
+		top = append(top, TokenLogprob{Token: x.idx, Logprob: float32(lp[x.idx])})
 	}
-	return out, nil
+	return top
 }

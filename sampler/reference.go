@@ -71,6 +71,55 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 			return -1, fmt.Errorf("sampler: %w", err)
 		}
 	}
+	l, err := r.load(row)
+	if err != nil {
+		return -1, err
+	}
+	if err := r.process(row, p, l); err != nil {
+		return -1, err
+	}
+	inf := float32(math.Inf(-1))
+	// 5. greedy.
+	if p.Temperature < GreedyBelow {
+		t := argmax(l)
+		if l[t] == inf {
+			return -1, ErrNoCandidates
+		}
+		return t, nil
+	}
+	// 6. temperature.
+	T := p.Temperature
+	for i := range l {
+		l[i] = float32(l[i] / T)
+	}
+	// 7, 8. top-k, top-p.
+	r.truncate(l, p)
+	// softmax.
+	m := l[argmax(l)]
+	if m == inf {
+		return -1, ErrNoCandidates
+	}
+	if math.IsInf(float64(m), 1) {
+		return argmax(l), nil
+	}
+	probs, pmax := r.softmax(l, m)
+	// 9. min-p.
+	if p.MinP > 0 {
+		th := float32(p.MinP * pmax)
+		for i, q := range probs {
+			if q < th {
+				probs[i] = 0
+			}
+		}
+	}
+	// 10. probs / q with q ~ Exp(1) for the whole row.
+	return r.drawExp(row, probs), nil
+}
+
+// load returns a dense float32 copy of the row's logits in r's scratch,
+// rejecting NaN and +Inf.
+func (r *Reference) load(row *Row) ([]float32, error) {
+	V := row.Vocab()
 	if cap(r.buf) < V {
 		r.buf = make([]float32, V)
 		r.probs = make([]float32, V)
@@ -86,30 +135,27 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 	}
 	for i, v := range l {
 		if v != v || math.IsInf(float64(v), 1) {
-			return -1, fmt.Errorf("sampler: logits row has %v at token %d", v, i)
+			return nil, fmt.Errorf("sampler: logits row has %v at token %d", v, i)
 		}
 	}
+	return l, nil
+}
+
+// process applies steps 1 to 4 (allowed tokens, bias, min_tokens,
+// penalties) to l in place and rejects a result that is NaN or +Inf.
+func (r *Reference) process(row *Row, p *Params, l []float32) error {
+	V := len(l)
 	inf := float32(math.Inf(-1))
 	// 1. allowed_token_ids.
 	if len(p.AllowedTokenIDs) > 0 {
-		mask := r.mask[:V]
-		clear(mask)
-		for _, t := range p.AllowedTokenIDs {
-			if t < 0 || int(t) >= V {
-				return -1, fmt.Errorf("sampler: allowed token %d out of range [0, %d)", t, V)
-			}
-			mask[t] = true
-		}
-		for i := range l {
-			if !mask[i] {
-				l[i] = inf
-			}
+		if err := r.allowOnly(l, p.AllowedTokenIDs); err != nil {
+			return err
 		}
 	}
 	// 2. logit_bias.
 	for t, b := range p.LogitBias {
 		if t < 0 || int(t) >= V {
-			return -1, fmt.Errorf("sampler: logit_bias token %d out of range [0, %d)", t, V)
+			return fmt.Errorf("sampler: logit_bias token %d out of range [0, %d)", t, V)
 		}
 		l[t] = float32(l[t] + b)
 	}
@@ -117,7 +163,7 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 	if len(row.Output) < p.MinTokens {
 		for _, t := range p.StopTokenIDs {
 			if t < 0 || int(t) >= V {
-				return -1, fmt.Errorf("sampler: stop token %d out of range [0, %d)", t, V)
+				return fmt.Errorf("sampler: stop token %d out of range [0, %d)", t, V)
 			}
 			l[t] = inf
 		}
@@ -125,83 +171,101 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 			l[row.EOS] = inf
 		}
 	}
-	// 4. penalties, dense over the vocabulary as vLLM's apply_penalties.
+	// 4. penalties.
 	rp := p.RepetitionPenalty
 	if (rp != 0 && rp != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0 {
-		counts, seen := r.counts[:V], r.mask[:V]
-		clear(counts)
-		clear(seen)
-		for _, t := range row.Output {
-			if t < 0 || int(t) >= V {
-				return -1, fmt.Errorf("sampler: output token %d out of range [0, %d)", t, V)
-			}
-			counts[t]++
-			seen[t] = true
-		}
-		for _, t := range row.Prompt {
-			if t < 0 || int(t) >= V {
-				return -1, fmt.Errorf("sampler: prompt token %d out of range [0, %d)", t, V)
-			}
-			seen[t] = true
-		}
-		for i := range l {
-			if rp != 0 && rp != 1 && seen[i] {
-				if l[i] > 0 {
-					l[i] = float32(l[i] / rp)
-				} else {
-					l[i] = float32(l[i] * rp)
-				}
-			}
-			if counts[i] > 0 {
-				l[i] = float32(l[i] - float32(p.FrequencyPenalty*float32(counts[i])))
-				l[i] = float32(l[i] - p.PresencePenalty)
-			}
+		if err := r.penalize(row, p, l); err != nil {
+			return err
 		}
 	}
 	for i, v := range l {
 		if v != v || math.IsInf(float64(v), 1) {
-			return -1, fmt.Errorf("sampler: token %d is %v after bias and penalties", i, v)
+			return fmt.Errorf("sampler: token %d is %v after bias and penalties", i, v)
 		}
 	}
-	// 5. greedy.
-	if p.Temperature < GreedyBelow {
-		t := argmax(l)
-		if l[t] == inf {
-			return -1, ErrNoCandidates
+	return nil
+}
+
+// allowOnly sets every token of l not in ids to -Inf.
+func (r *Reference) allowOnly(l []float32, ids []int32) error {
+	mask := r.mask[:len(l)]
+	clear(mask)
+	for _, t := range ids {
+		if t < 0 || int(t) >= len(l) {
+			return fmt.Errorf("sampler: allowed token %d out of range [0, %d)", t, len(l))
 		}
-		return t, nil
+		mask[t] = true
 	}
-	// 6. temperature.
-	T := p.Temperature
 	for i := range l {
-		l[i] = float32(l[i] / T)
+		if !mask[i] {
+			l[i] = float32(math.Inf(-1))
+		}
 	}
-	// 7, 8. top-k, top-p.
+	return nil
+}
+
+// penalize applies the repetition, frequency and presence penalties, dense
+// over the vocabulary as vLLM's apply_penalties.
+func (r *Reference) penalize(row *Row, p *Params, l []float32) error {
+	V := len(l)
+	rp := p.RepetitionPenalty
+	counts, seen := r.counts[:V], r.mask[:V]
+	clear(counts)
+	clear(seen)
+	for _, t := range row.Output {
+		if t < 0 || int(t) >= V {
+			return fmt.Errorf("sampler: output token %d out of range [0, %d)", t, V)
+		}
+		counts[t]++
+		seen[t] = true
+	}
+	for _, t := range row.Prompt {
+		if t < 0 || int(t) >= V {
+			return fmt.Errorf("sampler: prompt token %d out of range [0, %d)", t, V)
+		}
+		seen[t] = true
+	}
+	for i := range l {
+		if rp != 0 && rp != 1 && seen[i] {
+			if l[i] > 0 {
+				l[i] = float32(l[i] / rp)
+			} else {
+				l[i] = float32(l[i] * rp)
+			}
+		}
+		if counts[i] > 0 {
+			l[i] = float32(l[i] - float32(p.FrequencyPenalty*float32(counts[i])))
+			l[i] = float32(l[i] - p.PresencePenalty)
+		}
+	}
+	return nil
+}
+
+// truncate applies steps 7 and 8 (top-k, top-p) to the scaled logits l,
+// setting the cut tokens to -Inf: a full sort when top-p is on, a heap
+// selection for top-k alone.
+func (r *Reference) truncate(l []float32, p *Params) {
 	topK := p.TopK
-	if topK >= V {
+	if topK >= len(l) {
 		topK = 0
 	}
-	topP := p.TopP > 0 && p.TopP < 1
 	switch {
-	case topP:
+	case p.TopP > 0 && p.TopP < 1:
 		r.topKTopPSort(l, topK, p.TopP)
 	case topK > 0:
 		vk := r.kthLargestHeap(l, topK)
 		for i := range l {
 			if l[i] < vk {
-				l[i] = inf
+				l[i] = float32(math.Inf(-1))
 			}
 		}
 	}
-	// softmax.
-	m := l[argmax(l)]
-	if m == inf {
-		return -1, ErrNoCandidates
-	}
-	if math.IsInf(float64(m), 1) {
-		return argmax(l), nil
-	}
-	probs := r.probs[:V]
+}
+
+// softmax returns the probabilities of l, whose maximum is m (finite), in
+// r's scratch, and their maximum.
+func (r *Reference) softmax(l []float32, m float32) ([]float32, float32) {
+	probs := r.probs[:len(l)]
 	var z float64
 	for i, v := range l {
 		probs[i] = fastExp(float32(v - m))
@@ -213,16 +277,12 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 		probs[i] = float32(probs[i] * inv)
 		pmax = max(pmax, probs[i])
 	}
-	// 9. min-p.
-	if p.MinP > 0 {
-		th := float32(p.MinP * pmax)
-		for i, q := range probs {
-			if q < th {
-				probs[i] = 0
-			}
-		}
-	}
-	// 10. probs / q with q ~ Exp(1) for the whole row: q = exp(-g).
+	return probs, pmax
+}
+
+// drawExp is step 10: argmax of probs / q with q ~ Exp(1) for the whole
+// row, q = exp(-g) from the row's Gumbel noise.
+func (r *Reference) drawExp(row *Row, probs []float32) int32 {
 	g := row.Noise
 	if len(g) != len(probs) {
 		if cap(r.noise) < len(probs) {
@@ -241,7 +301,7 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 			best, bestV = int32(i), v
 		}
 	}
-	return best, nil
+	return best
 }
 
 func argmax(l []float32) int32 {

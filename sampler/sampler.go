@@ -232,52 +232,14 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 // buildOverrides computes the processed logit of every token that steps 2
 // to 4 touch, sorted by index; all other tokens keep their logit.
 func (s *Sampler) buildOverrides(r *Row, p *Params, base []float32) error {
-	vocab := int32(len(base))
 	s.ov = s.ov[:0]
 	s.touched = s.touched[:0]
 	defer s.resetMarks()
 	rp := p.RepetitionPenalty
 	useRep := rp != 0 && rp != 1
 	usePen := p.FrequencyPenalty != 0 || p.PresencePenalty != 0
-	mark := func(t int32, f uint8) {
-		if s.flags[t] == 0 {
-			s.touched = append(s.touched, t)
-		}
-		s.flags[t] |= f
-	}
-	if useRep {
-		for _, t := range r.Prompt {
-			if t < 0 || t >= vocab {
-				return fmt.Errorf("sampler: prompt token %d out of range [0, %d)", t, vocab)
-			}
-			mark(t, flagPrompt)
-		}
-	}
-	if useRep || usePen {
-		for _, t := range r.Output {
-			if t < 0 || t >= vocab {
-				return fmt.Errorf("sampler: output token %d out of range [0, %d)", t, vocab)
-			}
-			mark(t, flagOutput)
-			s.counts[t]++
-		}
-	}
-	for t := range p.LogitBias {
-		if t < 0 || t >= vocab {
-			return fmt.Errorf("sampler: logit_bias token %d out of range [0, %d)", t, vocab)
-		}
-		mark(t, flagBias)
-	}
-	if len(r.Output) < p.MinTokens {
-		for _, t := range p.StopTokenIDs {
-			if t < 0 || t >= vocab {
-				return fmt.Errorf("sampler: stop token %d out of range [0, %d)", t, vocab)
-			}
-			mark(t, flagBlocked)
-		}
-		if r.EOS >= 0 && r.EOS < vocab {
-			mark(r.EOS, flagBlocked)
-		}
+	if err := s.markTouched(r, p, int32(len(base)), useRep, usePen); err != nil {
+		return err
 	}
 	for _, t := range s.touched {
 		f := s.flags[t]
@@ -306,6 +268,55 @@ func (s *Sampler) buildOverrides(r *Row, p *Params, base []float32) error {
 	}
 	slices.SortFunc(s.ov, func(a, b override) int { return cmp.Compare(a.idx, b.idx) })
 	return nil
+}
+
+// markTouched flags every token that steps 2 to 4 change (appending each
+// to s.touched once) and counts output tokens, checking every token id
+// against the vocabulary. The caller resets the marks.
+func (s *Sampler) markTouched(r *Row, p *Params, vocab int32, useRep, usePen bool) error {
+	if useRep {
+		for _, t := range r.Prompt {
+			if t < 0 || t >= vocab {
+				return fmt.Errorf("sampler: prompt token %d out of range [0, %d)", t, vocab)
+			}
+			s.mark(t, flagPrompt)
+		}
+	}
+	if useRep || usePen {
+		for _, t := range r.Output {
+			if t < 0 || t >= vocab {
+				return fmt.Errorf("sampler: output token %d out of range [0, %d)", t, vocab)
+			}
+			s.mark(t, flagOutput)
+			s.counts[t]++
+		}
+	}
+	for t := range p.LogitBias {
+		if t < 0 || t >= vocab {
+			return fmt.Errorf("sampler: logit_bias token %d out of range [0, %d)", t, vocab)
+		}
+		s.mark(t, flagBias)
+	}
+	if len(r.Output) < p.MinTokens {
+		for _, t := range p.StopTokenIDs {
+			if t < 0 || t >= vocab {
+				return fmt.Errorf("sampler: stop token %d out of range [0, %d)", t, vocab)
+			}
+			s.mark(t, flagBlocked)
+		}
+		if r.EOS >= 0 && r.EOS < vocab {
+			s.mark(r.EOS, flagBlocked)
+		}
+	}
+	return nil
+}
+
+// mark sets flag f on token t, recording t in s.touched the first time.
+func (s *Sampler) mark(t int32, f uint8) {
+	if s.flags[t] == 0 {
+		s.touched = append(s.touched, t)
+	}
+	s.flags[t] |= f
 }
 
 func (s *Sampler) resetMarks() {
@@ -499,42 +510,8 @@ func (s *Sampler) nucleusFloor(base []float32, nb int, M, invT, topP float32) fl
 	if (bh+1)<<massShift < 0x7f800000 {
 		dh = math.Float32frombits((bh + 1) << massShift)
 	}
-	// args and acc live in s: passed through the kernel's func value they
-	// would escape to the heap on every call.
-	args, acc := &s.expArgs, &s.expAcc
-	*args = expSumArgs{invT: invT, smax: smax, M: M, dh: dh}
-	clear(acc[:])
-	for b := range nb {
-		if !(float32(float32(s.blockMax[b]*invT)-smax) >= -86) {
-			continue // every weight in the block is 0
-		}
-		active.expSumOf(s.blockVals(base, b), args, acc, s.hmask[b*blockSize/16:])
-	}
-	var total float64
-	for _, a := range acc {
-		total += a
-	}
-	target := float64(topP) * total
-
-	clear(s.mass[:])
-	s.cands = s.cands[:0]
-	for b := range nb {
-		if !(float32(float32(s.blockMax[b]*invT)-smax) >= -86) {
-			continue
-		}
-		vals := s.blockVals(base, b)
-		lo := b << blockShift
-		for k, word := range s.hmask[b*blockSize/16 : b*blockSize/16+(len(vals)+15)/16] {
-			for word != 0 {
-				j := k*16 + bits.TrailingZeros16(word)
-				word &= word - 1
-				l := vals[j]
-				w := fastExp(float32(float32(l*invT) - smax))
-				s.mass[math.Float32bits(float32(M-l))>>massShift] += float64(w)
-				s.cands = append(s.cands, cand{idx: int32(lo + j), l: l, w: w})
-			}
-		}
-	}
+	target := float64(topP) * s.weightSum(base, nb, expSumArgs{invT: invT, smax: smax, M: M, dh: dh})
+	s.headHistogram(base, nb, M, invT)
 	var cum float64
 	B := uint32(0)
 	for ; ; B++ {
@@ -562,6 +539,54 @@ func (s *Sampler) nucleusFloor(base []float32, nb int, M, invT, topP float32) fl
 		}
 	}
 	return s.cands[len(s.cands)-1].l
+}
+
+// weightSum runs the expSum kernel over the blocks that can hold a nonzero
+// weight: it returns the total weight of the row and leaves the head bitmap
+// (tokens with float32(M - l) < a.dh) in s.hmask.
+func (s *Sampler) weightSum(base []float32, nb int, a expSumArgs) float64 {
+	// args and acc live in s: passed through the kernel's func value they
+	// would escape to the heap on every call.
+	args, acc := &s.expArgs, &s.expAcc
+	*args = a
+	clear(acc[:])
+	for b := range nb {
+		if !(float32(float32(s.blockMax[b]*a.invT)-a.smax) >= -86) {
+			continue // every weight in the block is 0
+		}
+		active.expSumOf(s.blockVals(base, b), args, acc, s.hmask[b*blockSize/16:])
+	}
+	var total float64
+	for _, x := range acc {
+		total += x
+	}
+	return total
+}
+
+// headHistogram fills s.mass with the weights of the head tokens that
+// weightSum marked, by bucket of d = M - l, and collects those tokens with
+// their weights into s.cands.
+func (s *Sampler) headHistogram(base []float32, nb int, M, invT float32) {
+	smax := float32(M * invT)
+	clear(s.mass[:])
+	s.cands = s.cands[:0]
+	for b := range nb {
+		if !(float32(float32(s.blockMax[b]*invT)-smax) >= -86) {
+			continue
+		}
+		vals := s.blockVals(base, b)
+		lo := b << blockShift
+		for k, word := range s.hmask[b*blockSize/16 : b*blockSize/16+(len(vals)+15)/16] {
+			for word != 0 {
+				j := k*16 + bits.TrailingZeros16(word)
+				word &= word - 1
+				l := vals[j]
+				w := fastExp(float32(float32(l*invT) - smax))
+				s.mass[math.Float32bits(float32(M-l))>>massShift] += float64(w)
+				s.cands = append(s.cands, cand{idx: int32(lo + j), l: l, w: w})
+			}
+		}
+	}
 }
 
 // nucleusFloorFull returns l* such that the top-p nucleus is {i : l_i >= l*}.
@@ -782,25 +807,7 @@ func (s *Sampler) sampleList(r *Row, p *Params, invT float32) (int32, error) {
 	M := c[0].l
 	smax := float32(M * invT)
 	if p.TopP > 0 && p.TopP < 1 {
-		var total float64
-		for i := range c {
-			c[i].w = fastExp(float32(float32(c[i].l*invT) - smax))
-			total += float64(c[i].w)
-		}
-		target := float64(p.TopP) * total
-		var cum float64
-		n := len(c)
-		for i := range c {
-			cum += float64(c[i].w)
-			if cum >= target {
-				n = i + 1
-				break
-			}
-		}
-		for n < len(c) && c[n].l == c[n-1].l {
-			n++
-		}
-		c = c[:n]
+		c = topPPrefix(c, invT, smax, p.TopP)
 	}
 	if p.MinP > 0 {
 		f := minPFloor(M, invT, p.MinP)
@@ -836,4 +843,29 @@ func (s *Sampler) sampleList(r *Row, p *Params, invT float32) (int32, error) {
 		return -1, fmt.Errorf("sampler: no finite score (bad noise row?)")
 	}
 	return best, nil
+}
+
+// topPPrefix returns the top-p nucleus of c, sorted by l descending: the
+// shortest prefix whose weight fastExp(s - smax) reaches topP of the total,
+// extended over the tokens tied with its last one. It sets every c[i].w.
+func topPPrefix(c []cand, invT, smax, topP float32) []cand {
+	var total float64
+	for i := range c {
+		c[i].w = fastExp(float32(float32(c[i].l*invT) - smax))
+		total += float64(c[i].w)
+	}
+	target := float64(topP) * total
+	var cum float64
+	n := len(c)
+	for i := range c {
+		cum += float64(c[i].w)
+		if cum >= target {
+			n = i + 1
+			break
+		}
+	}
+	for n < len(c) && c[n].l == c[n-1].l {
+		n++
+	}
+	return c[:n]
 }

@@ -385,22 +385,33 @@ func newPKI(t *testing.T) pki {
 		}
 		return p
 	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
+	ca, caKey := newTestCA(t)
+	sCert, sKey := newLeafCert(t, ca, caKey, 2, "nats-server", x509.ExtKeyUsageServerAuth)
+	cCert, cKey := newLeafCert(t, ca, caKey, 3, "rank0", x509.ExtKeyUsageClientAuth)
+	return pki{
+		CA:         write("ca.pem", "CERTIFICATE", ca.Raw),
+		ServerCert: write("server.pem", "CERTIFICATE", sCert),
+		ServerKey:  write("server-key.pem", "PRIVATE KEY", sKey),
+		ClientCert: write("client.pem", "CERTIFICATE", cCert),
+		ClientKey:  write("client-key.pem", "PRIVATE KEY", cKey),
 	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
+}
+
+func newTestKey(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return k
+}
+
+// newTestCA returns a self-signed CA certificate, valid from an hour ago
+// for a day, and its key.
+func newTestCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
 	now := time.Now()
-	caKey := newKey()
+	caKey := newTestKey(t)
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "tpcoord test CA"},
@@ -418,33 +429,34 @@ func newPKI(t *testing.T) pki {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage) (certDER, key []byte) {
-		k := newKey()
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-			DNSNames:     []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, keyDER(k)
+	return ca, caKey
+}
+
+// newLeafCert returns a certificate for 127.0.0.1 and localhost signed by
+// ca, and its PKCS #8 key, both DER.
+func newLeafCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial int64, cn string, usage x509.ExtKeyUsage) (certDER, keyDER []byte) {
+	t.Helper()
+	k := newTestKey(t)
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
 	}
-	sCert, sKey := leaf(2, "nats-server", x509.ExtKeyUsageServerAuth)
-	cCert, cKey := leaf(3, "rank0", x509.ExtKeyUsageClientAuth)
-	return pki{
-		CA:         write("ca.pem", "CERTIFICATE", caDER),
-		ServerCert: write("server.pem", "CERTIFICATE", sCert),
-		ServerKey:  write("server-key.pem", "PRIVATE KEY", sKey),
-		ClientCert: write("client.pem", "CERTIFICATE", cCert),
-		ClientKey:  write("client-key.pem", "PRIVATE KEY", cKey),
+	certDER, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
 	}
+	keyDER, err = x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certDER, keyDER
 }
 
 func TestMutualTLS(t *testing.T) {

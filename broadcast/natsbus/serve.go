@@ -41,44 +41,11 @@ func NewToken() (string, error) {
 // a non-loopback address must have credentials: a bus anyone on the network
 // can publish steps to is refused.
 func Serve(rawURL string) (*Server, error) {
-	u, err := url.Parse(rawURL)
+	u, opts, err := serverOptions(rawURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error's text repeats the URL, secret and all
-		}
-		return nil, fmt.Errorf("nats-serve: %s is not a URL: %v", Redact(rawURL), err)
+		return nil, err
 	}
-	if u.Scheme != "nats" {
-		return nil, fmt.Errorf("nats-serve: %s: scheme must be nats://", Redact(rawURL))
-	}
-	host, portStr := u.Hostname(), u.Port()
-	port, err := strconv.Atoi(portStr)
-	if host == "" || err != nil || port < 0 || port > 65535 {
-		return nil, fmt.Errorf("nats-serve: %s: give host and port, e.g. nats://TOKEN@127.0.0.1:4222", Redact(rawURL))
-	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("nats-serve: %s: a server URL has no path", Redact(rawURL))
-	}
-	opts := &server.Options{Host: host, Port: port, NoSigs: true, NoLog: true, MaxPayload: MaxPayload}
-	if port == 0 {
-		opts.Port = server.RANDOM_PORT
-	}
-	switch pw, hasPW := u.User.Password(); {
-	case u.User == nil:
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, fmt.Errorf("nats-serve: %s listens beyond loopback without credentials; put a token in the URL (nats://TOKEN@%s)", Redact(rawURL), u.Host)
-		}
-	case u.User.Username() == "" || (hasPW && pw == ""):
-		// The server turns auth on only for a non-empty user or token: an
-		// empty one would silently leave the bus open.
-		return nil, fmt.Errorf("nats-serve: %s: empty token, user or password", Redact(rawURL))
-	case hasPW:
-		opts.Username, opts.Password = u.User.Username(), pw
-	default:
-		opts.Authorization = u.User.Username()
-	}
-	if port != 0 {
+	if opts.Port != server.RANDOM_PORT {
 		// The server would only log a listen error and never become ready;
 		// try the address first for a clear error now.
 		ln, err := net.Listen("tcp", u.Host)
@@ -101,8 +68,51 @@ func Serve(rawURL string) (*Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("nats-serve: no TCP listener on %s", u.Host)
 	}
-	u.Host = net.JoinHostPort(host, strconv.Itoa(addr.Port))
+	u.Host = net.JoinHostPort(opts.Host, strconv.Itoa(addr.Port))
 	return &Server{srv: srv, url: u.String()}, nil
+}
+
+// serverOptions parses and checks Serve's URL into the server's options
+// (port 0 becomes server.RANDOM_PORT); its errors never show the secret.
+func serverOptions(rawURL string) (*url.URL, *server.Options, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error's text repeats the URL, secret and all
+		}
+		return nil, nil, fmt.Errorf("nats-serve: %s is not a URL: %v", Redact(rawURL), err)
+	}
+	if u.Scheme != "nats" {
+		return nil, nil, fmt.Errorf("nats-serve: %s: scheme must be nats://", Redact(rawURL))
+	}
+	host, portStr := u.Hostname(), u.Port()
+	port, err := strconv.Atoi(portStr)
+	if host == "" || err != nil || port < 0 || port > 65535 {
+		return nil, nil, fmt.Errorf("nats-serve: %s: give host and port, e.g. nats://TOKEN@127.0.0.1:4222", Redact(rawURL))
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, nil, fmt.Errorf("nats-serve: %s: a server URL has no path", Redact(rawURL))
+	}
+	opts := &server.Options{Host: host, Port: port, NoSigs: true, NoLog: true, MaxPayload: MaxPayload}
+	if port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	switch pw, hasPW := u.User.Password(); {
+	case u.User == nil:
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, nil, fmt.Errorf("nats-serve: %s listens beyond loopback without credentials; put a token in the URL (nats://TOKEN@%s)", Redact(rawURL), u.Host)
+		}
+	case u.User.Username() == "" || (hasPW && pw == ""):
+		// The server turns auth on only for a non-empty user or token: an
+		// empty one would silently leave the bus open.
+		return nil, nil, fmt.Errorf("nats-serve: %s: empty token, user or password", Redact(rawURL))
+	case hasPW:
+		opts.Username, opts.Password = u.User.Username(), pw
+	default:
+		opts.Authorization = u.User.Username()
+	}
+	return u, opts, nil
 }
 
 // ServeLoopback starts a server on 127.0.0.1 with a free port and a

@@ -341,16 +341,27 @@ func uniqInts(m map[int]bool) []int {
 	return out
 }
 
-func (g *gen) sampler(recs []record) error {
-	type key struct {
-		vocab, batch int
-		mode, series string
-	}
-	ms := map[key]float64{}
+// samplerKey names one sampler measurement.
+type samplerKey struct {
+	vocab, batch int
+	mode, series string
+}
+
+// samplerData holds the sampler lines' median ms by vocab, batch, mode and
+// series (later lines win).
+type samplerData struct {
+	ms         map[samplerKey]float64
+	vocabs     []int
+	modes      []string // in first-seen order
+	series     []string // fast/pool, fast/inline, reference, pytorch, then the rest as seen
+	measuredPT bool     // some lines are PyTorch's, measured in this run
+}
+
+// collectSampler gathers the lines that carry a median_ms.
+func collectSampler(recs []record) *samplerData {
+	d := &samplerData{ms: map[samplerKey]float64{}}
 	vocabs := map[int]bool{}
-	var modes, seriesOrder []string
 	seenMode, seenSeries := map[string]bool{}, map[string]bool{}
-	measuredPT := false
 	for _, r := range recs {
 		v, ok := r.num("median_ms")
 		if !ok {
@@ -360,23 +371,24 @@ func (g *gen) sampler(recs []record) error {
 		batch, _ := r.num("batch")
 		s, mode := samplerSeries(r), r.str("mode")
 		if s == "pytorch" {
-			measuredPT = true
+			d.measuredPT = true
 		}
-		ms[key{int(vocab), int(batch), mode, s}] = v // later lines win
+		d.ms[samplerKey{int(vocab), int(batch), mode, s}] = v
 		vocabs[int(vocab)] = true
 		if !seenMode[mode] {
 			seenMode[mode] = true
-			modes = append(modes, mode)
+			d.modes = append(d.modes, mode)
 		}
 		if !seenSeries[s] {
 			seenSeries[s] = true
-			seriesOrder = append(seriesOrder, s)
+			d.series = append(d.series, s)
 		}
 	}
+	d.vocabs = uniqInts(vocabs)
 	pref := map[string]int{"fast/pool": 0, "fast/inline": 1, "reference": 2, "pytorch": 3}
-	sort.SliceStable(seriesOrder, func(i, j int) bool {
-		pi, ok1 := pref[seriesOrder[i]]
-		pj, ok2 := pref[seriesOrder[j]]
+	sort.SliceStable(d.series, func(i, j int) bool {
+		pi, ok1 := pref[d.series[i]]
+		pj, ok2 := pref[d.series[j]]
 		if !ok1 {
 			pi = 9
 		}
@@ -385,141 +397,44 @@ func (g *gen) sampler(recs []record) error {
 		}
 		return pi < pj
 	})
+	return d
+}
+
+// batches lists the batch sizes measured at vocab.
+func (d *samplerData) batches(vocab int) []int {
+	set := map[int]bool{}
+	for k := range d.ms {
+		if k.vocab == vocab {
+			set[k.batch] = true
+		}
+	}
+	return uniqInts(set)
+}
+
+// quoted reports whether vocab's PyTorch figures are quotedPyTorch's: none
+// were measured, and the quoted ones are for vocab 100352.
+func (d *samplerData) quoted(vocab int) bool { return !d.measuredPT && vocab == 100352 }
+
+func (g *gen) sampler(recs []record) error {
+	d := collectSampler(recs)
 	g.p("### Sampler: median ms per call, one thread\n\n")
 	g.p("`fast/pool`: the fast sampler with pre-filled pool noise; `fast/inline`: it computes its noise; `reference`: the softmax Reference. The × columns are the reference's (and PyTorch's) time over fast/pool.")
-	if measuredPT {
+	if d.measuredPT {
 		g.p(" `pytorch`: `scripts/vllm_sampler_bench.py`, vLLM's CPU sampling path, measured in this run.\n\n")
 	} else {
 		g.p(" PyTorch was not installed for this run: the PyTorch column quotes DESIGN.md's figures (PyTorch 1.13, vLLM's sampling path, vocab 100352, this machine), marked *quoted*; blank where DESIGN.md gives none.\n\n")
 	}
-	for _, vocab := range uniqInts(vocabs) {
-		batchSet := map[int]bool{}
-		for k := range ms {
-			if k.vocab == vocab {
-				batchSet[k.batch] = true
-			}
-		}
-		batches := uniqInts(batchSet)
+	for _, vocab := range d.vocabs {
+		batches := d.batches(vocab)
 		g.p("Vocab %d:\n\n", vocab)
-		hdr := []string{"mode", "batch"}
-		hdr = append(hdr, seriesOrder...)
-		hasPT := measuredPT || vocab == 100352
-		if !measuredPT && vocab == 100352 {
-			hdr = append(hdr, "pytorch (quoted)")
-		}
-		hdr = append(hdr, "reference ×")
-		if hasPT {
-			hdr = append(hdr, "pytorch ×")
-		}
-		g.p("| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
-		for _, mode := range modes {
-			for _, b := range batches {
-				fast, okFast := ms[key{vocab, b, mode, "fast/pool"}]
-				row := []string{mode, strconv.Itoa(b)}
-				found := false
-				for _, s := range seriesOrder {
-					if v, ok := ms[key{vocab, b, mode, s}]; ok {
-						row = append(row, fmtMS(v))
-						found = true
-					} else {
-						row = append(row, "")
-					}
-				}
-				if !found {
-					continue
-				}
-				pt, okPT := ms[key{vocab, b, mode, "pytorch"}]
-				if !measuredPT && vocab == 100352 {
-					pt, okPT = quotedPyTorch[mode+"/"+strconv.Itoa(b)]
-					if okPT {
-						row = append(row, fmtMS(pt)+" *quoted*")
-					} else {
-						row = append(row, "")
-					}
-				}
-				if ref, ok := ms[key{vocab, b, mode, "reference"}]; ok && okFast && fast > 0 {
-					row = append(row, fmtRatio(ref/fast))
-				} else {
-					row = append(row, "")
-				}
-				if hasPT {
-					if okPT && okFast && fast > 0 {
-						row = append(row, fmtRatio(pt/fast))
-					} else {
-						row = append(row, "")
-					}
-				}
-				g.p("| %s |\n", strings.Join(row, " | "))
-			}
-		}
-		g.p("\n")
+		g.samplerTable(d, vocab, batches)
 		// One plot per mode.
-		for _, mode := range modes {
-			p := plot.New()
-			p.Title.Text = fmt.Sprintf("sampler %s, vocab %d: median ms per call", mode, vocab)
-			p.X.Label.Text = "batch"
-			p.Y.Label.Text = "ms (log scale)"
-			p.Y.Scale = plot.LogScale{}
-			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-			p.Legend.Top = false // bottom right: below the slow lines
-			p.Legend.Left = false
-			var args []any
-			for _, s := range seriesOrder {
-				var pts plotter.XYs
-				for _, b := range batches {
-					if v, ok := ms[key{vocab, b, mode, s}]; ok && v > 0 {
-						pts = append(pts, plotter.XY{X: float64(b), Y: v})
-					}
-				}
-				if len(pts) > 0 {
-					args = append(args, s, pts)
-				}
-			}
-			if !measuredPT && vocab == 100352 {
-				var pts plotter.XYs
-				for _, b := range batches {
-					if v, ok := quotedPyTorch[mode+"/"+strconv.Itoa(b)]; ok {
-						pts = append(pts, plotter.XY{X: float64(b), Y: v})
-					}
-				}
-				if len(pts) > 0 {
-					sc, err := plotter.NewScatter(pts)
-					if err != nil {
-						return err
-					}
-					sc.GlyphStyle.Color = color.RGBA{R: 200, A: 255}
-					sc.GlyphStyle.Radius = vg.Points(4)
-					p.Add(sc)
-					p.Legend.Add("pytorch (quoted, DESIGN.md)", sc)
-				}
-			}
-			if len(args) == 0 {
-				continue
-			}
-			if err := plotutil.AddLinePoints(p, args...); err != nil {
-				return err
-			}
-			// Explicit ranges: gonum's log ticks panic on a degenerate one.
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, b := range batches {
-				for _, s := range append(append([]string{}, seriesOrder...), "quoted") {
-					v, ok := ms[key{vocab, b, mode, s}]
-					if s == "quoted" && !measuredPT && vocab == 100352 {
-						v, ok = quotedPyTorch[mode+"/"+strconv.Itoa(b)]
-					}
-					if ok && v > 0 {
-						lo, hi = math.Min(lo, v), math.Max(hi, v)
-					}
-				}
-			}
-			p.Y.Min, p.Y.Max = lo/2, hi*2
-			p.X.Min, p.X.Max = 0, float64(batches[len(batches)-1])*1.05+1
-			name := fmt.Sprintf("sampler-%s-v%d.png", mode, vocab)
-			if err := g.save(p, name); err != nil {
+		for _, mode := range d.modes {
+			if err := g.samplerPlot(d, vocab, mode, batches); err != nil {
 				return err
 			}
 		}
-		for _, mode := range modes {
+		for _, mode := range d.modes {
 			name := fmt.Sprintf("sampler-%s-v%d.png", mode, vocab)
 			if g.wrote(name) {
 				g.link(name, "sampler "+mode)
@@ -527,6 +442,153 @@ func (g *gen) sampler(recs []record) error {
 		}
 	}
 	return nil
+}
+
+// samplerTable writes vocab's table: a row per mode and batch with a
+// figure, a column per series, then the reference's and PyTorch's ratios
+// to fast/pool.
+func (g *gen) samplerTable(d *samplerData, vocab int, batches []int) {
+	hdr := []string{"mode", "batch"}
+	hdr = append(hdr, d.series...)
+	hasPT := d.measuredPT || vocab == 100352
+	if d.quoted(vocab) {
+		hdr = append(hdr, "pytorch (quoted)")
+	}
+	hdr = append(hdr, "reference ×")
+	if hasPT {
+		hdr = append(hdr, "pytorch ×")
+	}
+	g.p("| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, mode := range d.modes {
+		for _, b := range batches {
+			if row, ok := d.tableRow(vocab, b, mode, hasPT); ok {
+				g.p("| %s |\n", strings.Join(row, " | "))
+			}
+		}
+	}
+	g.p("\n")
+}
+
+// tableRow is samplerTable's row for one mode and batch, false if no
+// series has a figure there.
+func (d *samplerData) tableRow(vocab, b int, mode string, hasPT bool) ([]string, bool) {
+	fast, okFast := d.ms[samplerKey{vocab, b, mode, "fast/pool"}]
+	row := []string{mode, strconv.Itoa(b)}
+	found := false
+	for _, s := range d.series {
+		if v, ok := d.ms[samplerKey{vocab, b, mode, s}]; ok {
+			row = append(row, fmtMS(v))
+			found = true
+		} else {
+			row = append(row, "")
+		}
+	}
+	if !found {
+		return nil, false
+	}
+	pt, okPT := d.ms[samplerKey{vocab, b, mode, "pytorch"}]
+	if d.quoted(vocab) {
+		pt, okPT = quotedPyTorch[mode+"/"+strconv.Itoa(b)]
+		if okPT {
+			row = append(row, fmtMS(pt)+" *quoted*")
+		} else {
+			row = append(row, "")
+		}
+	}
+	if ref, ok := d.ms[samplerKey{vocab, b, mode, "reference"}]; ok && okFast && fast > 0 {
+		row = append(row, fmtRatio(ref/fast))
+	} else {
+		row = append(row, "")
+	}
+	if hasPT {
+		if okPT && okFast && fast > 0 {
+			row = append(row, fmtRatio(pt/fast))
+		} else {
+			row = append(row, "")
+		}
+	}
+	return row, true
+}
+
+// samplerPlot saves sampler-MODE-vVOCAB.png, ms against batch with a line
+// per series (and the quoted PyTorch points), unless nothing was measured.
+func (g *gen) samplerPlot(d *samplerData, vocab int, mode string, batches []int) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("sampler %s, vocab %d: median ms per call", mode, vocab)
+	p.X.Label.Text = "batch"
+	p.Y.Label.Text = "ms (log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = false // bottom right: below the slow lines
+	p.Legend.Left = false
+	var args []any
+	for _, s := range d.series {
+		var pts plotter.XYs
+		for _, b := range batches {
+			if v, ok := d.ms[samplerKey{vocab, b, mode, s}]; ok && v > 0 {
+				pts = append(pts, plotter.XY{X: float64(b), Y: v})
+			}
+		}
+		if len(pts) > 0 {
+			args = append(args, s, pts)
+		}
+	}
+	if d.quoted(vocab) {
+		if err := addQuotedPyTorch(p, mode, batches); err != nil {
+			return err
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	// Explicit ranges: gonum's log ticks panic on a degenerate one.
+	lo, hi := d.msRange(vocab, mode, batches)
+	p.Y.Min, p.Y.Max = lo/2, hi*2
+	p.X.Min, p.X.Max = 0, float64(batches[len(batches)-1])*1.05+1
+	return g.save(p, fmt.Sprintf("sampler-%s-v%d.png", mode, vocab))
+}
+
+// addQuotedPyTorch adds quotedPyTorch's points for mode as red dots.
+func addQuotedPyTorch(p *plot.Plot, mode string, batches []int) error {
+	var pts plotter.XYs
+	for _, b := range batches {
+		if v, ok := quotedPyTorch[mode+"/"+strconv.Itoa(b)]; ok {
+			pts = append(pts, plotter.XY{X: float64(b), Y: v})
+		}
+	}
+	if len(pts) == 0 {
+		return nil
+	}
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return err
+	}
+	sc.GlyphStyle.Color = color.RGBA{R: 200, A: 255}
+	sc.GlyphStyle.Radius = vg.Points(4)
+	p.Add(sc)
+	p.Legend.Add("pytorch (quoted, DESIGN.md)", sc)
+	return nil
+}
+
+// msRange returns the smallest and largest positive figure of the plot of
+// mode at vocab, quoted PyTorch points included.
+func (d *samplerData) msRange(vocab int, mode string, batches []int) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, b := range batches {
+		for _, s := range append(append([]string{}, d.series...), "quoted") {
+			v, ok := d.ms[samplerKey{vocab, b, mode, s}]
+			if s == "quoted" && d.quoted(vocab) {
+				v, ok = quotedPyTorch[mode+"/"+strconv.Itoa(b)]
+			}
+			if ok && v > 0 {
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+		}
+	}
+	return lo, hi
 }
 
 func (g *gen) wrote(name string) bool {
@@ -658,38 +720,58 @@ func (g *gen) step(recs []record) {
 	g.p("\n")
 }
 
-func (g *gen) broadcast(recs []record) error {
-	type key struct {
-		transport string
-		n         int
-	}
-	p50, p99, lost := map[key]float64{}, map[key]float64{}, map[key]float64{}
+// bcKey names one broadcast measurement: transport and follower count.
+type bcKey struct {
+	transport string
+	n         int
+}
+
+// bcData holds the broadcast lines' figures by transport and followers.
+type bcData struct {
+	p50, p99, lost    map[bcKey]float64
+	followers         []int
+	payload, interval string // of the last line
+}
+
+// collectBroadcast gathers the broadcast lines (later lines win).
+func collectBroadcast(recs []record) *bcData {
+	d := &bcData{p50: map[bcKey]float64{}, p99: map[bcKey]float64{}, lost: map[bcKey]float64{}}
 	ns := map[int]bool{}
-	payload, interval := "", ""
 	for _, r := range recs {
 		n, _ := r.num("followers")
-		k := key{r.str("transport"), int(n)}
+		k := bcKey{r.str("transport"), int(n)}
 		ns[int(n)] = true
-		p50[k], _ = r.num("p50_us")
-		p99[k], _ = r.num("p99_us")
-		lost[k], _ = r.num("lost")
-		payload, interval = r.str("payload"), r.str("interval_us")
+		d.p50[k], _ = r.num("p50_us")
+		d.p99[k], _ = r.num("p99_us")
+		d.lost[k], _ = r.num("lost")
+		d.payload, d.interval = r.str("payload"), r.str("interval_us")
 	}
-	followers := uniqInts(ns)
-	g.p("### Broadcast fan-out: publish-to-receive µs, %s-byte messages every %s µs\n\n", payload, interval)
+	d.followers = uniqInts(ns)
+	return d
+}
+
+func (g *gen) broadcast(recs []record) error {
+	d := collectBroadcast(recs)
+	g.p("### Broadcast fan-out: publish-to-receive µs, %s-byte messages every %s µs\n\n", d.payload, d.interval)
 	g.p("| followers | NATS p50 | NATS p99 | TCP p50 | TCP p99 | p50 NATS/TCP | p99 NATS/TCP | lost (NATS/TCP) |\n|---|---|---|---|---|---|---|---|\n")
-	for _, n := range followers {
-		nk, tk := key{"nats", n}, key{"tcp", n}
+	for _, n := range d.followers {
+		nk, tk := bcKey{"nats", n}, bcKey{"tcp", n}
 		r50, r99 := "", ""
-		if p50[tk] > 0 {
-			r50 = fmtRatio(p50[nk] / p50[tk])
+		if d.p50[tk] > 0 {
+			r50 = fmtRatio(d.p50[nk] / d.p50[tk])
 		}
-		if p99[tk] > 0 {
-			r99 = fmtRatio(p99[nk] / p99[tk])
+		if d.p99[tk] > 0 {
+			r99 = fmtRatio(d.p99[nk] / d.p99[tk])
 		}
-		g.p("| %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %.0f / %.0f |\n", n, p50[nk], p99[nk], p50[tk], p99[tk], r50, r99, lost[nk], lost[tk])
+		g.p("| %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %.0f / %.0f |\n", n, d.p50[nk], d.p99[nk], d.p50[tk], d.p99[tk], r50, r99, d.lost[nk], d.lost[tk])
 	}
 	g.p("\nTarget (DESIGN.md): at 8 followers NATS p50 ≤ 1.5× and p99 ≤ 2× the raw TCP fan-out.\n\n")
+	return g.broadcastPlot(d)
+}
+
+// broadcastPlot saves and links broadcast.png, p50 and p99 against the
+// follower count for NATS and TCP, unless neither was measured.
+func (g *gen) broadcastPlot(d *bcData) error {
 	p := plot.New()
 	p.Title.Text = "broadcast fan-out: publish-to-receive latency"
 	p.X.Label.Text = "follower processes"
@@ -699,12 +781,12 @@ func (g *gen) broadcast(recs []record) error {
 	var args []any
 	for _, s := range []struct {
 		name string
-		m    map[key]float64
+		m    map[bcKey]float64
 		tr   string
-	}{{"NATS p50", p50, "nats"}, {"NATS p99", p99, "nats"}, {"TCP p50", p50, "tcp"}, {"TCP p99", p99, "tcp"}} {
+	}{{"NATS p50", d.p50, "nats"}, {"NATS p99", d.p99, "nats"}, {"TCP p50", d.p50, "tcp"}, {"TCP p99", d.p99, "tcp"}} {
 		var pts plotter.XYs
-		for _, n := range followers {
-			if v, ok := s.m[key{s.tr, n}]; ok {
+		for _, n := range d.followers {
+			if v, ok := s.m[bcKey{s.tr, n}]; ok {
 				pts = append(pts, plotter.XY{X: float64(n), Y: v})
 			}
 		}
@@ -763,19 +845,30 @@ func (g *gen) e2e(recs []record) error {
 	}
 	g.p("\n")
 	if len(stages) > 0 {
-		g.p("| stage | only it on, vs baseline | full, vs full with only it off |\n|---|---|---|\n")
-		for _, r := range stages {
-			a, b := "", ""
-			if v, ok := r.num("only_on_vs_baseline"); ok {
-				a = strconv.FormatFloat(v, 'f', 2, 64)
-			}
-			if v, ok := r.num("full_vs_only_off"); ok {
-				b = strconv.FormatFloat(v, 'f', 2, 64)
-			}
-			g.p("| %s: %s -> %s | %s | %s |\n", r.str("stage"), r.str("off"), r.str("on"), a, b)
-		}
-		g.p("\n")
+		g.e2eStages(stages)
 	}
+	return g.e2ePlot(vals, labels)
+}
+
+// e2eStages writes the table of per-stage ratios.
+func (g *gen) e2eStages(stages []record) {
+	g.p("| stage | only it on, vs baseline | full, vs full with only it off |\n|---|---|---|\n")
+	for _, r := range stages {
+		a, b := "", ""
+		if v, ok := r.num("only_on_vs_baseline"); ok {
+			a = strconv.FormatFloat(v, 'f', 2, 64)
+		}
+		if v, ok := r.num("full_vs_only_off"); ok {
+			b = strconv.FormatFloat(v, 'f', 2, 64)
+		}
+		g.p("| %s: %s -> %s | %s | %s |\n", r.str("stage"), r.str("off"), r.str("on"), a, b)
+	}
+	g.p("\n")
+}
+
+// e2ePlot saves and links e2e.png, a bar of output tokens/s per
+// combination.
+func (g *gen) e2ePlot(vals plotter.Values, labels []string) error {
 	p := plot.New()
 	p.Title.Text = "end to end: output tokens/s per combination"
 	p.Y.Label.Text = "output tokens/s"

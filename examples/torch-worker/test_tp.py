@@ -34,10 +34,10 @@ def _child(rank, world, port, cases, outdir):
     if world > 1:
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=120))
-    for i, (model_dir, dtype, chunk, steps) in enumerate(cases):
+    for i, (model_dir, dtype, chunk, mkldnn, steps) in enumerate(cases):
         ck = Checkpoint(model_dir)
         reduce_dtype = torch.float32 if dtype != torch.float32 else None
-        model = TPModel(ModelConfig.load(model_dir), ck, rank, world, dtype, Comm(world, reduce_dtype))
+        model = TPModel(ModelConfig.load(model_dir), ck, rank, world, dtype, Comm(world, reduce_dtype), mkldnn)
         ck.close()
         runtime = Runtime(model, chunk)
         outs = [runtime.step_v2(finished, rows) for finished, rows in steps]
@@ -63,17 +63,18 @@ class TPTest(unittest.TestCase):
               file=sys.stderr)
 
     def run_world(self, world, specs):
-        """specs: [(name, generator flags, compute dtype, prefill chunk)]."""
+        """specs: [(name, generator flags, compute dtype, prefill chunk[, mkldnn])]."""
         cases, expected = [], []
-        for name, flags, dtype, chunk in specs:
+        for name, flags, dtype, chunk, *mkldnn in specs:
             d = os.path.join(self.tmp, name)
             cfg, weights = testlib.make_checkpoint(d, **flags)
             steps = testlib.scenario(testlib.Reference(cfg, weights))
-            cases.append((d, dtype, chunk, [(s.finished, s.rows) for s in steps]))
+            cases.append((d, dtype, chunk, mkldnn[0] if mkldnn else None, [(s.finished, s.rows) for s in steps]))
             expected.append(steps)
         outdir = tempfile.mkdtemp(dir=self.tmp)
         mp.spawn(_child, args=(world, testlib.free_port(), cases, outdir), nprocs=world, join=True)
-        for (name, _, dtype, _), steps, i in zip(specs, expected, range(len(specs))):
+        for spec, steps, i in zip(specs, expected, range(len(specs))):
+            name, dtype = spec[0], spec[2]
             got = torch.load(os.path.join(outdir, "case%d.pt" % i))
             self.check(name, dtype, steps, got)
 
@@ -98,7 +99,9 @@ class TPTest(unittest.TestCase):
               file=sys.stderr, end="")
 
     def test_tp1(self):
+        # The float32 matmuls through oneDNN (default) and through torch's BLAS.
         self.run_world(1, [("tp1-f32", dict(seed=11), torch.float32, 8),
+                           ("tp1-f32-blas", dict(seed=13), torch.float32, 8, False),
                            ("tp1-bf16-compute", dict(seed=12), torch.bfloat16, 512)])
 
     def test_tp2(self):

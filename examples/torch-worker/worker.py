@@ -108,7 +108,8 @@ class Loaded:
         ckpt = Checkpoint(args.model)
         try:
             reduce_dtype = torch.float32 if args.backend == "gloo" and dtype != torch.float32 else None
-            model = TPModel(cfg, ckpt, rank, world, dtype, Comm(world, reduce_dtype))
+            model = TPModel(cfg, ckpt, rank, world, dtype, Comm(world, reduce_dtype),
+                            mkldnn=False if args.no_mkldnn else None)
         finally:
             ckpt.close()
         log("rank %d of %d: loaded %s in %.1fs" % (rank, world, args.model, time.monotonic() - t0))
@@ -167,8 +168,9 @@ def handshake(conn, hello, args, loaded):
             mm.close()
         raise
     conn.send(HELLO_OK, reply)
-    log("rank %d of %d ready: protocol v%d, max batch %d, %s logits" % (
-        hello.rank, hello.world, version, hello.max_batch, DTYPE_NAME[hello.dtype]))
+    log("rank %d of %d (LOCAL_RANK %s) ready: protocol v%d, max batch %d, %s logits" % (
+        hello.rank, hello.world, os.environ.get("LOCAL_RANK", "-"), version, hello.max_batch,
+        DTYPE_NAME[hello.dtype]))
     return Session(hello, version, Runtime(model, args.prefill_chunk, log), mm)
 
 
@@ -243,6 +245,8 @@ def parse_args(argv=None):
     ap.add_argument("--compute-dtype", choices=sorted(COMPUTE_DTYPES), default="float32")
     ap.add_argument("--prefill-chunk", type=int, default=512, help="most tokens per forward pass (default 512)")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--no-mkldnn", action="store_true",
+                    help="float32 matmuls through torch's BLAS instead of oneDNN (mkldnn)")
     args = ap.parse_args(argv)
     if args.prefill_chunk < 1:
         ap.error("--prefill-chunk must be positive")

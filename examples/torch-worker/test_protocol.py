@@ -14,15 +14,16 @@ import torch
 
 import agentlib
 import testlib
-from agentlib import BFLOAT16, FLOAT32, Client, WorkerError
+from agentlib import BFLOAT16, FLOAT16, FLOAT32, Client, WorkerError
 
 TOLERANCE = 1e-4
 
 
-def check_logits(test, got, expected, what, bf16=False):
+def check_logits(test, got, expected, what, bits=None):
+    """bits: the mantissa bits of a 16-bit logits dtype (one rounding)."""
     expected = expected.numpy()
-    if bf16:  # one rounding to bfloat16: half an ulp of 2^-8 relative
-        tol = np.abs(expected) * 2.0 ** -8 + TOLERANCE
+    if bits:  # half an ulp, relative, plus the float32 tolerance
+        tol = np.abs(expected) * 2.0 ** -bits + TOLERANCE
         test.assertTrue(np.all(np.abs(got - expected) <= tol), what)
     else:
         test.assertLess(np.abs(got - expected).max(), TOLERANCE, what)
@@ -74,7 +75,7 @@ class ListenWorkerTest(unittest.TestCase):
         for k, s in enumerate(self.steps):
             c.forward_v1(k + 1, s.histories)
             self.assertEqual(c.forward_ok(), (k + 1, len(s.histories)))
-            check_logits(self, c.shm.logits(len(s.rows)), s.expected, "v1 step %d" % (k + 1), bf16=True)
+            check_logits(self, c.shm.logits(len(s.rows)), s.expected, "v1 step %d" % (k + 1), bits=8)
         # A history that does not extend what the worker holds (an earlier
         # token changed) is recomputed from scratch.
         rows = [(i, p, h.copy()) for i, p, h in self.steps[-1].histories]
@@ -83,7 +84,15 @@ class ListenWorkerTest(unittest.TestCase):
         c.forward_v1(len(self.steps) + 1, rows)
         c.forward_ok()
         expected = torch.stack([self.ref.logits(h) for _, _, h in rows])
-        check_logits(self, c.shm.logits(len(rows)), expected, "v1 diverged history", bf16=True)
+        check_logits(self, c.shm.logits(len(rows)), expected, "v1 diverged history", bits=8)
+
+    def test_float16_logits(self):
+        c = self.connect(dtype=FLOAT16)
+        self.assertEqual(c.hello_ok()["dtype"], FLOAT16)
+        for k, s in enumerate(self.steps[:3]):
+            c.forward_v2(k + 1, s.finished, s.rows)
+            c.forward_ok()
+            check_logits(self, c.shm.logits(len(s.rows)), s.expected, "float16 step %d" % (k + 1), bits=11)
 
     def test_version_negotiation(self):
         c = self.connect(version=3)

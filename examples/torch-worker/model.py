@@ -1,0 +1,260 @@
+"""A tensor-parallel Llama forward pass (transformers' LlamaForCausalLM
+semantics, with Granite's multipliers) over per-sequence KV caches.
+
+Every rank holds its shard (see config.Layout) and runs the same
+collectives in the same order: two all_reduce per layer per pass, one for
+the embedding, and one gather of the logits to rank 0.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from config import Layout
+
+
+class Comm:
+    """The collectives of one TP group; a no-op at world 1."""
+
+    def __init__(self, world, reduce_dtype=None):
+        self.world = world
+        # gloo in torch 1.13 cannot reduce bfloat16: reduce in float32.
+        self.reduce_dtype = reduce_dtype
+
+    def all_reduce(self, x):
+        if self.world == 1:
+            return x
+        import torch.distributed as dist
+        if self.reduce_dtype is not None and x.dtype != self.reduce_dtype:
+            y = x.to(self.reduce_dtype)
+            dist.all_reduce(y)
+            return y.to(x.dtype)
+        dist.all_reduce(x)
+        return x
+
+    def gather0(self, x, rank):
+        """Rank 0 gets the list of every rank's (equal-shaped) x; others None."""
+        if self.world == 1:
+            return [x]
+        import torch.distributed as dist
+        parts = [torch.empty_like(x) for _ in range(self.world)] if rank == 0 else None
+        dist.gather(x, parts, dst=0)
+        return parts
+
+
+class Linear:
+    """y = x @ weight.T. float32 goes through oneDNN (mkldnn) when enabled:
+    Debian's torch links the generic reference BLAS, ~10x slower. oneDNN
+    is itself ~10x slower on a weight of many thousand rows than on the
+    same rows in blocks of BLOCK (measured with torch 1.13), hence blocks."""
+
+    BLOCK = 2048
+
+    def __init__(self, weight, mkldnn):
+        self.mkldnn = mkldnn and weight.dtype == torch.float32 and weight.numel() > 0
+        if self.mkldnn:
+            self.blocks = [b.contiguous().to_mkldnn() for b in weight.split(self.BLOCK)]
+        else:
+            self.weight = weight
+
+    def __call__(self, x):
+        if not self.mkldnn:
+            return F.linear(x, self.weight)
+        xm = x.contiguous().to_mkldnn()
+        ys = [torch._C._nn.mkldnn_linear(xm, b, None).to_dense() for b in self.blocks]
+        return ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)
+
+
+class LayerWeights:
+    __slots__ = ("ln1", "qkv", "o", "ln2", "gate_up", "down")
+
+
+def _layer_weights(ckpt, cfg, lay, i, dtype, mkldnn):
+    """Read layer i's shard: q/k/v and gate/up by output rows, o and down
+    by input columns."""
+    p = "model.layers.%d." % i
+    hd, H, K, D = cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.hidden
+    q = ckpt.read(p + "self_attn.q_proj.weight", (H * hd, D), rows=(lay.head0 * hd, (lay.head0 + lay.heads) * hd))
+    kv_rows = (lay.kv0 * hd, (lay.kv0 + lay.kv_heads) * hd)
+    k = ckpt.read(p + "self_attn.k_proj.weight", (K * hd, D), rows=kv_rows)
+    v = ckpt.read(p + "self_attn.v_proj.weight", (K * hd, D), rows=kv_rows)
+    w = LayerWeights()
+    w.qkv = Linear(torch.cat([q.to(dtype), k.to(dtype), v.to(dtype)]), mkldnn)
+    w.o = Linear(ckpt.read(p + "self_attn.o_proj.weight", (D, H * hd),
+                           cols=(lay.head0 * hd, (lay.head0 + lay.heads) * hd)).to(dtype), mkldnn)
+    mlp_rows = (lay.inter0, lay.inter0 + lay.inter)
+    I = cfg.intermediate
+    gate = ckpt.read(p + "mlp.gate_proj.weight", (I, D), rows=mlp_rows)
+    up = ckpt.read(p + "mlp.up_proj.weight", (I, D), rows=mlp_rows)
+    w.gate_up = Linear(torch.cat([gate.to(dtype), up.to(dtype)]), mkldnn)
+    w.down = Linear(ckpt.read(p + "mlp.down_proj.weight", (D, I), cols=mlp_rows).to(dtype), mkldnn)
+    w.ln1 = ckpt.read(p + "input_layernorm.weight", (D,)).to(dtype)
+    w.ln2 = ckpt.read(p + "post_attention_layernorm.weight", (D,)).to(dtype)
+    return w
+
+
+def _vocab_shard(ckpt, cfg, lay, name, dtype):
+    return ckpt.read(name, (cfg.vocab, cfg.hidden), rows=(lay.vocab0, lay.vocab1)).to(dtype)
+
+
+class Rope:
+    """cos/sin tables of the Hugging Face rotate-half RoPE, grown on demand."""
+
+    def __init__(self, head_dim, theta):
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.cos = self.sin = torch.empty(0, head_dim)
+
+    def tables(self, positions, dtype):
+        need = int(positions.max()) + 1
+        if need > self.cos.shape[0]:
+            n = max(need, 2 * self.cos.shape[0], 256)
+            freqs = torch.outer(torch.arange(n, dtype=torch.float32), self.inv_freq)
+            emb = torch.cat([freqs, freqs], dim=-1)
+            self.cos, self.sin = emb.cos(), emb.sin()
+        return self.cos[positions].to(dtype), self.sin[positions].to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def rms_norm(x, weight, eps):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+class KVCache:
+    """One sequence's keys and values for this rank's KV heads."""
+
+    def __init__(self, layers, kv_heads, head_dim, dtype):
+        self.length = 0
+        self.shape = (layers, kv_heads, 0, head_dim)
+        self.k = self.v = torch.empty(self.shape, dtype=dtype)
+
+    def reserve(self, n):
+        cap = self.k.shape[2]
+        if n <= cap:
+            return
+        cap = max(n, 2 * cap, 64)
+        k = torch.empty(self.shape[:2] + (cap,) + self.shape[3:], dtype=self.k.dtype)
+        v = torch.empty_like(k)
+        k[:, :, :self.length] = self.k[:, :, :self.length]
+        v[:, :, :self.length] = self.v[:, :, :self.length]
+        self.k, self.v = k, v
+
+
+class TPModel:
+    """This rank's shard of the model and its forward pass."""
+
+    def __init__(self, cfg, ckpt, rank, world, dtype=torch.float32, comm=None, mkldnn=None):
+        self.cfg, self.dtype, self.rank = cfg, dtype, rank
+        self.lay = lay = Layout(cfg, rank, world)
+        self.comm = comm or Comm(world)
+        if mkldnn is None:
+            mkldnn = torch.backends.mkldnn.is_available()
+        self.layers = [_layer_weights(ckpt, cfg, lay, i, dtype, mkldnn) for i in range(cfg.layers)]
+        self.embed = _vocab_shard(ckpt, cfg, lay, "model.embed_tokens.weight", dtype)
+        if cfg.tie:
+            self.lm_head = Linear(self.embed, mkldnn)
+        else:
+            self.lm_head = Linear(_vocab_shard(ckpt, cfg, lay, "lm_head.weight", dtype), mkldnn)
+        self.norm = ckpt.read("model.norm.weight", (cfg.hidden,)).to(dtype)
+        self.rope = Rope(cfg.head_dim, cfg.rope_theta)
+        self.q_size = lay.heads * cfg.head_dim
+        self.kv_size = lay.kv_heads * cfg.head_dim
+
+    def new_cache(self):
+        return KVCache(self.cfg.layers, self.lay.kv_heads, self.cfg.head_dim, self.dtype)
+
+    def embed_tokens(self, ids):
+        lay = self.lay
+        if lay.world == 1:
+            x = F.embedding(ids, self.embed)
+        else:
+            inside = (ids >= lay.vocab0) & (ids < lay.vocab1)
+            local = torch.where(inside, ids - lay.vocab0, torch.zeros_like(ids))
+            if self.embed.shape[0] == 0:
+                x = torch.zeros(ids.shape[0], self.cfg.hidden, dtype=self.dtype)
+            else:
+                x = F.embedding(local, self.embed) * inside.unsqueeze(1).to(self.dtype)
+            x = self.comm.all_reduce(x)
+        if self.cfg.embedding_multiplier != 1.0:
+            x = x * self.cfg.embedding_multiplier
+        return x
+
+    def forward(self, segments):
+        """One pass over segments [(cache, LongTensor of new tokens)]: the
+        new tokens are appended to their caches. Returns the final-normed
+        hidden state after each segment's last token, [len(segments), hidden]."""
+        lengths = [int(t.shape[0]) for _, t in segments]
+        ids = torch.cat([t for _, t in segments])
+        positions = torch.cat([torch.arange(c.length, c.length + n) for (c, _), n in zip(segments, lengths)])
+        for (c, _), n in zip(segments, lengths):
+            c.reserve(c.length + n)
+        cos, sin = self.rope.tables(positions, self.dtype)
+        x = self.embed_tokens(ids)
+        for i, w in enumerate(self.layers):
+            x = self._layer(i, w, x, cos, sin, segments, lengths)
+        for (c, _), n in zip(segments, lengths):
+            c.length += n
+        last = torch.tensor(lengths).cumsum(0) - 1
+        return rms_norm(x[last], self.norm, self.cfg.eps)
+
+    def _layer(self, i, w, x, cos, sin, segments, lengths):
+        cfg = self.cfg
+        h = rms_norm(x, w.ln1, cfg.eps)
+        qkv = w.qkv(h)
+        hd = cfg.head_dim
+        q = qkv[:, :self.q_size].reshape(-1, self.lay.heads, hd)
+        k = qkv[:, self.q_size:self.q_size + self.kv_size].reshape(-1, self.lay.kv_heads, hd)
+        v = qkv[:, self.q_size + self.kv_size:].reshape(-1, self.lay.kv_heads, hd)
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * c + rotate_half(q) * s
+        k = k * c + rotate_half(k) * s
+        attn = self._attention(i, q, k, v, segments, lengths)
+        out = self.comm.all_reduce(w.o(attn))
+        x = x + out * cfg.residual_multiplier if cfg.residual_multiplier != 1.0 else x + out
+        h = rms_norm(x, w.ln2, cfg.eps)
+        gate, up = w.gate_up(h).split(self.lay.inter, dim=-1)
+        out = self.comm.all_reduce(w.down(F.silu(gate) * up))
+        return x + out * cfg.residual_multiplier if cfg.residual_multiplier != 1.0 else x + out
+
+    def _attention(self, i, q, k, v, segments, lengths):
+        """Causal attention of each segment over its cache; [tokens, heads*hd]."""
+        out = torch.empty(q.shape[0], self.q_size, dtype=q.dtype)
+        kvh, hd = self.lay.kv_heads, self.cfg.head_dim
+        group = self.lay.heads // kvh
+        off = 0
+        for (cache, _), t in zip(segments, lengths):
+            s = cache.length
+            cache.k[i, :, s:s + t] = k[off:off + t].transpose(0, 1)
+            cache.v[i, :, s:s + t] = v[off:off + t].transpose(0, 1)
+            keys = cache.k[i, :, :s + t].unsqueeze(1)      # [kvh, 1, L, hd]
+            values = cache.v[i, :, :s + t].unsqueeze(1)
+            # Local query head h uses local KV head h // group (HF repeat_kv).
+            qs = q[off:off + t].transpose(0, 1).reshape(kvh, group, t, hd)
+            scores = (qs @ keys.transpose(-1, -2)).float() * self.cfg.attention_scale
+            if t > 1:
+                mask = torch.ones(t, s + t, dtype=torch.bool).triu(s + 1)
+                scores = scores.masked_fill(mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).to(q.dtype)
+            o = probs @ values                              # [kvh, group, t, hd]
+            out[off:off + t] = o.reshape(self.lay.heads, t, hd).transpose(0, 1).reshape(t, self.q_size)
+            off += t
+        return out
+
+    def logits(self, hidden):
+        """Vocab-parallel lm_head; the full float32 logits [rows, vocab] on
+        rank 0, None elsewhere."""
+        lay = self.lay
+        local = self.lm_head(hidden).float()
+        if local.shape[1] < lay.vocab_chunk:
+            local = F.pad(local, (0, lay.vocab_chunk - local.shape[1]))
+        parts = self.comm.gather0(local.contiguous(), self.rank)
+        if parts is None:
+            return None
+        logits = torch.cat(parts, dim=1)[:, :self.cfg.vocab]
+        if self.cfg.logits_scaling != 1.0:
+            logits = logits / self.cfg.logits_scaling
+        return logits

@@ -88,7 +88,7 @@ func (w *world) runEpoch(ctx context.Context) (err error, peerLeft bool) {
 	if ctx.Err() != nil {
 		return nil, false
 	}
-	return fmt.Errorf("rank %d: start the executor: %w", a.cfg.Rank, err), false
+	return fmt.Errorf("start the executor: %w", err), false
 }
 
 // runExecutor runs the epoch's decode loop on ex, and closes ex.

@@ -171,7 +171,7 @@ func runDemo(ctx context.Context, j *launch.Job, o *launchOptions, out io.Writer
 		rep *client.GenerateReply
 		err error
 	}
-	n := o.DemoRequests
+	n, v := o.DemoRequests, o.agent.Vocab
 	results := make([]result, n)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -181,7 +181,7 @@ func runDemo(ctx context.Context, j *launch.Job, o *launchOptions, out io.Writer
 			params := sampler.DefaultParams()
 			params.Temperature, params.TopP, params.Seed = 0.8, 0.95, &seed
 			req := &client.GenerateRequest{
-				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
+				PromptTokenIDs: []int32{int32((1 + 7*i) % v), int32((100 + 13*i) % v), int32((1000 + 31*i) % v)},
 				MaxTokens:      o.DemoMaxTokens,
 				Params:         params,
 			}
@@ -199,7 +199,11 @@ func runDemo(ctx context.Context, j *launch.Job, o *launchOptions, out io.Writer
 		total += len(r.rep.Tokens)
 		fmt.Fprintf(out, "request %d (%s, %d tokens): %v\n", i, r.rep.FinishReason, len(r.rep.Tokens), r.rep.Tokens)
 	}
-	fmt.Fprintf(out, "%d requests, %d output tokens in %v: %.1f tokens/s (TP=%d, forward %v)\n",
-		n, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), o.NProc, o.agent.ForwardTime)
+	model := fmt.Sprintf("synthetic, forward %v", o.agent.ForwardTime)
+	if o.agent.Executor == "worker" {
+		model = "model worker"
+	}
+	fmt.Fprintf(out, "%d requests, %d output tokens in %v: %.1f tokens/s (TP=%d, %s)\n",
+		n, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), o.NProc, model)
 	return nil
 }

@@ -575,7 +575,7 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	select {
 	case d.intake <- r:
 	default:
-		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: ErrOverloaded.Error()})
+		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: overloaded(len(d.intake)).Error()})
 	}
 }
 

@@ -36,7 +36,7 @@ const (
 	lostNobody      = 4
 	lostNobodySpan  = 2500 * time.Millisecond
 	lostUnknown     = 2
-	lostUnknownSpan = 500 * time.Millisecond
+	lostUnknownSpan = 300 * time.Millisecond
 )
 
 // observe records an answer received at now and reports whether the
@@ -75,7 +75,9 @@ func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool,
 // returns the cancelled reply (or ctx's error if none comes within a few
 // seconds).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
-	data, err := json.Marshal(req)
+	withKeepalive := *req
+	withKeepalive.Keepalive = true
+	data, err := json.Marshal(&withKeepalive)
 	if err != nil {
 		return nil, err
 	}

@@ -182,4 +182,7 @@ type ClientMessage struct {
 // lost.
 type KeepaliveAck struct {
 	Known bool `json:"known"`
+	// Gone, set by a supervisor (launch) answering for a rank 0 that died,
+	// says why: the client stops waiting at once, with that reason.
+	Gone string `json:"gone,omitempty"`
 }

@@ -16,7 +16,10 @@ import (
 // holds the request, so no reply can come.
 var ErrRequestLost = errors.New("request lost")
 
-type keepaliveAnswer struct{ nobody, known bool }
+type keepaliveAnswer struct {
+	nobody, known bool
+	gone          string // a supervisor's word that rank 0 died, and why
+}
 
 // keepaliveVerdict judges rank 0's answers to one request's keepalives. A
 // client gives up after lostNobody answers in a row found nobody
@@ -168,7 +171,7 @@ func (s *stream) onAck(m *broadcast.Msg) {
 		if json.Unmarshal(m.Data, &ack) != nil {
 			return
 		}
-		a.known = ack.Known
+		a.known, a.gone = ack.Known, ack.Gone
 	}
 	select {
 	case s.acks <- a:
@@ -234,6 +237,9 @@ func (s *stream) judge(a keepaliveAnswer) (*GenerateReply, bool, error) {
 		if rep, done, err := s.handle(<-s.replies); done || err != nil {
 			return rep, true, err
 		}
+	}
+	if a.gone != "" {
+		return nil, true, fmt.Errorf("waiting for tokens: %s: %w", a.gone, ErrRequestLost)
 	}
 	if lost, why := s.verdict.observe(a, time.Now()); lost {
 		return nil, true, fmt.Errorf("waiting for tokens: rank 0 of job %q %s: %w", s.subj.Job, why, ErrRequestLost)

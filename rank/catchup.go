@@ -69,7 +69,7 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 	// Only steps rank 0 had applied a whole heartbeat interval ago count:
 	// newer ones may still be on their way.
 	d.mu.Lock()
-	d.peerTab.heardFrom(0, nil, d.cfg.Clock())
+	d.peerTab.heardFrom(0, &hb, d.cfg.Clock())
 	d.leader, d.leaderNow = d.leaderNow, max(d.leaderNow, hb.Applied)
 	ahead := d.leader > d.pos.applied
 	d.mu.Unlock()

@@ -271,6 +271,15 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	return d
 }
 
+// PeerStopping reports whether rank r's last heartbeat said it is stopping
+// on purpose: a peer that then leaves the cluster left, whatever the
+// membership's goodbye says (it can be lost under load).
+func (d *Driver) PeerStopping(r int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.peerTab.stopping(r)
+}
+
 // Abort stops Run at the next step boundary with err. It never blocks;
 // only the first abort counts.
 func (d *Driver) Abort(err error) {

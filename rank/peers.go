@@ -63,18 +63,28 @@ func (p *peerTable) heardFrom(r int, hb *broadcast.Heartbeat, now time.Time) {
 }
 
 // silent returns the watched rank silent longest beyond the timeout, and
-// for how long; -1 if none.
+// for how long; -1 if none. A rank that said it is stopping is not judged.
 func (p *peerTable) silent(now time.Time) (int, time.Duration) {
 	lost, longest := -1, time.Duration(0)
 	if p.timeout <= 0 {
 		return lost, 0
 	}
 	for _, r := range p.watched() {
+		if p.stopping(r) {
+			continue // it said goodbye: its silence is expected
+		}
 		if s := now.Sub(p.heard[r]); s > p.timeout && s > longest {
 			lost, longest = r, s
 		}
 	}
 	return lost, longest
+}
+
+// stopping reports whether rank r's last heartbeat said it is stopping on
+// purpose (its agent was asked to stop), rather than running or aborted.
+func (p *peerTable) stopping(r int) bool {
+	hb, ok := p.last[r]
+	return ok && hb.Phase == broadcast.PhaseStopping
 }
 
 // slowest returns a follower that has not applied step need in this

@@ -38,6 +38,10 @@ func TestPeerTableLiveness(t *testing.T) {
 	if r, _ := newPeerTable(0, 3, 0, 0, time.Second).silent(t0.Add(time.Hour)); r != -1 {
 		t.Fatal("a zero timeout declared a rank lost")
 	}
+	p.heardFrom(2, &broadcast.Heartbeat{Rank: 2, Phase: broadcast.PhaseStopping}, t0.Add(30*time.Second))
+	if r, _ := p.silent(t0.Add(time.Hour)); r != 1 {
+		t.Fatalf("silent = %d; want rank 1: rank 2 said goodbye and is not judged", r)
+	}
 	f := newPeerTable(2, 3, 0, time.Second, time.Second)
 	if w := f.watched(); len(w) != 1 || w[0] != 0 {
 		t.Fatalf("a follower watches %v, want rank 0", w)

@@ -151,7 +151,7 @@ func (w *world) watch(ctx context.Context, d *rank.Driver) (err error, peerLeft 
 	for {
 		select {
 		case ev := <-cl.Events():
-			if ev.Left {
+			if ev.Left || d.PeerStopping(ev.Member.Meta.Rank) {
 				// A peer shut down on purpose: the job is being stopped.
 				log.Info("peer left the job; stopping", "peer", ev.String())
 				peerLeft = true

@@ -480,20 +480,12 @@ func (c *Cluster) Abandon(timeout time.Duration) error {
 }
 
 // announceLeaving re-advertises this member's metadata with State
-// MetaLeaving and waits (up to timeout) for the update to be gossiped, so
-// that peers see the departure that follows as a leave, not a failure.
+// MetaLeaving, gossips it and hands it to every member in a state exchange
+// (UpdateMeta), so that peers see the departure that follows as a leave,
+// not a failure. Gossip alone can lose the race with the leave itself on a
+// loaded host; the exchange is synchronous.
 func (c *Cluster) announceLeaving(timeout time.Duration) {
-	m := c.cfg.Meta
-	m.State = MetaLeaving
-	b, err := m.encode()
-	if err != nil {
-		c.log.Warn("cannot announce leaving", "err", err)
-		return
-	}
-	c.mu.Lock()
-	c.meta = b
-	c.mu.Unlock()
-	if err := c.ml.UpdateNode(timeout); err != nil {
+	if err := c.UpdateMeta(func(m *Meta) { m.State = MetaLeaving }, timeout); err != nil {
 		c.log.Debug("leaving announcement not confirmed", "err", err)
 	}
 }

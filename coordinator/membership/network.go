@@ -15,9 +15,11 @@ import (
 // that reach each other through channels, as memberlist's MockNetwork does,
 // plus what failure tests need and MockNetwork cannot model. MockNetwork's
 // channels are unbuffered and nobody reads a stopped member's, so a write to
-// a member that is gone blocks its sender forever. Here a packet to a member
-// that stopped or is cut off is dropped, as UDP drops it, and a dial is
-// refused; a member can be cut off (a crashed or frozen host) and a new
+// a member that is gone blocks its sender forever, and two members sending
+// to each other at once block each other. Here a packet is queued without
+// waiting and dropped when it cannot be (the member stopped, is cut off or
+// its queue is full), as UDP drops it, and a dial to a member that is gone
+// is refused; a member can be cut off (a crashed or frozen host) and a new
 // transport can take a stopped one's address (a process restarted in place).
 // It lives outside _test files so other packages' tests can use it.
 type Network struct {
@@ -26,6 +28,10 @@ type Network struct {
 	cut   map[string]bool
 	ports int
 }
+
+// packetQueue is how many packets a member's queue holds, as a socket's
+// receive buffer does.
+const packetQueue = 1024
 
 // NewNetwork returns an empty network.
 func NewNetwork() *Network {
@@ -55,7 +61,7 @@ func (n *Network) Transport(addr string) (*NetworkTransport, error) {
 	if _, ok := n.live[addr]; ok {
 		return nil, fmt.Errorf("network transport: %s is in use", addr)
 	}
-	t := &NetworkTransport{net: n, addr: addr, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), done: make(chan struct{})}
+	t := &NetworkTransport{net: n, addr: addr, packets: make(chan *memberlist.Packet, packetQueue), streams: make(chan net.Conn), done: make(chan struct{})}
 	n.live[addr] = t
 	return t, nil
 }
@@ -119,10 +125,12 @@ func (t *NetworkTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 		return now, nil
 	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: netAddr(t.addr), Timestamp: now}
+	// Never block, as a UDP send does not: a member whose packet loop is
+	// busy sending (an ack to us, say) must not wait on ours. A full
+	// queue drops the packet, as a full socket buffer would.
 	select {
 	case dest.packets <- p:
-	case <-dest.done:
-	case <-t.done:
+	default:
 	}
 	return now, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 

@@ -179,12 +179,12 @@ func (j *job) generate(ctx context.Context, args ...string) (generated, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return generated{}, fmt.Errorf("generate %v: %v: %s", args, err, stderr.String())
+		return generated{}, fmt.Errorf("generate %v: %w: %s", args, err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var g generated
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &g); err != nil {
-		return g, fmt.Errorf("generate output %q: %v", out, err)
+		return g, fmt.Errorf("generate output %q: %w", out, err)
 	}
 	return g, nil
 }
@@ -202,13 +202,13 @@ type rankStatus struct {
 func (j *job) status() ([]rankStatus, error) {
 	out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
 	if err != nil {
-		return nil, fmt.Errorf("status: %v", err)
+		return nil, fmt.Errorf("status: %w", err)
 	}
 	var s struct {
 		Ranks []rankStatus `json:"ranks"`
 	}
 	if err := json.Unmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("status output %q: %v", out, err)
+		return nil, fmt.Errorf("status output %q: %w", out, err)
 	}
 	return s.Ranks, nil
 }

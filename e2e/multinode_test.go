@@ -45,7 +45,7 @@ func (h host) natsURL() string { return "nats://" + h.addr + ":4222" }
 func ipRun(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
 }
@@ -299,13 +299,13 @@ func TestMultiNodeNamespaces(t *testing.T) {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			return nil, fmt.Errorf("status via %s: %v: %s", h.addr, err, stderr.String())
+			return nil, fmt.Errorf("status via %s: %w: %s", h.addr, err, stderr.String())
 		}
 		var st struct {
 			Ranks []rankStatus `json:"ranks"`
 		}
 		if err := json.Unmarshal(out, &st); err != nil {
-			return nil, fmt.Errorf("status output %q: %v", out, err)
+			return nil, fmt.Errorf("status output %q: %w", out, err)
 		}
 		return st.Ranks, nil
 	}
@@ -313,7 +313,10 @@ func TestMultiNodeNamespaces(t *testing.T) {
 		for _, p := range agents {
 			select {
 			case <-p.exited:
-				return fmt.Errorf("%s exited: %v", p.name, p.err)
+				if p.err == nil {
+					return fmt.Errorf("%s exited (status 0)", p.name)
+				}
+				return fmt.Errorf("%s exited: %w", p.name, p.err)
 			default:
 			}
 		}
@@ -356,7 +359,7 @@ func TestMultiNodeNamespaces(t *testing.T) {
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
 			if err != nil {
-				errs[i] = fmt.Errorf("generate %s: %v: %s", r.prompt, err, stderr.String())
+				errs[i] = fmt.Errorf("generate %s: %w: %s", r.prompt, err, stderr.String())
 				return
 			}
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")

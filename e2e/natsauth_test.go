@@ -123,13 +123,13 @@ func authStatus(s *authServer) ([]rankStatus, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("status: %v: %s", err, stderr.String())
+		return nil, fmt.Errorf("status: %w: %s", err, stderr.String())
 	}
 	var st struct {
 		Ranks []rankStatus `json:"ranks"`
 	}
 	if err := json.Unmarshal(out, &st); err != nil {
-		return nil, fmt.Errorf("status output %q: %v", out, err)
+		return nil, fmt.Errorf("status output %q: %w", out, err)
 	}
 	return st.Ranks, nil
 }
@@ -201,8 +201,7 @@ func TestNATSAuthPermissions(t *testing.T) {
 		waitFor(t, 90*time.Second, what, func() (bool, string) {
 			for _, a := range agents {
 				if !a.running() {
-					err := fmt.Errorf("rank %d exited: %v", a.rank, a.err)
-					t.Fatal(err)
+					t.Fatalf("rank %d exited: %v", a.rank, a.err)
 				}
 			}
 			var err error

@@ -303,7 +303,7 @@ func TestSchedulerDrain(t *testing.T) {
 	var got []uint64
 	for _, r := range drained {
 		got = append(got, r.Seq)
-		if r.Finish != client.FinishError || r.Err != cause {
+		if r.Finish != client.FinishError || !errors.Is(r.Err, cause) {
 			t.Errorf("drained request %d: finish %q err %v", r.Seq, r.Finish, r.Err)
 		}
 	}
@@ -448,7 +448,7 @@ func scenario(t *testing.T, seed uint64) {
 			}
 			switch {
 			case errs[i] != nil:
-				if ev.Token != NoToken || !ev.Done || r.Finish != client.FinishError || r.Err != errs[i] {
+				if ev.Token != NoToken || !ev.Done || r.Finish != client.FinishError || !errors.Is(r.Err, errs[i]) {
 					t.Fatalf("error row: event %+v, request %+v", ev, r)
 				}
 			default:

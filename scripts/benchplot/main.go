@@ -135,7 +135,7 @@ func load(dir string) (*results, error) {
 			}
 			r, err := parseLine(line)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %v", f, n, err)
+				return nil, fmt.Errorf("%s:%d: %w", f, n, err)
 			}
 			r.bench = benchOf(f)
 			if b := r.str("bench"); b != "" {
@@ -147,7 +147,7 @@ func load(dir string) (*results, error) {
 			res.byBench[r.bench] = append(res.byBench[r.bench], r)
 		}
 		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("%s: %v", f, err)
+			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 	}
 	if len(res.order) == 0 {

@@ -114,14 +114,16 @@ func launch(t *testing.T, args ...string) *job {
 	return j
 }
 
-// signal sends sig to launch and waits up to limit for it to exit.
-func (j *job) stop(sig syscall.Signal, limit time.Duration) (error, time.Duration) {
+// stop sends sig to launch and waits up to limit for it to exit; it
+// returns how long launch took to exit and its exit error.
+func (j *job) stop(sig syscall.Signal, limit time.Duration) (time.Duration, error) {
 	j.t.Helper()
 	start := time.Now()
 	if err := j.cmd.Process.Signal(sig); err != nil {
 		j.t.Fatal(err)
 	}
-	return j.wait(limit), time.Since(start)
+	err := j.wait(limit)
+	return time.Since(start), err
 }
 
 func (j *job) wait(limit time.Duration) error {

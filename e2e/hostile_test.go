@@ -119,7 +119,7 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 			t.Errorf("rank %d counted no refused or duplicate steps: %v", r.Rank, r.Rejected)
 		}
 	}
-	if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatalf("launch exited with %v after SIGTERM", err)
 	}
 }
@@ -188,7 +188,13 @@ func TestNATSServerRestart(t *testing.T) {
 		return err == nil && len(ranks) == 3 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
 	})
 	srv.kill()
-	srv = startNATSServer(t, port)
+	// The restarted server (stopped by its own cleanup) takes the same
+	// port: it is the server the ranks must reconnect to, and the one the
+	// status and generate commands below reach through the job's URL.
+	restarted := startNATSServer(t, port)
+	if j.info.NATSURL != restarted.url() {
+		t.Fatalf("the job uses NATS at %s, not the restarted server at %s: the restart tests nothing", j.info.NATSURL, restarted.url())
+	}
 	waitFor(t, 60*time.Second, "every rank reconnected and answering", func() (bool, string) {
 		ranks, err := j.status()
 		return err == nil && len(ranks) == 3, fmt.Sprintf("%+v %v", ranks, err)
@@ -214,7 +220,7 @@ func TestNATSServerRestart(t *testing.T) {
 			t.Logf("rank %d: step %d, counters %v", r.Rank, r.Step, r.Rejected)
 		}
 	}
-	if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatalf("launch exited with %v after SIGTERM", err)
 	}
 }

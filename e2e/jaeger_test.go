@@ -278,7 +278,7 @@ func TestJaegerTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A clean stop flushes every rank's spans before it exits.
-	if err, _ := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("launch exited with %v", err)
 	}
 

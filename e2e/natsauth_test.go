@@ -222,7 +222,7 @@ func TestNATSAuthPermissions(t *testing.T) {
 
 	checkGenerated := func(g generated) {
 		t.Helper()
-		if !(len(g.Tokens) == 8 || (g.FinishReason == "stop" && len(g.Tokens) <= 8)) {
+		if len(g.Tokens) != 8 && (g.FinishReason != "stop" || len(g.Tokens) > 8) {
 			t.Fatalf("generate: %d tokens, finish %q; want 8 tokens or a stop", len(g.Tokens), g.FinishReason)
 		}
 	}

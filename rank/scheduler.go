@@ -122,11 +122,11 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	}
 	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
 		r := s.waiting[0]
-		if need := len(r.Prompt) + len(r.Output); s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
+		need := len(r.Prompt) + len(r.Output)
+		if s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
 			break // the head waits until rows finish; nobody overtakes it
-		} else {
-			tokens += need
 		}
+		tokens += need
 		n := broadcast.AdmissionSize(len(r.Prompt) + len(r.Output))
 		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
 			break // the rest go in later steps
@@ -156,8 +156,8 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 			continue // finished earlier (cancelled), removal already queued
 		}
 		ev := Event{Req: r, Token: tok, Index: len(r.Output)}
-		switch {
-		case tok == NoToken:
+		switch tok {
+		case NoToken:
 			r.Finish = client.FinishError
 			if errs != nil {
 				r.Err = errs[i]

@@ -476,7 +476,9 @@ func scenario(t *testing.T, seed uint64) {
 			}
 		case client.FinishStop:
 			last := r.Output[n-1]
-			if n < r.Params.MinTokens || (!(last == testEOS && !r.Params.IgnoreEOS) && !slices.Contains(r.Params.StopTokenIDs, last)) {
+			eos := last == testEOS && !r.Params.IgnoreEOS
+			stopToken := slices.Contains(r.Params.StopTokenIDs, last)
+			if n < r.Params.MinTokens || !eos && !stopToken {
 				t.Errorf("request %d: stop after %v (params %+v)", r.Seq, r.Output, r.Params)
 			}
 		case client.FinishError:

@@ -266,7 +266,7 @@ func (s *Supervisor) stop(cause error) error {
 	if errors.As(cause, &died) && !died.Early {
 		// (When rank 0 hosted the server and is the one that died, there
 		// is no bus left: the followers notice by themselves.)
-		if s.nc != nil && !(s.serve && died.Rank == 0) {
+		if s.nc != nil && (!s.serve || died.Rank != 0) {
 			s.tellRanks(subjectsOf(s.cfg), died)
 		}
 		quiet = 2 * time.Second

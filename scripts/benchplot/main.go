@@ -566,8 +566,8 @@ func addQuotedPyTorch(p *plot.Plot, mode string, batches []int) error {
 	if err != nil {
 		return err
 	}
-	sc.GlyphStyle.Color = color.RGBA{R: 200, A: 255}
-	sc.GlyphStyle.Radius = vg.Points(4)
+	sc.Color = color.RGBA{R: 200, A: 255}
+	sc.Radius = vg.Points(4)
 	p.Add(sc)
 	p.Legend.Add("pytorch (quoted, DESIGN.md)", sc)
 	return nil

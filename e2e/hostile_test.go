@@ -59,7 +59,7 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 	const flood = 10000
 	for i := range flood {
 		mu.Lock()
-		real := captured[rng.IntN(len(captured))]
+		genuine := captured[rng.IntN(len(captured))]
 		mu.Unlock()
 		var msg []byte
 		switch i % 5 {
@@ -69,14 +69,14 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 				msg[k] = byte(rng.Uint32())
 			}
 		case 1: // a real step replayed: a duplicate
-			msg = real
+			msg = genuine
 		case 2: // a real step with one bit flipped: checksum error
-			msg = append([]byte(nil), real...)
+			msg = append([]byte(nil), genuine...)
 			msg[rng.IntN(len(msg))] ^= 1 << rng.IntN(8)
 		case 3: // truncated
-			msg = real[:rng.IntN(len(real))]
+			msg = genuine[:rng.IntN(len(genuine))]
 		case 4: // a real step with a stale epoch and a valid checksum
-			msg = append([]byte(nil), real[:len(real)-4]...)
+			msg = append([]byte(nil), genuine[:len(genuine)-4]...)
 			binary.LittleEndian.PutUint32(msg[16:], 0xffffffff)
 			msg = binary.LittleEndian.AppendUint32(msg, crc32.Checksum(msg, castagnoli))
 		}

@@ -91,9 +91,11 @@ func (s *Scheduler) Submit(r *Request) error {
 // Request returns the admitted request with sequence ID seq, or nil.
 func (s *Scheduler) Request(seq uint64) *Request { return s.active[seq] }
 
-// Waiting and Active count the requests in each state.
+// Waiting counts the requests queued for admission.
 func (s *Scheduler) Waiting() int { return len(s.waiting) }
-func (s *Scheduler) Active() int  { return len(s.active) }
+
+// Active counts the admitted requests, those with a row in the batch.
+func (s *Scheduler) Active() int { return len(s.active) }
 
 // Idle reports whether there is nothing to step: no rows, nothing owed to
 // the followers, nobody waiting.

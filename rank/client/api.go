@@ -141,9 +141,9 @@ const (
 // KeepaliveInterval is how often a client sends a keepalive.
 const KeepaliveInterval = time.Second
 
-// ClientMessage is a requester's message on tpc.<job>.client about its
-// request, which it names by the request's reply subject.
-type ClientMessage struct {
+// Message is a requester's message on tpc.<job>.client about its request,
+// which it names by the request's reply subject.
+type Message struct {
 	Reply string `json:"reply"`
 	Op    string `json:"op"` // "cancel" or "keepalive"
 }

@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -41,5 +43,41 @@ func TestReadmeDemo(t *testing.T) {
 	}
 	if strings.Join(runs[0], "\n") != strings.Join(runs[1], "\n") {
 		t.Errorf("two demo runs differ:\n%s\n---\n%s", strings.Join(runs[0], "\n"), strings.Join(runs[1], "\n"))
+	}
+}
+
+// TestReadmeTorchDemo runs the README's real-model commands as written
+// there (the checkpoint in a temporary directory instead of /tmp): a
+// seeded random Llama checkpoint, then a 2-rank job with the PyTorch
+// worker that answers the 8 demo requests and exits 0.
+func TestReadmeTorchDemo(t *testing.T) {
+	py := torchPython(t)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "tiny-llama")
+	text := strings.ReplaceAll(string(readme), "/tmp/tiny-llama", dir)
+	mk := regexp.MustCompile(`(?m)^/usr/bin/python3 (scripts/make-checkpoint\.py .*?)\s+#`).FindStringSubmatch(text)
+	run := regexp.MustCompile(`(?m)^go run ./cmd/tpcoord (launch --nproc 2 --demo .*?) \\\n\s+--worker-cmd "([^"]+)"`).FindStringSubmatch(text)
+	if mk == nil || run == nil {
+		t.Fatal("the README has no real-model commands (make-checkpoint.py, then launch --nproc 2 --demo ... --worker-cmd)")
+	}
+	cmd := exec.Command(py, strings.Fields(mk[1])...)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", mk[1], err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd = exec.CommandContext(ctx, tpcoordBin, append(strings.Fields(run[1]), "--worker-cmd", run[2])...)
+	cmd.Dir = ".."
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", run[1], err, tail(stderr.String(), 40))
+	}
+	if !regexp.MustCompile(`(?m)^8 requests, \d+ output tokens in .*\(TP=2, model worker\)`).MatchString(stdout.String()) {
+		t.Errorf("no summary line:\n%s", stdout.String())
 	}
 }

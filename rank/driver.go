@@ -575,7 +575,7 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	select {
 	case d.intake <- r:
 	default:
-		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: ErrOverloaded.Error()})
+		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: overloaded(len(d.intake)).Error()})
 	}
 }
 
@@ -860,6 +860,13 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	_, smp := d.span(sctx, "sample", attribute.Int("rows", len(rows)))
 	d.cfg.Flight.enter(PhaseSample, time.Now())
 	d.pick.Pick(rows, sc.reqs, logits, d.ex.Vocab(), sc.tokens, sc.errs)
+	for i, err := range sc.errs {
+		if err != nil {
+			// Only rank 0's model returns logits: a row it cannot sample
+			// (NaN, +Inf) fails that request alone, naming where it came from.
+			sc.errs[i] = fmt.Errorf("rank 0: step %d, sequence %d: %w", k, rows[i].ID, err)
+		}
+	}
 	d.cfg.Flight.enter(PhaseReply, time.Now())
 	smp.End()
 	d.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -659,8 +660,8 @@ func TestDriverOverload(t *testing.T) {
 	refused := 0
 	for refused < n-(cfg.MaxBatch+2*cfg.MaxQueue) {
 		rep := reply.next(t)
-		if !rep.Done || !strings.Contains(rep.Error, "overloaded") {
-			t.Fatalf("reply %+v, want an overload refusal", rep)
+		if !rep.Done || !regexp.MustCompile(`^overloaded: request queue is full \(\d+ waiting\); retry later$`).MatchString(rep.Error) {
+			t.Fatalf("reply %+v, want an overload refusal in the one wording", rep)
 		}
 		refused++
 	}

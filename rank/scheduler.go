@@ -15,6 +15,12 @@ import (
 // ErrOverloaded is returned by Submit when the queue is full.
 var ErrOverloaded = errors.New("overloaded: request queue is full")
 
+// overloaded is the one way a request refused for a full queue is told so,
+// whichever queue (the scheduler's, or the intake in front of it) was full.
+func overloaded(waiting int) error {
+	return fmt.Errorf("%w (%d waiting); retry later", ErrOverloaded, waiting)
+}
+
 // Request is one generation request as rank 0 tracks it.
 type Request struct {
 	Seq       uint64 // assigned by Submit
@@ -80,7 +86,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 // Submit queues r and assigns its sequence ID.
 func (s *Scheduler) Submit(r *Request) error {
 	if len(s.waiting) >= s.cfg.MaxQueue {
-		return fmt.Errorf("%w (%d waiting)", ErrOverloaded, len(s.waiting))
+		return overloaded(len(s.waiting))
 	}
 	r.Seq = s.nextSeq
 	s.nextSeq++

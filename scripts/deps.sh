@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: the pinned golangci-lint
 # (see lint.sh), Jaeger (see jaeger.sh) for the tracing e2e test, Debian's
-# nats-server for the e2e tests that need an external server, and
-# qemu-user-static, to run the byte-level and numeric packages' tests on
-# s390x (big-endian). Idempotent; needs root (or sudo) only when something
-# is missing.
+# nats-server for the e2e tests that need an external server, Debian's
+# python3-torch for the PyTorch worker, and qemu-user-static, to run the
+# byte-level and numeric packages' tests on s390x (big-endian). Idempotent;
+# needs root (or sudo) only when something is missing.
 set -euo pipefail
 
 # golangci-lint, built from the Go module proxy when the pinned version is
@@ -23,6 +23,9 @@ missing=()
 command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)
 # A real, external NATS server for the restart, permissions and multi-node e2e tests.
 [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
+# Debian's PyTorch (CPU, gloo) for the tensor-parallel model worker's tests
+# (examples/torch-worker) and the e2e tests that run it under tpcoord.
+/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -35,7 +35,12 @@ if git grep -n -I -E 'DESIGN\.md|\.\./shared'; then
 fi
 
 step "unit and e2e tests (race detector)"
+# The PyTorch worker's e2e tests run, not skip: deps.sh installed PyTorch.
+export TPC_REQUIRE_TORCH=1
 go test -race -shuffle=on -count=1 -timeout 20m ./...
+
+step "the PyTorch worker's own tests"
+/usr/bin/python3 -m unittest discover -s examples/torch-worker
 
 step "fuzz every decoder briefly"
 # A count, not a duration: a duration-based -fuzztime can fail with a

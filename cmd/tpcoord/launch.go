@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 
 	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/internal/rankproc"
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 type launchOptions struct {
@@ -139,8 +136,13 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, stdout 
 	cfg.Forward = usr1
 	var use func(context.Context, *launch.Job) error
 	if o.Demo {
+		model := fmt.Sprintf("synthetic, forward %v", o.agent.ForwardTime)
+		if o.agent.Executor == "worker" {
+			model = "model worker"
+		}
+		d := launch.Demo{Requests: o.DemoRequests, MaxTokens: o.DemoMaxTokens, Vocab: o.agent.Vocab, Label: fmt.Sprintf("TP=%d, %s", o.NProc, model)}
 		use = func(ctx context.Context, j *launch.Job) error {
-			if err := runDemo(ctx, j, o, stdout); err != nil {
+			if err := d.Run(ctx, j, stdout); err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
 			return nil
@@ -162,44 +164,4 @@ func rereadable(fs *pflag.FlagSet) bool {
 	}
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
-}
-
-// runDemo submits o.DemoRequests seeded requests at once and prints their
-// tokens and the output tokens/s.
-func runDemo(ctx context.Context, j *launch.Job, o *launchOptions, out io.Writer) error {
-	type result struct {
-		rep *client.GenerateReply
-		err error
-	}
-	n := o.DemoRequests
-	results := make([]result, n)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			seed := uint64(i)
-			params := sampler.DefaultParams()
-			params.Temperature, params.TopP, params.Seed = 0.8, 0.95, &seed
-			req := &client.GenerateRequest{
-				PromptTokenIDs: []int32{int32(1 + 7*i), int32(100 + 13*i), int32(1000 + 31*i)},
-				MaxTokens:      o.DemoMaxTokens,
-				Params:         params,
-			}
-			rep, err := client.Generate(ctx, j.Bus, j.Subj, req, nil)
-			results[i] = result{rep, err}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	total := 0
-	for i, r := range results {
-		if r.err != nil {
-			return fmt.Errorf("request %d: %w", i, r.err)
-		}
-		total += len(r.rep.Tokens)
-		fmt.Fprintf(out, "request %d (%s, %d tokens): %v\n", i, r.rep.FinishReason, len(r.rep.Tokens), r.rep.Tokens)
-	}
-	fmt.Fprintf(out, "%d requests, %d output tokens in %v: %.1f tokens/s (TP=%d, forward %v)\n",
-		n, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), o.NProc, o.agent.ForwardTime)
-	return nil
 }

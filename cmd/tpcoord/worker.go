@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -102,36 +101,7 @@ func (cfg *workerCmdConfig) serveConfig(eosSet bool) (worker.ServeConfig, error)
 
 func runWorker(ctx context.Context, cfg workerCmdConfig, sc worker.ServeConfig, log *slog.Logger) error {
 	if cfg.Socket != "" {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", cfg.Socket)
-		if err != nil {
-			return err
-		}
-		log.Debug("worker connected", "socket", cfg.Socket)
-		if err := worker.Serve(ctx, conn, sc); err != nil && ctx.Err() == nil {
-			return err
-		}
-		return nil
+		return worker.ServeAgent(ctx, cfg.Socket, sc)
 	}
-	ln, err := net.Listen("unix", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	log.Info("worker listening", "socket", cfg.Listen)
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	defer ln.Close()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		// One agent at a time: a card has one owner.
-		if err := worker.Serve(ctx, conn, sc); err != nil && ctx.Err() == nil {
-			log.Warn("agent connection ended", "err", err)
-		}
-	}
+	return worker.ListenAndServe(ctx, cfg.Listen, sc, log)
 }

@@ -88,7 +88,7 @@ func (w *world) runEpoch(ctx context.Context) (peerLeft bool, err error) {
 	if ctx.Err() != nil {
 		return false, nil
 	}
-	return false, fmt.Errorf("rank %d: start the executor: %w", a.cfg.Rank, err)
+	return false, fmt.Errorf("start the executor: %w", err)
 }
 
 // runExecutor runs the epoch's decode loop on ex, and closes ex.

@@ -396,8 +396,14 @@ func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
 	}
 	var syncErr error
 	if len(peers) > 0 {
-		if n, err := c.ml.Join(peers); n < len(peers) {
+		n, err := c.ml.Join(peers)
+		switch {
+		case err != nil:
 			syncErr = fmt.Errorf("state exchange with %d of %d members failed: %w", len(peers)-n, len(peers), err)
+		case n < len(peers):
+			// memberlist counts the members it reached, not the addresses
+			// tried, and may say so without an error.
+			syncErr = fmt.Errorf("state exchange reached %d of %d members", n, len(peers))
 		}
 	}
 	return errors.Join(gossipErr, syncErr)

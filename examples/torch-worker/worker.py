@@ -244,7 +244,8 @@ def parse_args(argv=None):
     ap.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
     ap.add_argument("--compute-dtype", choices=sorted(COMPUTE_DTYPES), default="float32")
     ap.add_argument("--prefill-chunk", type=int, default=512, help="most tokens per forward pass (default 512)")
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch.set_num_threads (default: this host's cores shared by LOCAL_WORLD_SIZE ranks)")
     ap.add_argument("--no-mkldnn", action="store_true",
                     help="float32 matmuls through torch's BLAS instead of oneDNN (mkldnn)")
     args = ap.parse_args(argv)
@@ -274,10 +275,20 @@ def listen(args, loaded):
         os.unlink(args.listen)
 
 
+def default_threads(env):
+    """The cores of this host divided among the job's ranks on it, at least 1:
+    every rank using every core would oversubscribe a shared host."""
+    try:
+        local = max(1, int(env.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // local)
+
+
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads if args.threads > 0 else default_threads(os.environ))
     loaded = Loaded(args)
     if args.listen:
         listen(args, loaded)

@@ -1,10 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -19,13 +22,27 @@ type GenerateRequest struct {
 // MaxPromptTokens bounds a prompt so one request cannot exhaust memory.
 const MaxPromptTokens = 1 << 16
 
+// MaxSequenceTokens bounds a prompt and its output together: what one
+// sequence of a step message may carry (a request resumed in a new epoch
+// is admitted with all its tokens).
+const MaxSequenceTokens = broadcast.MaxPromptLen
+
 // ParseGenerateRequest decodes and validates a request. Errors name the
 // offending JSON field.
 func ParseGenerateRequest(data []byte, vocab int) (*GenerateRequest, error) {
 	// Omitted sampling fields take vLLM's defaults (temperature 1).
 	r := GenerateRequest{Params: sampler.DefaultParams()}
-	if err := json.Unmarshal(data, &r); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	// A misspelt field ("temprature") must not run at the default quietly.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return nil, fmt.Errorf("request: unknown field %s", f)
+		}
 		return nil, fmt.Errorf("request: invalid JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("request: invalid JSON: more data after the request object")
 	}
 	if err := r.Validate(vocab); err != nil {
 		return nil, err
@@ -42,6 +59,8 @@ func (r *GenerateRequest) Validate(vocab int) error {
 		return fmt.Errorf("prompt_token_ids: %d tokens, at most %d allowed", len(r.PromptTokenIDs), MaxPromptTokens)
 	case r.MaxTokens <= 0:
 		return fmt.Errorf("max_tokens: must be > 0, got %d", r.MaxTokens)
+	case r.MaxTokens > MaxSequenceTokens-len(r.PromptTokenIDs): // both bounded: no overflow
+		return fmt.Errorf("max_tokens: %d, but the prompt (%d tokens) and its output may hold at most %d tokens", r.MaxTokens, len(r.PromptTokenIDs), MaxSequenceTokens)
 	}
 	for i, t := range r.PromptTokenIDs {
 		if t < 0 || int(t) >= vocab {

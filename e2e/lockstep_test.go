@@ -125,7 +125,17 @@ func TestKilledRank0StopsJob(t *testing.T) {
 				args = append(args, "--nats-in-rank0")
 			}
 			j := launch(t, args...)
+			pid := j.info.PIDs[0]
+			start := time.Now()
 			err := killDuringGeneration(t, j, 3, 0, 10*time.Minute)
+			t.Logf("the requester's wait ended %v after rank 0's SIGKILL: %v", time.Since(start).Round(10*time.Millisecond), err)
+			if mode == "server-in-launch" {
+				// launch answers the dead rank 0's clients, naming it.
+				if want := fmt.Sprintf("rank 0 (pid %d) died", pid); err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("requester's error after rank 0 died: %v, want one saying %q", err, want)
+				}
+				return
+			}
 			msg := fmt.Sprint(err)
 			gone := strings.Contains(msg, "rank 0 of job") && strings.Contains(msg, "is gone")
 			busLost := strings.Contains(msg, "connection to NATS lost")
@@ -205,5 +215,30 @@ func TestSameRequestsSameTokens(t *testing.T) {
 		if fmt.Sprint(runs[0][i]) != fmt.Sprint(runs[1][i]) {
 			t.Errorf("request %d: run 1 %v, run 2 %v", i, runs[0][i], runs[1][i])
 		}
+	}
+}
+
+// TestFrozenFollowerNamed: a follower frozen with SIGSTOP is the cause
+// launch names when the job stops, not rank 0, which exits (status 3)
+// because it lost that follower.
+func TestFrozenFollowerNamed(t *testing.T) {
+	j := launch(t, "--nproc", "3", "--job", "e2e-freeze", "--forward-time", "5ms")
+	genErr := longRequest(t, j, 3, 10*time.Minute)
+	victim := j.info.PIDs[1]
+	if err := syscall.Kill(victim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(victim, syscall.SIGCONT) })
+	err := j.wait(60 * time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("launch exit: %v, want a non-zero exit", err)
+	}
+	last := tail(strings.TrimSpace(j.log.String()), 1)
+	if !strings.Contains(last, "rank 1: no heartbeat") || strings.HasPrefix(last, "tpcoord: rank 0 (pid") {
+		t.Errorf("launch's error %q, want the frozen rank 1 named as the cause", last)
+	}
+	if err := <-genErr; err == nil || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("requester's error %v, want one naming rank 1", err)
 	}
 }

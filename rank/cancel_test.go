@@ -172,6 +172,21 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 			break
 		}
 	}
+	// A client that promised keepalives and died before sending one: its
+	// timeout runs from submission.
+	data, _ = json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{5}, MaxTokens: 100000, Keepalive: true, Params: greedyParams()})
+	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r := reply.next(t)
+		if r.Done {
+			if r.FinishReason != client.FinishCancelled || !strings.Contains(r.Error, "client went away") {
+				t.Fatalf("request of a client that died at once ended %+v, want cancelled (client went away)", r)
+			}
+			break
+		}
+	}
 	eventually(t, 10*time.Second, "ranks not idle and in lockstep", func() bool {
 		a, b := ranks[0].d.Status(), ranks[1].d.Status()
 		return a.Rows == 0 && a.Step == b.Step && a.Digest == b.Digest

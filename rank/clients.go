@@ -11,10 +11,11 @@ import (
 )
 
 // DefaultClientTimeout is how long rank 0 keeps a request whose client
-// sends keepalives but has gone silent (DriverConfig.ClientTimeout): the
-// client went away, so its sequence is removed. Clients that never send
-// keepalives are never timed out.
-const DefaultClientTimeout = 5 * time.Second
+// promised keepalives (client.GenerateRequest.Keepalive) or sent one, but
+// has gone silent (DriverConfig.ClientTimeout): the client went away, so
+// its sequence is removed. It counts from submission. Clients that neither
+// promise nor send keepalives are never timed out.
+const DefaultClientTimeout = 2 * time.Second
 
 type clientOp struct {
 	reply  string
@@ -73,8 +74,11 @@ func (d *Driver) clientOps(now time.Time) {
 	}
 	timeout := d.cfg.ClientTimeout
 	d.nextSweep = now.Add(timeout / 10)
+	d.mu.Lock()
+	deaf := d.deafAt // nobody could be heard then: silence counts from it
+	d.mu.Unlock()
 	for reply, seen := range d.alive {
-		if now.Sub(seen) <= timeout {
+		if now.Sub(seen) <= timeout || now.Sub(deaf) <= timeout {
 			continue
 		}
 		delete(d.alive, reply)

@@ -201,8 +201,9 @@ type Driver struct {
 	mu        sync.Mutex
 	pos       position
 	peerTab   *peerTable
-	leader    uint64 // followers: step rank 0 had applied one heartbeat ago
-	leaderNow uint64 // followers: step rank 0 reported last
+	leader    uint64    // followers: step rank 0 had applied one heartbeat ago
+	leaderNow uint64    // followers: step rank 0 reported last
+	deafAt    time.Time // the last time this rank's own connection was seen down
 	rejected  map[string]uint64
 	lastWarn  map[string]time.Time
 
@@ -571,7 +572,7 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen)})
 		return
 	}
-	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply}
+	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive}
 	select {
 	case d.intake <- r:
 	default:
@@ -891,6 +892,11 @@ func (d *Driver) enqueue(r *Request) {
 		return
 	}
 	r.times.enqueued = time.Now()
+	if r.keepalives {
+		// The client's timeout runs from now, keepalive or not.
+		now := d.cfg.Clock()
+		d.alive[r.Tag], r.keepalive = now, now
+	}
 	d.requestStarted(r)
 }
 

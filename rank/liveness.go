@@ -8,11 +8,8 @@ import (
 // checkLiveness declares a watched rank lost when it has been silent for
 // HeartbeatTimeout. While this rank's own connection is down nobody can be
 // heard, so nobody is judged; once it is back, everyone gets the grace
-// period again.
+// period again, and clients' silence counts from then (deafAt).
 func (d *Driver) checkLiveness(now time.Time) {
-	if d.cfg.HeartbeatTimeout <= 0 {
-		return
-	}
 	connected := true
 	if c, ok := d.tr.(interface{ Connected() bool }); ok {
 		connected = c.Connected()
@@ -20,11 +17,15 @@ func (d *Driver) checkLiveness(now time.Time) {
 	d.mu.Lock()
 	if !connected {
 		d.peerTab.restart(now)
+		d.deafAt = now
 		d.mu.Unlock()
 		return
 	}
 	lost, silent := d.peerTab.silent(now)
 	d.mu.Unlock()
+	if d.cfg.HeartbeatTimeout <= 0 {
+		return
+	}
 	if lost >= 0 {
 		d.log.Error("peer silent; declaring it lost", "lost_rank", lost, "silent", silent.Round(time.Millisecond))
 		d.Abort(fmt.Errorf("%w: rank %d: no heartbeat for %v (heartbeat timeout %v)", ErrPeerLost, lost, silent.Round(time.Millisecond), d.cfg.HeartbeatTimeout))

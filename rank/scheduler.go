@@ -40,6 +40,8 @@ type Request struct {
 	// none yet). Carried across epochs, it marks a client that sends them,
 	// so one that went away while the world re-formed is still timed out.
 	keepalive time.Time
+	// keepalives: the client promised keepalives when it submitted.
+	keepalives bool
 }
 
 // Event is something a requester must hear about after a step: a new
@@ -73,6 +75,7 @@ type Scheduler struct {
 	cfg      SchedulerConfig
 	waiting  []*Request
 	active   map[uint64]*Request
+	byTag    map[string]*Request // the open requests, waiting or active, by reply subject
 	nextSeq  uint64
 	tokens   []broadcast.Token
 	removals []uint64
@@ -80,7 +83,7 @@ type Scheduler struct {
 
 // NewScheduler returns an empty scheduler.
 func NewScheduler(cfg SchedulerConfig) *Scheduler {
-	return &Scheduler{cfg: cfg, active: map[uint64]*Request{}, nextSeq: 1}
+	return &Scheduler{cfg: cfg, active: map[uint64]*Request{}, byTag: map[string]*Request{}, nextSeq: 1}
 }
 
 // Submit queues r and assigns its sequence ID.
@@ -91,6 +94,7 @@ func (s *Scheduler) Submit(r *Request) error {
 	r.Seq = s.nextSeq
 	s.nextSeq++
 	s.waiting = append(s.waiting, r)
+	s.byTag[r.Tag] = r
 	return nil
 }
 
@@ -119,6 +123,9 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	st := &broadcast.Step{Epoch: epoch, Step: k, Tokens: s.tokens, Removed: s.removals}
 	s.tokens, s.removals = nil, nil
 	for _, id := range st.Removed {
+		if r := s.active[id]; r != nil && s.byTag[r.Tag] == r {
+			delete(s.byTag, r.Tag)
+		}
 		delete(s.active, id)
 	}
 	size := broadcast.StepSize(st)
@@ -202,40 +209,27 @@ func (s *Scheduler) isStop(r *Request, tok int32) bool {
 // last sampled token still travels with that step, as for any finished
 // row). It returns the request, or nil if none is open under tag.
 func (s *Scheduler) Cancel(tag string, why error) *Request {
-	for i, r := range s.waiting {
-		if r.Tag == tag {
+	r := s.byTag[tag]
+	switch {
+	case r == nil || r.Finish != "":
+		return nil
+	case s.active[r.Seq] == r:
+		s.removals = append(s.removals, r.Seq)
+	default:
+		if i := slices.Index(s.waiting, r); i >= 0 {
 			s.waiting = slices.Delete(s.waiting, i, i+1)
-			r.Finish, r.Err = client.FinishCancelled, why
-			return r
 		}
+		delete(s.byTag, tag)
 	}
-	for _, r := range s.active {
-		if r.Tag == tag && r.Finish == "" {
-			r.Finish, r.Err = client.FinishCancelled, why
-			s.removals = append(s.removals, r.Seq)
-			return r
-		}
-	}
-	return nil
+	r.Finish, r.Err = client.FinishCancelled, why
+	return r
 }
 
 // Find returns the request whose reply subject is tag if it is waiting or
 // in the batch, else nil. A request that finished stays in the batch until
 // the next step removes it, which is after its final reply has gone out (a
 // final reply held back for logprobs goes out during that step).
-func (s *Scheduler) Find(tag string) *Request {
-	for _, r := range s.waiting {
-		if r.Tag == tag {
-			return r
-		}
-	}
-	for _, r := range s.active {
-		if r.Tag == tag {
-			return r
-		}
-	}
-	return nil
-}
+func (s *Scheduler) Find(tag string) *Request { return s.byTag[tag] }
 
 // Resume queues requests carried over from the previous epoch ahead of
 // everything else, keeping their sequence IDs and the tokens they have.
@@ -245,6 +239,9 @@ func (s *Scheduler) Resume(reqs []*Request) {
 		s.nextSeq = max(s.nextSeq, r.Seq+1)
 	}
 	s.waiting = append(slices.Clone(reqs), s.waiting...)
+	for _, r := range reqs {
+		s.byTag[r.Tag] = r
+	}
 }
 
 // InFlight returns the unfinished requests, admitted or waiting, in
@@ -270,6 +267,7 @@ func (s *Scheduler) Drain(reason string, err error) []*Request {
 		out = append(out, r)
 	}
 	s.waiting = nil
+	clear(s.byTag)
 	for _, r := range s.active {
 		if r.Finish == "" {
 			r.Finish, r.Err = reason, err

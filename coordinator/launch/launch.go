@@ -87,11 +87,17 @@ type RankDiedError struct {
 	Rank, PID int
 	How       string // "exit status 3", "signal: killed", ...
 	Early     bool   // before NATS was reachable
+	// Cause is what rank 0 reported stopped the job, when this rank
+	// exited because of it (a lost peer, an abort) rather than being it.
+	Cause string
 }
 
 func (e *RankDiedError) Error() string {
-	if e.Early {
+	switch {
+	case e.Early:
 		return fmt.Sprintf("rank %d (pid %d) died before NATS was reachable: %s", e.Rank, e.PID, e.How)
+	case e.Cause != "":
+		return fmt.Sprintf("%s (rank 0 reported it; rank %d (pid %d) then exited: %s)", e.Cause, e.Rank, e.PID, e.How)
 	}
 	return fmt.Sprintf("rank %d (pid %d) died: %s", e.Rank, e.PID, e.How)
 }
@@ -110,7 +116,7 @@ func Run(ctx context.Context, cfg Config, use func(context.Context, *Job) error)
 	if cfg.Output == nil {
 		cfg.Output = io.Discard
 	}
-	s := &Supervisor{cfg: cfg, log: cfg.Logger.With("job", cfg.Job), exits: make(chan childExit, cfg.NProc), gone: map[int]bool{}}
+	s := &Supervisor{cfg: cfg, log: cfg.Logger.With("job", cfg.Job), exits: make(chan childExit, cfg.NProc), gone: map[int]bool{}, cause: newFirstCause()}
 	cause := s.run(ctx, use)
 	stopErr := s.stop(cause)
 	if cause != nil && !errors.Is(cause, errStopped) {

@@ -17,6 +17,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 type child struct {
@@ -44,7 +45,8 @@ type Supervisor struct {
 	gone     map[int]bool // ranks whose exit was received
 	wg       sync.WaitGroup
 	nc       *natsbus.Conn // launch's own connection, once made
-	unsub    func() error
+	unsubs   []func() error
+	cause    *firstCause // what rank 0 said stopped the job
 }
 
 // run is everything up to the stop: it returns why the job stops.
@@ -164,7 +166,11 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.unsub = unsub
+	s.unsubs = append(s.unsubs, unsub)
+	if unsub, err = s.nc.Subscribe(subj.Control(), s.cause.observe); err != nil {
+		return nil, err
+	}
+	s.unsubs = append(s.unsubs, unsub)
 	pids := make([]int, len(s.children))
 	for i, c := range s.children {
 		pids[i] = c.cmd.Process.Pid
@@ -236,11 +242,17 @@ func (s *Supervisor) supervise(ctx context.Context) error {
 	}
 }
 
-// died records that rank e exited while the job ran: the cause of the stop.
+// died records that rank e exited while the job ran: the cause of the
+// stop. A rank that exits because of another (a lost peer, an abort: exit
+// codes 3 and 4) is not the cause: rank 0 says what was, on the control
+// subject, just before it exits; it gets a moment to arrive.
 func (s *Supervisor) died(e childExit) error {
 	s.gone[e.rank] = true
 	err := &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e)}
-	s.log.Error("rank died; stopping the others", "failed_rank", e.rank, "pid", e.pid, "how", err.How)
+	if code := exitCode(e.err); code == 3 || code == 4 {
+		err.Cause = s.cause.wait(time.Second)
+	}
+	s.log.Error("rank died; stopping the others", "failed_rank", e.rank, "pid", e.pid, "how", err.How, "cause", err.Cause)
 	return err
 }
 
@@ -261,19 +273,14 @@ func (s *Supervisor) signalRanks(sig os.Signal) {
 // says which ranks had to be killed or exited with an error after the
 // signal.
 func (s *Supervisor) stop(cause error) error {
-	quiet := time.Duration(0)
-	var died *RankDiedError
-	if errors.As(cause, &died) && !died.Early {
-		// (When rank 0 hosted the server and is the one that died, there
-		// is no bus left: the followers notice by themselves.)
-		if s.nc != nil && (!s.serve || died.Rank != 0) {
-			s.tellRanks(subjectsOf(s.cfg), died)
-		}
-		quiet = 2 * time.Second
-	}
+	quiet, busUntil := s.tell(cause)
 	err := s.stopChildren(quiet)
-	if s.unsub != nil {
-		_ = s.unsub()
+	if wait := time.Until(busUntil); wait > 0 {
+		t := time.NewTimer(wait)
+		<-t.C
+	}
+	for _, u := range s.unsubs {
+		_ = u()
 	}
 	if s.nc != nil {
 		s.nc.Close()
@@ -283,6 +290,44 @@ func (s *Supervisor) stop(cause error) error {
 	}
 	s.wg.Wait()
 	return err
+}
+
+// tell tells the ranks (and rank 0's clients) why the job stops, when a
+// rank died: the ranks then get quiet to stop by themselves, and the bus
+// stays up until busUntil so that every client of a dead rank 0 hears so
+// at its next keepalive, however fast the others stop.
+func (s *Supervisor) tell(cause error) (quiet time.Duration, busUntil time.Time) {
+	var died *RankDiedError
+	if !errors.As(cause, &died) || died.Early {
+		return 0, busUntil
+	}
+	// (When rank 0 hosted the server and is the one that died, there is
+	// no bus left: the followers notice by themselves.)
+	if s.nc != nil && (!s.serve || died.Rank != 0) {
+		s.tellRanks(subjectsOf(s.cfg), died)
+		if died.Rank == 0 && died.Cause == "" {
+			s.answerForRank0(died)
+			busUntil = time.Now().Add(3 * client.KeepaliveInterval)
+		}
+	}
+	return 2 * time.Second, busUntil
+}
+
+// answerForRank0 tells the clients of a rank 0 that died so, naming it:
+// it answers their keepalives until the stop is over, so each learns it
+// within a keepalive interval rather than when the bus goes away.
+func (s *Supervisor) answerForRank0(died *RankDiedError) {
+	gone, _ := json.Marshal(client.KeepaliveAck{Gone: died.Error()})
+	unsub, err := s.nc.Subscribe(subjectsOf(s.cfg).Client(), func(m *broadcast.Msg) {
+		if m.Reply != "" {
+			_ = s.nc.Publish(&broadcast.Msg{Subject: m.Reply, Data: gone})
+		}
+	})
+	if err != nil {
+		s.log.Warn("cannot answer rank 0's clients", "err", err)
+		return
+	}
+	s.unsubs = append(s.unsubs, unsub)
 }
 
 func subjectsOf(c Config) broadcast.Subjects { return broadcast.Subjects{Prefix: c.Prefix, Job: c.Job} }

@@ -16,6 +16,13 @@ import (
 type GenerateRequest struct {
 	PromptTokenIDs []int32 `json:"prompt_token_ids"`
 	MaxTokens      int     `json:"max_tokens"`
+	// Keepalive promises keepalives on tpc.<job>.client every
+	// KeepaliveInterval until the request ends (Generate sends them): rank
+	// 0 then cancels the request once its client has been silent for the
+	// client timeout, counted from submission, so a client that dies at
+	// once does not leave its request decoding. Without it a request is
+	// never timed out.
+	Keepalive bool `json:"keepalive,omitempty"`
 	sampler.Params
 }
 
@@ -157,8 +164,9 @@ const (
 	FinishError     = "error"
 )
 
-// KeepaliveInterval is how often a client sends a keepalive.
-const KeepaliveInterval = time.Second
+// KeepaliveInterval is how often a client sends a keepalive: a few fit in
+// rank 0's client timeout (rank.DefaultClientTimeout, 2 s).
+const KeepaliveInterval = 400 * time.Millisecond
 
 // Message is a requester's message on tpc.<job>.client about its request,
 // which it names by the request's reply subject.
@@ -174,4 +182,7 @@ type Message struct {
 // lost.
 type KeepaliveAck struct {
 	Known bool `json:"known"`
+	// Gone, set by a supervisor (launch) answering for a rank 0 that died,
+	// says why: the client stops waiting at once, with that reason.
+	Gone string `json:"gone,omitempty"`
 }

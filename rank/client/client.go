@@ -16,7 +16,10 @@ import (
 // holds the request, so no reply can come.
 var ErrRequestLost = errors.New("request lost")
 
-type keepaliveAnswer struct{ nobody, known bool }
+type keepaliveAnswer struct {
+	nobody, known bool
+	gone          string // a supervisor's word that rank 0 died, and why
+}
 
 // keepaliveVerdict judges rank 0's answers to one request's keepalives. A
 // client gives up after lostNobody answers in a row found nobody
@@ -36,7 +39,7 @@ const (
 	lostNobody      = 4
 	lostNobodySpan  = 2500 * time.Millisecond
 	lostUnknown     = 2
-	lostUnknownSpan = 500 * time.Millisecond
+	lostUnknownSpan = 300 * time.Millisecond
 )
 
 // observe records an answer received at now and reports whether the
@@ -75,7 +78,9 @@ func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool,
 // returns the cancelled reply (or ctx's error if none comes within a few
 // seconds).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
-	data, err := json.Marshal(req)
+	withKeepalive := *req
+	withKeepalive.Keepalive = true
+	data, err := json.Marshal(&withKeepalive)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +171,7 @@ func (s *stream) onAck(m *broadcast.Msg) {
 		if json.Unmarshal(m.Data, &ack) != nil {
 			return
 		}
-		a.known = ack.Known
+		a.known, a.gone = ack.Known, ack.Gone
 	}
 	select {
 	case s.acks <- a:
@@ -232,6 +237,9 @@ func (s *stream) judge(a keepaliveAnswer) (*GenerateReply, bool, error) {
 		if rep, done, err := s.handle(<-s.replies); done || err != nil {
 			return rep, true, err
 		}
+	}
+	if a.gone != "" {
+		return nil, true, fmt.Errorf("waiting for tokens: %s: %w", a.gone, ErrRequestLost)
 	}
 	if lost, why := s.verdict.observe(a, time.Now()); lost {
 		return nil, true, fmt.Errorf("waiting for tokens: rank 0 of job %q %s: %w", s.subj.Job, why, ErrRequestLost)

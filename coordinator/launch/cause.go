@@ -1,0 +1,62 @@
+package launch
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank"
+)
+
+// firstCause keeps the first reason rank 0 gave on the control subject for
+// stopping the job (a lost peer, an abort).
+type firstCause struct {
+	mu     sync.Mutex
+	reason string
+	heard  chan struct{} // closed when reason is set
+}
+
+func newFirstCause() *firstCause { return &firstCause{heard: make(chan struct{})} }
+
+// observe is the control subscription's handler.
+func (c *firstCause) observe(m *broadcast.Msg) {
+	var ctl rank.Control
+	if json.Unmarshal(m.Data, &ctl) != nil || ctl.From != "" || ctl.Reason == "" {
+		return // not rank 0's, or launch's own
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason == "" {
+		c.reason = ctl.Reason
+		close(c.heard)
+	}
+}
+
+// wait returns the reason, waiting up to limit for it to arrive.
+func (c *firstCause) wait(limit time.Duration) string {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-c.heard:
+	case <-t.C:
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reason
+}
+
+// exitCode is a process's exit status, or -1 (killed by a signal, or no
+// exit at all).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err == nil {
+		return 0
+	}
+	return -1
+}

@@ -57,6 +57,8 @@ func (f *Faulty) applies(subject string) bool {
 	return false
 }
 
+// Subscribe subscribes on the wrapped transport and injects the faults into
+// what it delivers on the subjects the faults apply to.
 func (f *Faulty) Subscribe(subject string, fn func(*Msg)) (func() error, error) {
 	return f.Transport.Subscribe(subject, func(m *Msg) {
 		if !f.applies(m.Subject) {

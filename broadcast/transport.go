@@ -51,15 +51,35 @@ type Subjects struct {
 	Job    string
 }
 
-func (s Subjects) base() string              { return s.Prefix + "." + s.Job }
-func (s Subjects) Step() string              { return s.base() + ".step" }
-func (s Subjects) Replay() string            { return s.base() + ".replay" }
+func (s Subjects) base() string { return s.Prefix + "." + s.Job }
+
+// Step carries rank 0's binary Step messages to every rank.
+func (s Subjects) Step() string { return s.base() + ".step" }
+
+// Replay is where a follower that missed steps asks rank 0 for them again.
+func (s Subjects) Replay() string { return s.base() + ".replay" }
+
+// Heartbeat is the subject rank publishes its heartbeats on.
 func (s Subjects) Heartbeat(rank int) string { return fmt.Sprintf("%s.hb.%d", s.base(), rank) }
-func (s Subjects) Heartbeats() string        { return s.base() + ".hb.*" }
-func (s Subjects) Generate() string          { return s.base() + ".generate" }
-func (s Subjects) Status() string            { return s.base() + ".status" }
-func (s Subjects) Control() string           { return s.base() + ".control" }
-func (s Subjects) Client() string            { return s.base() + ".client" }
+
+// Heartbeats matches every rank's heartbeat subject, for rank 0 and
+// launch, which watch them all.
+func (s Subjects) Heartbeats() string { return s.base() + ".hb.*" }
+
+// Generate takes clients' generation requests to rank 0; the replies
+// stream to the request's reply subject.
+func (s Subjects) Generate() string { return s.base() + ".generate" }
+
+// Status is asked by anyone; every rank answers with its RankStatus.
+func (s Subjects) Status() string { return s.base() + ".status" }
+
+// Control carries aborts and peer-loss notices from rank 0 or launch to
+// every rank.
+func (s Subjects) Control() string { return s.base() + ".control" }
+
+// Client takes a client's cancel and keepalive messages about a request
+// in flight to rank 0.
+func (s Subjects) Client() string { return s.base() + ".client" }
 
 // ValidateToken checks that v can be one token of a NATS subject: the
 // prefix and the job ID end up in subjects, so dots, wildcards and spaces

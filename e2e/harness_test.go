@@ -114,14 +114,16 @@ func launch(t *testing.T, args ...string) *job {
 	return j
 }
 
-// signal sends sig to launch and waits up to limit for it to exit.
-func (j *job) stop(sig syscall.Signal, limit time.Duration) (error, time.Duration) {
+// stop sends sig to launch and waits up to limit for it to exit; it
+// returns how long launch took to exit and its exit error.
+func (j *job) stop(sig syscall.Signal, limit time.Duration) (time.Duration, error) {
 	j.t.Helper()
 	start := time.Now()
 	if err := j.cmd.Process.Signal(sig); err != nil {
 		j.t.Fatal(err)
 	}
-	return j.wait(limit), time.Since(start)
+	err := j.wait(limit)
+	return time.Since(start), err
 }
 
 func (j *job) wait(limit time.Duration) error {
@@ -179,12 +181,12 @@ func (j *job) generate(ctx context.Context, args ...string) (generated, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return generated{}, fmt.Errorf("generate %v: %v: %s", args, err, stderr.String())
+		return generated{}, fmt.Errorf("generate %v: %w: %s", args, err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var g generated
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &g); err != nil {
-		return g, fmt.Errorf("generate output %q: %v", out, err)
+		return g, fmt.Errorf("generate output %q: %w", out, err)
 	}
 	return g, nil
 }
@@ -202,13 +204,13 @@ type rankStatus struct {
 func (j *job) status() ([]rankStatus, error) {
 	out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
 	if err != nil {
-		return nil, fmt.Errorf("status: %v", err)
+		return nil, fmt.Errorf("status: %w", err)
 	}
 	var s struct {
 		Ranks []rankStatus `json:"ranks"`
 	}
 	if err := json.Unmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("status output %q: %v", out, err)
+		return nil, fmt.Errorf("status output %q: %w", out, err)
 	}
 	return s.Ranks, nil
 }

@@ -29,64 +29,12 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 	subject := "tpc.e2e-flood.step"
 
 	// Capture real step messages to replay them later.
-	var mu sync.Mutex
-	var captured [][]byte
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		mu.Lock()
-		if len(captured) < 64 && len(m.Data) > 48 && string(m.Data[:4]) == "TPCS" {
-			captured = append(captured, append([]byte(nil), m.Data...))
-		}
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	steps := captureSteps(t, nc, subject)
 	reqs := workload(8)
 	done := make(chan []generated, 1)
 	go func() { done <- runAll(t, j, reqs) }()
-
-	waitFor(t, 60*time.Second, "some real steps captured", func() (bool, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(captured) >= 4, fmt.Sprintf("%d captured", len(captured))
-	})
-	if err := sub.Unsubscribe(); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
-	const flood = 10000
-	for i := range flood {
-		mu.Lock()
-		real := captured[rng.IntN(len(captured))]
-		mu.Unlock()
-		var msg []byte
-		switch i % 5 {
-		case 0: // random bytes
-			msg = make([]byte, rng.IntN(200))
-			for k := range msg {
-				msg[k] = byte(rng.Uint32())
-			}
-		case 1: // a real step replayed: a duplicate
-			msg = real
-		case 2: // a real step with one bit flipped: checksum error
-			msg = append([]byte(nil), real...)
-			msg[rng.IntN(len(msg))] ^= 1 << rng.IntN(8)
-		case 3: // truncated
-			msg = real[:rng.IntN(len(real))]
-		case 4: // a real step with a stale epoch and a valid checksum
-			msg = append([]byte(nil), real[:len(real)-4]...)
-			binary.LittleEndian.PutUint32(msg[16:], 0xffffffff)
-			msg = binary.LittleEndian.AppendUint32(msg, crc32.Checksum(msg, castagnoli))
-		}
-		if err := nc.Publish(subject, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	steps.waitAndStop(4)
+	floodSteps(t, nc, subject, steps, 10000)
 
 	var got []generated
 	select {
@@ -119,9 +67,97 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 			t.Errorf("rank %d counted no refused or duplicate steps: %v", r.Rank, r.Rejected)
 		}
 	}
-	if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatalf("launch exited with %v after SIGTERM", err)
 	}
+}
+
+// stepCapture keeps copies of up to 64 real step messages seen on the
+// step subject, to replay and corrupt.
+type stepCapture struct {
+	t   *testing.T
+	sub *nats.Subscription
+
+	mu       sync.Mutex
+	captured [][]byte
+}
+
+func captureSteps(t *testing.T, nc *nats.Conn, subject string) *stepCapture {
+	t.Helper()
+	c := &stepCapture{t: t}
+	var err error
+	c.sub, err = nc.Subscribe(subject, func(m *nats.Msg) {
+		c.mu.Lock()
+		if len(c.captured) < 64 && len(m.Data) > 48 && string(m.Data[:4]) == "TPCS" {
+			c.captured = append(c.captured, append([]byte(nil), m.Data...))
+		}
+		c.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitAndStop waits until at least n steps are captured and unsubscribes.
+func (c *stepCapture) waitAndStop(n int) {
+	c.t.Helper()
+	waitFor(c.t, 60*time.Second, "some real steps captured", func() (bool, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.captured) >= n, fmt.Sprintf("%d captured", len(c.captured))
+	})
+	if err := c.sub.Unsubscribe(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// pick returns one of the captured steps at random.
+func (c *stepCapture) pick(rng *rand.Rand) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.captured[rng.IntN(len(c.captured))]
+}
+
+// floodSteps publishes n hostile messages on the step subject, a fixed
+// rotation of the kinds hostileStep makes, with a fixed seed.
+func floodSteps(t *testing.T, nc *nats.Conn, subject string, steps *stepCapture, n int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for i := range n {
+		if err := nc.Publish(subject, hostileStep(i%5, steps.pick(rng), rng, castagnoli)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostileStep makes a message of the given kind (0 to 4) from a genuine
+// step message, which it does not modify.
+func hostileStep(kind int, genuine []byte, rng *rand.Rand, castagnoli *crc32.Table) []byte {
+	var msg []byte
+	switch kind {
+	case 0: // random bytes
+		msg = make([]byte, rng.IntN(200))
+		for k := range msg {
+			msg[k] = byte(rng.Uint32())
+		}
+	case 1: // a real step replayed: a duplicate
+		msg = genuine
+	case 2: // a real step with one bit flipped: checksum error
+		msg = append([]byte(nil), genuine...)
+		msg[rng.IntN(len(msg))] ^= 1 << rng.IntN(8)
+	case 3: // truncated
+		msg = genuine[:rng.IntN(len(genuine))]
+	case 4: // a real step with a stale epoch and a valid checksum
+		msg = append([]byte(nil), genuine[:len(genuine)-4]...)
+		binary.LittleEndian.PutUint32(msg[16:], 0xffffffff)
+		msg = binary.LittleEndian.AppendUint32(msg, crc32.Checksum(msg, castagnoli))
+	}
+	return msg
 }
 
 // natsServer is an external nats-server process (Debian's package).
@@ -188,7 +224,13 @@ func TestNATSServerRestart(t *testing.T) {
 		return err == nil && len(ranks) == 3 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
 	})
 	srv.kill()
-	srv = startNATSServer(t, port)
+	// The restarted server (stopped by its own cleanup) takes the same
+	// port: it is the server the ranks must reconnect to, and the one the
+	// status and generate commands below reach through the job's URL.
+	restarted := startNATSServer(t, port)
+	if j.info.NATSURL != restarted.url() {
+		t.Fatalf("the job uses NATS at %s, not the restarted server at %s: the restart tests nothing", j.info.NATSURL, restarted.url())
+	}
 	waitFor(t, 60*time.Second, "every rank reconnected and answering", func() (bool, string) {
 		ranks, err := j.status()
 		return err == nil && len(ranks) == 3, fmt.Sprintf("%+v %v", ranks, err)
@@ -214,7 +256,7 @@ func TestNATSServerRestart(t *testing.T) {
 			t.Logf("rank %d: step %d, counters %v", r.Rank, r.Step, r.Rejected)
 		}
 	}
-	if err, _ := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatalf("launch exited with %v after SIGTERM", err)
 	}
 }

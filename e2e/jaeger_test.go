@@ -65,45 +65,7 @@ func startJaeger(t *testing.T) (otlpGRPC, query string) {
 	t.Helper()
 	bin := jaegerBin(t)
 	otlpGRPC, otlpHTTP, query, queryGRPC := freePort(t), freePort(t), freePort(t), freePort(t)
-	config := fmt.Sprintf(`service:
-  extensions: [jaeger_storage, jaeger_query]
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [batch]
-      exporters: [jaeger_storage_exporter]
-  telemetry:
-    metrics:
-      level: none
-    logs:
-      level: warn
-extensions:
-  jaeger_query:
-    storage:
-      traces: mem
-    http:
-      endpoint: %s
-    grpc:
-      endpoint: %s
-  jaeger_storage:
-    backends:
-      mem:
-        memory:
-          max_traces: 100000
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: %s
-      http:
-        endpoint: %s
-processors:
-  batch:
-    timeout: 100ms
-exporters:
-  jaeger_storage_exporter:
-    trace_storage: mem
-`, query, queryGRPC, otlpGRPC, otlpHTTP)
+	config := jaegerConfig(query, queryGRPC, otlpGRPC, otlpHTTP)
 	path := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -142,6 +104,50 @@ exporters:
 		return resp.StatusCode == 200, resp.Status
 	})
 	return otlpGRPC, query
+}
+
+// jaegerConfig is Jaeger v2's configuration: in-memory storage, the query
+// API's HTTP and gRPC endpoints, and the OTLP gRPC and HTTP receivers.
+func jaegerConfig(query, queryGRPC, otlpGRPC, otlpHTTP string) string {
+	return fmt.Sprintf(`service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: %s
+    grpc:
+      endpoint: %s
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 100000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+      http:
+        endpoint: %s
+processors:
+  batch:
+    timeout: 100ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+`, query, queryGRPC, otlpGRPC, otlpHTTP)
 }
 
 // Jaeger's query API (api/traces) as far as the test reads it.
@@ -278,7 +284,7 @@ func TestJaegerTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A clean stop flushes every rank's spans before it exits.
-	if err, _ := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("launch exited with %v", err)
 	}
 
@@ -318,6 +324,71 @@ func TestJaegerTraces(t *testing.T) {
 	})
 }
 
+// obsStatus is the part of a rank's status the observability test reads.
+type obsStatus struct {
+	Rank        int     `json:"rank"`
+	Phase       string  `json:"phase"`
+	PhaseMs     float64 `json:"phase_ms"`
+	MetricsAddr string  `json:"metrics_addr"`
+	RecentSteps []struct {
+		Step      uint64  `json:"step"`
+		ForwardMs float64 `json:"forward_ms"`
+	} `json:"recent_steps"`
+}
+
+// waitObsStatus waits until all world ranks report a phase, recent steps
+// and a metrics address in status, and returns their statuses.
+func waitObsStatus(t *testing.T, j *job, world int) []obsStatus {
+	t.Helper()
+	var ranks []obsStatus
+	waitFor(t, 30*time.Second, "status with phases and recent steps from every rank", func() (bool, string) {
+		out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
+		if err != nil {
+			return false, err.Error()
+		}
+		var s struct{ Ranks []obsStatus }
+		if err := json.Unmarshal(out, &s); err != nil {
+			return false, err.Error()
+		}
+		ranks = s.Ranks
+		if len(ranks) != world {
+			return false, string(out)
+		}
+		for _, r := range ranks {
+			if r.Phase == "" || len(r.RecentSteps) == 0 || r.MetricsAddr == "" {
+				return false, string(out)
+			}
+		}
+		return true, ""
+	})
+	return ranks
+}
+
+// checkRankEndpoints checks r's /readyz and /metrics: ready, step phase
+// and state metrics, and on rank 0 the request counter.
+func checkRankEndpoints(t *testing.T, r obsStatus) {
+	t.Helper()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + r.MetricsAddr + path)
+		if err != nil {
+			t.Fatalf("rank %d %s: %v", r.Rank, path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("rank %d /readyz: %d, want 200", r.Rank, code)
+	}
+	code, body := get("/metrics")
+	if code != 200 || !strings.Contains(body, `tpcoord_step_phase_seconds_count{phase="forward"}`) || !strings.Contains(body, `tpcoord_rank_state{state="running"} 1`) {
+		t.Errorf("rank %d /metrics: %d\n%s", r.Rank, code, body)
+	}
+	if r.Rank == 0 && !strings.Contains(body, `tpcoord_requests_total{finish_reason=`) {
+		t.Errorf("rank 0 /metrics has no requests_total:\n%s", body)
+	}
+}
+
 // TestMetricsStatusFlight: without Jaeger, ranks started with metrics on a
 // free port and a flight directory serve /metrics and /readyz, report their
 // phase, recent steps and metrics address in status, dump the flight
@@ -331,58 +402,8 @@ func TestMetricsStatusFlight(t *testing.T) {
 	if _, err := j.generate(ctx, "--prompt", "5,6,7", "--max-tokens", "4"); err != nil {
 		t.Fatal(err)
 	}
-
-	type obsStatus struct {
-		Rank        int     `json:"rank"`
-		Phase       string  `json:"phase"`
-		PhaseMs     float64 `json:"phase_ms"`
-		MetricsAddr string  `json:"metrics_addr"`
-		RecentSteps []struct {
-			Step      uint64  `json:"step"`
-			ForwardMs float64 `json:"forward_ms"`
-		} `json:"recent_steps"`
-	}
-	var ranks []obsStatus
-	waitFor(t, 30*time.Second, "status with phases and recent steps from both ranks", func() (bool, string) {
-		out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
-		if err != nil {
-			return false, err.Error()
-		}
-		var s struct{ Ranks []obsStatus }
-		if err := json.Unmarshal(out, &s); err != nil {
-			return false, err.Error()
-		}
-		ranks = s.Ranks
-		if len(ranks) != 2 {
-			return false, string(out)
-		}
-		for _, r := range ranks {
-			if r.Phase == "" || len(r.RecentSteps) == 0 || r.MetricsAddr == "" {
-				return false, string(out)
-			}
-		}
-		return true, ""
-	})
-	for _, r := range ranks {
-		get := func(path string) (int, string) {
-			resp, err := http.Get("http://" + r.MetricsAddr + path)
-			if err != nil {
-				t.Fatalf("rank %d %s: %v", r.Rank, path, err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(body)
-		}
-		if code, _ := get("/readyz"); code != 200 {
-			t.Errorf("rank %d /readyz: %d, want 200", r.Rank, code)
-		}
-		code, body := get("/metrics")
-		if code != 200 || !strings.Contains(body, `tpcoord_step_phase_seconds_count{phase="forward"}`) || !strings.Contains(body, `tpcoord_rank_state{state="running"} 1`) {
-			t.Errorf("rank %d /metrics: %d\n%s", r.Rank, code, body)
-		}
-		if r.Rank == 0 && !strings.Contains(body, `tpcoord_requests_total{finish_reason=`) {
-			t.Errorf("rank 0 /metrics has no requests_total:\n%s", body)
-		}
+	for _, r := range waitObsStatus(t, j, 2) {
+		checkRankEndpoints(t, r)
 	}
 
 	dumps := func(rank int) []string {

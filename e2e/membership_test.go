@@ -280,7 +280,7 @@ func TestWaitPolicyResumes(t *testing.T) {
 
 	ref := launch(t, append([]string{"--nproc", "4", "--job", "e2e-wait-ref"}, flags...)...)
 	want := runAll(t, ref, reqs)
-	if err, _ := ref.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+	if _, err := ref.stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatalf("reference job: %v", err)
 	}
 

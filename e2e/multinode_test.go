@@ -45,7 +45,7 @@ func (h host) natsURL() string { return "nats://" + h.addr + ":4222" }
 func ipRun(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
 }
@@ -203,8 +203,43 @@ func TestMultiNodeNamespaces(t *testing.T) {
 		t.Skipf("%s is missing (Debian's nats-server package): %v", natsBin, err)
 	}
 	a, b := twoHosts(t)
+	conf := writeExampleConf(t)
+	startRoutedNATS(t, natsBin, conf, a, b)
+	c := &twoNodeJob{t: t, conf: conf, agents: startExampleAgents(t, conf, a, b)}
+	waitFor(t, 120*time.Second, "all 4 ranks up, seen from host A", c.inLockstep(a, 0, "ready", "running"))
 
-	// /etc/tpcoord of both hosts: the same files on each, as in the example.
+	// Requests from host B go through B's server to rank 0 on host A.
+	reqs := workload(4)
+	got := c.generateAll(b, reqs)
+	checkResults(t, reqs, got)
+	var steps uint64
+	for _, g := range got {
+		steps = max(steps, uint64(len(g.Tokens)))
+	}
+	// Both servers see the same four ranks at the same step and digest.
+	waitFor(t, 90*time.Second, "all 4 ranks at the same step and digest, seen from host B", c.inLockstep(b, steps, "running"))
+	waitFor(t, 90*time.Second, "all 4 ranks at the same step and digest, seen from host A", c.inLockstep(a, steps, "running"))
+	if ranks, err := c.status(a); err == nil {
+		t.Logf("in lockstep across hosts: %+v", ranks)
+	}
+
+	// Host B goes down hard: host A's ranks must notice and exit 3.
+	for _, p := range c.agents[2:] {
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range c.agents[:2] {
+		if code := p.exitCode(t, 120*time.Second); code != 3 {
+			t.Errorf("%s exited with code %d after host B's ranks were killed, want 3 (peer lost)", p.name, code)
+		}
+	}
+}
+
+// writeExampleConf writes /etc/tpcoord of both hosts into a temp
+// directory, the same files on each as in the example, and returns it.
+func writeExampleConf(t *testing.T) string {
+	t.Helper()
 	conf := t.TempDir()
 	if err := os.Chmod(conf, 0o755); err != nil { // readable by nats-server inside the namespace
 		t.Fatal(err)
@@ -230,8 +265,13 @@ func TestMultiNodeNamespaces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return conf
+}
 
-	// One NATS server per host, routed to each other.
+// startRoutedNATS starts one NATS server per host with the example's
+// cluster configuration and waits until each is routed to the other.
+func startRoutedNATS(t *testing.T, natsBin, conf string, a, b host) {
+	t.Helper()
 	servers := map[string]*proc{}
 	for _, h := range []host{a, b} {
 		servers[h.ns] = startIn(t, h, "nats-server on "+h.addr, os.Environ(), natsBin, "-c", filepath.Join(conf, "nats-cluster.conf"))
@@ -259,11 +299,14 @@ func TestMultiNodeNamespaces(t *testing.T) {
 			return false, out
 		})
 	}
+}
 
-	// Ranks 0,1 on host A and 2,3 on host B, each configured from
-	// agent.yaml, its host's tpcoord.env and a rank-N.env of the example.
-	// Overrides: a world of 4, each host's own NATS server (so steps cross
-	// the route), a small vocabulary for two shared cores.
+// startExampleAgents starts ranks 0,1 on host A and 2,3 on host B, each
+// configured from agent.yaml, its host's tpcoord.env and a rank-N.env of
+// the example. Overrides: a world of 4, each host's own NATS server (so
+// steps cross the route), a small vocabulary for two shared cores.
+func startExampleAgents(t *testing.T, conf string, a, b host) []*proc {
+	t.Helper()
 	yaml, err := filepath.Abs("../configs/agent.example.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -289,59 +332,79 @@ func TestMultiNodeNamespaces(t *testing.T) {
 		agents[i] = startIn(t, l.host, fmt.Sprintf("rank %d on %s", l.rank, l.host.addr), env,
 			tpcoordBin, "agent", "--rank", strconv.Itoa(l.rank))
 	}
+	return agents
+}
 
-	client := func(h host) []string {
-		return []string{"--nats", h.natsURL(), "--nats-user", "client", "--nats-password-file", filepath.Join(conf, "nats-client.pw"), "--job", authJob}
-	}
-	status := func(h host) ([]rankStatus, error) {
-		cmd := h.cmd(tpcoordBin, append([]string{"status", "--json"}, client(h)...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return nil, fmt.Errorf("status via %s: %v: %s", h.addr, err, stderr.String())
-		}
-		var st struct {
-			Ranks []rankStatus `json:"ranks"`
-		}
-		if err := json.Unmarshal(out, &st); err != nil {
-			return nil, fmt.Errorf("status output %q: %v", out, err)
-		}
-		return st.Ranks, nil
-	}
-	running := func() error {
-		for _, p := range agents {
-			select {
-			case <-p.exited:
-				return fmt.Errorf("%s exited: %v", p.name, p.err)
-			default:
-			}
-		}
-		return nil
-	}
-	// inLockstep: every rank answers through h's server, in one of states,
-	// at the same step (at least minStep) with the same digest.
-	inLockstep := func(h host, minStep uint64, states ...string) func() (bool, string) {
-		return func() (bool, string) {
-			if err := running(); err != nil {
-				t.Fatal(err)
-			}
-			ranks, err := status(h)
-			if err != nil || len(ranks) != 4 {
-				return false, fmt.Sprintf("%+v %v", ranks, err)
-			}
-			for _, r := range ranks {
-				if !slices.Contains(states, r.State) || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest || r.Step < minStep {
-					return false, fmt.Sprintf("%+v", ranks)
-				}
-			}
-			return true, ""
-		}
-	}
-	waitFor(t, 120*time.Second, "all 4 ranks up, seen from host A", inLockstep(a, 0, "ready", "running"))
+// twoNodeJob is the example's job of four agents on two hosts, reached
+// as the example's client user through either host's NATS server.
+type twoNodeJob struct {
+	t      *testing.T
+	conf   string
+	agents []*proc
+}
 
-	// Requests from host B go through B's server to rank 0 on host A.
-	reqs := workload(4)
+// client returns the connection flags of a client on host h.
+func (c *twoNodeJob) client(h host) []string {
+	return []string{"--nats", h.natsURL(), "--nats-user", "client", "--nats-password-file", filepath.Join(c.conf, "nats-client.pw"), "--job", authJob}
+}
+
+// status asks every rank for its status through h's server.
+func (c *twoNodeJob) status(h host) ([]rankStatus, error) {
+	cmd := h.cmd(tpcoordBin, append([]string{"status", "--json"}, c.client(h)...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("status via %s: %w: %s", h.addr, err, stderr.String())
+	}
+	var st struct {
+		Ranks []rankStatus `json:"ranks"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("status output %q: %w", out, err)
+	}
+	return st.Ranks, nil
+}
+
+// running returns an error naming the first agent that exited.
+func (c *twoNodeJob) running() error {
+	for _, p := range c.agents {
+		select {
+		case <-p.exited:
+			if p.err == nil {
+				return fmt.Errorf("%s exited (status 0)", p.name)
+			}
+			return fmt.Errorf("%s exited: %w", p.name, p.err)
+		default:
+		}
+	}
+	return nil
+}
+
+// inLockstep: every rank answers through h's server, in one of states,
+// at the same step (at least minStep) with the same digest.
+func (c *twoNodeJob) inLockstep(h host, minStep uint64, states ...string) func() (bool, string) {
+	return func() (bool, string) {
+		if err := c.running(); err != nil {
+			c.t.Fatal(err)
+		}
+		ranks, err := c.status(h)
+		if err != nil || len(ranks) != 4 {
+			return false, fmt.Sprintf("%+v %v", ranks, err)
+		}
+		for _, r := range ranks {
+			if !slices.Contains(states, r.State) || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest || r.Step < minStep {
+				return false, fmt.Sprintf("%+v", ranks)
+			}
+		}
+		return true, ""
+	}
+}
+
+// generateAll runs reqs at once from host h and returns their results in
+// order; any failed request fails the test.
+func (c *twoNodeJob) generateAll(h host, reqs []request) []generated {
+	c.t.Helper()
 	got := make([]generated, len(reqs))
 	errs := make([]error, len(reqs))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -349,14 +412,14 @@ func TestMultiNodeNamespaces(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		wg.Go(func() {
-			args := append([]string{"generate", "--json"}, client(b)...)
+			args := append([]string{"generate", "--json"}, c.client(h)...)
 			args = append(args, "--prompt", r.prompt, "--max-tokens", strconv.Itoa(r.maxTokens), "--seed", strconv.Itoa(r.seed), "--temperature", "0.8")
-			cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", b.ns, tpcoordBin}, args...)...)
+			cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.ns, tpcoordBin}, args...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
 			if err != nil {
-				errs[i] = fmt.Errorf("generate %s: %v: %s", r.prompt, err, stderr.String())
+				errs[i] = fmt.Errorf("generate %s: %w: %s", r.prompt, err, stderr.String())
 				return
 			}
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
@@ -365,29 +428,7 @@ func TestMultiNodeNamespaces(t *testing.T) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	checkResults(t, reqs, got)
-	var steps uint64
-	for _, g := range got {
-		steps = max(steps, uint64(len(g.Tokens)))
-	}
-	// Both servers see the same four ranks at the same step and digest.
-	waitFor(t, 90*time.Second, "all 4 ranks at the same step and digest, seen from host B", inLockstep(b, steps, "running"))
-	waitFor(t, 90*time.Second, "all 4 ranks at the same step and digest, seen from host A", inLockstep(a, steps, "running"))
-	if ranks, err := status(a); err == nil {
-		t.Logf("in lockstep across hosts: %+v", ranks)
-	}
-
-	// Host B goes down hard: host A's ranks must notice and exit 3.
-	for _, p := range agents[2:] {
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range agents[:2] {
-		if code := p.exitCode(t, 120*time.Second); code != 3 {
-			t.Errorf("%s exited with code %d after host B's ranks were killed, want 3 (peer lost)", p.name, code)
-		}
-	}
+	return got
 }

@@ -123,13 +123,13 @@ func authStatus(s *authServer) ([]rankStatus, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("status: %v: %s", err, stderr.String())
+		return nil, fmt.Errorf("status: %w: %s", err, stderr.String())
 	}
 	var st struct {
 		Ranks []rankStatus `json:"ranks"`
 	}
 	if err := json.Unmarshal(out, &st); err != nil {
-		return nil, fmt.Errorf("status output %q: %v", out, err)
+		return nil, fmt.Errorf("status output %q: %w", out, err)
 	}
 	return st.Ranks, nil
 }
@@ -185,50 +185,10 @@ func expectPermissionViolation(t *testing.T, nc *nats.Conn, errs <-chan error, s
 // step.
 func TestNATSAuthPermissions(t *testing.T) {
 	srv := startAuthNATSServer(t)
-	memberPort := freeTCPPort(t)
-	common := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
-	r0 := startAgent(t, 0, append(common, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort),
-		"--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])...)
-	r1 := startAgent(t, 1, append(common, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
-		"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])...)
-	agents := []*agent{r0, r1}
-
-	// lockstep waits until both ranks answer status, are up ("ready"
-	// before the first step, "running" after it) and agree.
-	lockstep := func(what string) []rankStatus {
-		t.Helper()
-		var ranks []rankStatus
-		waitFor(t, 90*time.Second, what, func() (bool, string) {
-			for _, a := range agents {
-				if !a.running() {
-					err := fmt.Errorf("rank %d exited: %v", a.rank, a.err)
-					t.Fatal(err)
-				}
-			}
-			var err error
-			ranks, err = authStatus(srv)
-			if err != nil || len(ranks) != 2 {
-				return false, fmt.Sprintf("%+v %v", ranks, err)
-			}
-			for _, r := range ranks {
-				if (r.State != "ready" && r.State != "running") || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest {
-					return false, fmt.Sprintf("%+v", ranks)
-				}
-			}
-			return true, ""
-		})
-		return ranks
-	}
-	lockstep("both ranks running and answering status as user client")
-
-	checkGenerated := func(g generated) {
-		t.Helper()
-		if !(len(g.Tokens) == 8 || (g.FinishReason == "stop" && len(g.Tokens) <= 8)) {
-			t.Fatalf("generate: %d tokens, finish %q; want 8 tokens or a stop", len(g.Tokens), g.FinishReason)
-		}
-	}
-	checkGenerated(authGenerate(t, srv, "--prompt", "1,2,3", "--max-tokens", "8"))
-	before := lockstep("ranks in lockstep after the first request")
+	agents := startAuthAgents(t, srv)
+	authLockstep(t, srv, agents, "both ranks running and answering status as user client")
+	checkAuthGenerated(t, authGenerate(t, srv, "--prompt", "1,2,3", "--max-tokens", "8"))
+	before := authLockstep(t, srv, agents, "ranks in lockstep after the first request")
 
 	client, clientErrs := srv.connect(t, "client")
 	expectPermissionViolation(t, client, clientErrs, authStepSubj)
@@ -239,8 +199,8 @@ func TestNATSAuthPermissions(t *testing.T) {
 
 	// The forged steps never reached rank 1: it saw no malformed step and
 	// stays in lockstep, and the job goes on serving.
-	checkGenerated(authGenerate(t, srv, "--prompt", "4,5,6", "--max-tokens", "8", "--seed", "7"))
-	after := lockstep("ranks in lockstep after the refused publishes")
+	checkAuthGenerated(t, authGenerate(t, srv, "--prompt", "4,5,6", "--max-tokens", "8", "--seed", "7"))
+	after := authLockstep(t, srv, agents, "ranks in lockstep after the refused publishes")
 	if after[0].Step <= before[0].Step {
 		t.Errorf("step did not advance across the second request: %d then %d", before[0].Step, after[0].Step)
 	}
@@ -249,7 +209,61 @@ func TestNATSAuthPermissions(t *testing.T) {
 			t.Errorf("rank %d rejected %d malformed steps: a forged step got through (%v)", r.Rank, n, r.Rejected)
 		}
 	}
+	stopAuthAgents(t, agents)
+}
 
+// startAuthAgents starts rank 0 and rank 1 of a two-rank job on srv, each
+// as its own NATS user.
+func startAuthAgents(t *testing.T, srv *authServer) []*agent {
+	t.Helper()
+	memberPort := freeTCPPort(t)
+	common := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
+	r0 := startAgent(t, 0, append(common, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort),
+		"--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])...)
+	r1 := startAgent(t, 1, append(common, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
+		"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])...)
+	return []*agent{r0, r1}
+}
+
+// authLockstep waits until both ranks answer status, are up ("ready"
+// before the first step, "running" after it) and agree.
+func authLockstep(t *testing.T, srv *authServer, agents []*agent, what string) []rankStatus {
+	t.Helper()
+	var ranks []rankStatus
+	waitFor(t, 90*time.Second, what, func() (bool, string) {
+		for _, a := range agents {
+			if !a.running() {
+				t.Fatalf("rank %d exited: %v", a.rank, a.err)
+			}
+		}
+		var err error
+		ranks, err = authStatus(srv)
+		if err != nil || len(ranks) != 2 {
+			return false, fmt.Sprintf("%+v %v", ranks, err)
+		}
+		for _, r := range ranks {
+			if (r.State != "ready" && r.State != "running") || r.Step != ranks[0].Step || r.Digest != ranks[0].Digest {
+				return false, fmt.Sprintf("%+v", ranks)
+			}
+		}
+		return true, ""
+	})
+	return ranks
+}
+
+// checkAuthGenerated checks a request for 8 tokens got them, or stopped
+// early.
+func checkAuthGenerated(t *testing.T, g generated) {
+	t.Helper()
+	if len(g.Tokens) != 8 && (g.FinishReason != "stop" || len(g.Tokens) > 8) {
+		t.Fatalf("generate: %d tokens, finish %q; want 8 tokens or a stop", len(g.Tokens), g.FinishReason)
+	}
+}
+
+// stopAuthAgents sends every agent SIGTERM and expects each to exit cleanly
+// within 60 seconds.
+func stopAuthAgents(t *testing.T, agents []*agent) {
+	t.Helper()
 	for _, a := range agents {
 		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)

@@ -216,7 +216,7 @@ func stopAndCheckDigests(t *testing.T, j *job, nproc int) {
 		}
 		return st[0].Step > 0, fmt.Sprint(st)
 	})
-	if err, _ := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("launch exited with %v", err)
 	}
 }

@@ -34,7 +34,7 @@ func runJob(t *testing.T, reqs []request, args ...string) []generated {
 	t.Helper()
 	j := launch(t, args...)
 	got := runAll(t, j, reqs)
-	if err, _ := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("launch %v exited with %v", args, err)
 	}
 	for _, pid := range j.info.PIDs {

@@ -159,7 +159,7 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	ka, _ := json.Marshal(client.ClientMessage{Reply: reply.inbox, Op: "keepalive"})
+	ka, _ := json.Marshal(client.Message{Reply: reply.inbox, Op: "keepalive"})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: ka}); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func ackOf(t *testing.T, tr broadcast.Transport, tag string) client.KeepaliveAck
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	data, _ := json.Marshal(client.ClientMessage{Reply: tag, Op: "keepalive"})
+	data, _ := json.Marshal(client.Message{Reply: tag, Op: "keepalive"})
 	b, err := broadcast.Request(ctx, tr, drvSubj.Client(), data)
 	if err != nil {
 		t.Fatalf("keepalive for %s: %v", tag, err)
@@ -369,7 +369,7 @@ func TestDriverAcksKeepalives(t *testing.T) {
 	if ack := ackOf(t, c.requester, "_INBOX.nobody"); ack.Known {
 		t.Error("keepalive for a request never submitted: known")
 	}
-	cancelMsg, _ := json.Marshal(client.ClientMessage{Reply: inbox, Op: "cancel"})
+	cancelMsg, _ := json.Marshal(client.Message{Reply: inbox, Op: "cancel"})
 	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelMsg}); err != nil {
 		t.Fatal(err)
 	}

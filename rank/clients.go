@@ -25,7 +25,7 @@ type clientOp struct {
 
 // onClient hands a client's cancel or keepalive to the loop.
 func (d *Driver) onClient(m *broadcast.Msg) {
-	var c client.ClientMessage
+	var c client.Message
 	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" || (c.Op != "cancel" && c.Op != "keepalive") {
 		d.reject("client", fmt.Errorf("malformed client message %q", m.Data))
 		return

@@ -201,8 +201,8 @@ type Driver struct {
 	mu        sync.Mutex
 	pos       position
 	peerTab   *peerTable
-	leader    uint64 // followers: step rank 0 had applied one heartbeat ago
-	leaderNow uint64 // followers: step rank 0 reported last
+	leader    uint64    // followers: step rank 0 had applied one heartbeat ago
+	leaderNow uint64    // followers: step rank 0 reported last
 	deafAt    time.Time // the last time this rank's own connection was seen down
 	rejected  map[string]uint64
 	lastWarn  map[string]time.Time

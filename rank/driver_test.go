@@ -213,45 +213,8 @@ func TestDriverClusterLossyFollowers(t *testing.T) {
 // against predict, and waits until all ranks agree on step and digest.
 func runRequests(t *testing.T, c *cluster) {
 	t.Helper()
-
-	reqs := []*client.GenerateRequest{
-		{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 4},                                               // length
-		{PromptTokenIDs: []int32{8}, MaxTokens: 200},                                                   // EOS
-		{PromptTokenIDs: []int32{9, 10}, MaxTokens: 60, Params: sampler.Params{IgnoreEOS: true}},       // length past EOS
-		{PromptTokenIDs: []int32{11}, MaxTokens: 200, Params: sampler.Params{MinTokens: 50}},           // EOS held back
-		{PromptTokenIDs: []int32{12, 13, 14, 15}, MaxTokens: 1},                                        // one token
-		{PromptTokenIDs: []int32{16}, MaxTokens: 200},                                                  // stop token, set below
-		{PromptTokenIDs: []int32{17, 3}, MaxTokens: 30, Params: sampler.Params{Temperature: 0}},        // length or EOS
-		{PromptTokenIDs: []int32{200, 300, 400, 500}, MaxTokens: 100, Params: sampler.Params{TopK: 5}}, // EOS
-	}
-	// A stop token that the request meets before EOS: its third token.
-	first, _ := predict(t, reqs[5])
-	reqs[5].StopTokenIDs = []int32{first[2]}
-
-	type outcome struct {
-		reply    *client.GenerateReply
-		streamed []int32
-		err      error
-	}
-	outcomes := make([]outcome, len(reqs))
-	var wg sync.WaitGroup
-	for i, req := range reqs {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			tr := c.hub.Connect()
-			defer tr.Close()
-			var streamed []int32
-			rep, err := client.Generate(ctx, tr, drvSubj, req, func(index int, token int32) {
-				if index != len(streamed) {
-					t.Errorf("request %d: token index %d, want %d", i, index, len(streamed))
-				}
-				streamed = append(streamed, token)
-			})
-			outcomes[i] = outcome{rep, streamed, err}
-		})
-	}
-	wg.Wait()
+	reqs := mixedRequests(t)
+	outcomes := generateAll(t, c, reqs)
 
 	reasons := map[string]int{}
 	for i, req := range reqs {
@@ -280,8 +243,67 @@ func runRequests(t *testing.T, c *cluster) {
 	if got := outcomes[5].reply.Tokens; len(got) != 3 || outcomes[5].reply.FinishReason != client.FinishStop {
 		t.Errorf("stop-token request: %s after %v", outcomes[5].reply.FinishReason, got)
 	}
+	waitRanksAgree(t, c)
+}
 
-	// Once idle, every rank reports the same step and digest.
+// mixedRequests returns requests that between them finish by length, EOS,
+// a held-back EOS and a stop token (request 5's third token, from predict).
+func mixedRequests(t *testing.T) []*client.GenerateRequest {
+	t.Helper()
+	reqs := []*client.GenerateRequest{
+		{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 4},                                               // length
+		{PromptTokenIDs: []int32{8}, MaxTokens: 200},                                                   // EOS
+		{PromptTokenIDs: []int32{9, 10}, MaxTokens: 60, Params: sampler.Params{IgnoreEOS: true}},       // length past EOS
+		{PromptTokenIDs: []int32{11}, MaxTokens: 200, Params: sampler.Params{MinTokens: 50}},           // EOS held back
+		{PromptTokenIDs: []int32{12, 13, 14, 15}, MaxTokens: 1},                                        // one token
+		{PromptTokenIDs: []int32{16}, MaxTokens: 200},                                                  // stop token, set below
+		{PromptTokenIDs: []int32{17, 3}, MaxTokens: 30, Params: sampler.Params{Temperature: 0}},        // length or EOS
+		{PromptTokenIDs: []int32{200, 300, 400, 500}, MaxTokens: 100, Params: sampler.Params{TopK: 5}}, // EOS
+	}
+	// A stop token that the request meets before EOS: its third token.
+	first, _ := predict(t, reqs[5])
+	reqs[5].StopTokenIDs = []int32{first[2]}
+	return reqs
+}
+
+// outcome is one request's final reply, the tokens streamed before it, or
+// its error.
+type outcome struct {
+	reply    *client.GenerateReply
+	streamed []int32
+	err      error
+}
+
+// generateAll runs reqs concurrently, each over its own hub connection, and
+// returns their outcomes in order; it checks the streamed token indexes.
+func generateAll(t *testing.T, c *cluster, reqs []*client.GenerateRequest) []outcome {
+	t.Helper()
+	outcomes := make([]outcome, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tr := c.hub.Connect()
+			defer tr.Close()
+			var streamed []int32
+			rep, err := client.Generate(ctx, tr, drvSubj, req, func(index int, token int32) {
+				if index != len(streamed) {
+					t.Errorf("request %d: token index %d, want %d", i, index, len(streamed))
+				}
+				streamed = append(streamed, token)
+			})
+			outcomes[i] = outcome{rep, streamed, err}
+		})
+	}
+	wg.Wait()
+	return outcomes
+}
+
+// waitRanksAgree waits until the cluster's three ranks are idle at the
+// same step and digest, then checks what each says about itself.
+func waitRanksAgree(t *testing.T, c *cluster) {
+	t.Helper()
 	var last []client.RankStatus
 	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
 		last = c.status(t)

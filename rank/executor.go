@@ -74,7 +74,10 @@ func NewSynthetic(cfg SyntheticConfig) (*Synthetic, error) {
 	return s, nil
 }
 
-func (s *Synthetic) Vocab() int   { return s.cfg.Vocab }
+// Vocab is the configured vocabulary size: the width of a logits row.
+func (s *Synthetic) Vocab() int { return s.cfg.Vocab }
+
+// Close has nothing to release: the executor holds only memory.
 func (s *Synthetic) Close() error { return nil }
 
 // Forward fills the logits (rank 0) and then waits out the rest of the

@@ -11,6 +11,8 @@ type Greedy struct{}
 
 var _ Picker = Greedy{}
 
+// Pick takes each row's argmax; it reads no request parameters, so reqs
+// may hold nils.
 func (Greedy) Pick(rows []*Seq, _ []*Request, logits []float32, vocab int, tokens []int32, errs []error) {
 	for i := range rows {
 		row := logits[i*vocab : (i+1)*vocab]

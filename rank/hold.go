@@ -119,7 +119,7 @@ func (h *Hold) onGenerate(m *broadcast.Msg) {
 }
 
 func (h *Hold) onClient(m *broadcast.Msg) {
-	var c client.ClientMessage
+	var c client.Message
 	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" {
 		return
 	}

@@ -49,7 +49,7 @@ func TestHoldRank0(t *testing.T) {
 	}
 
 	final := recordReplies(t, requester, a.Tag)
-	msg, _ := json.Marshal(client.ClientMessage{Reply: a.Tag, Op: "cancel"})
+	msg, _ := json.Marshal(client.Message{Reply: a.Tag, Op: "cancel"})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: msg}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestHoldRank0(t *testing.T) {
 	// A handler still running when Close came (NATS does not wait for it)
 	// must not end a request that now belongs to the next epoch.
 	late := recordReplies(t, requester, b.Tag)
-	cancelB, _ := json.Marshal(client.ClientMessage{Reply: b.Tag, Op: "cancel"})
+	cancelB, _ := json.Marshal(client.Message{Reply: b.Tag, Op: "cancel"})
 	h.onClient(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelB})
 	if len(*late) != 0 {
 		t.Fatalf("a cancel handled after Close sent %+v", *late)

@@ -65,9 +65,64 @@ func TestMetricsScrapeCluster(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-
-	ctx, cancel := context.WithCancel(context.Background())
 	hub := broadcast.NewHub()
+	ranks, regs, metrics := startMetricsRanks(t, hub, tp)
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
+	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+		return metrics[0].Ready() && metrics[1].Ready()
+	})
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	rep, err := client.Generate(rctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "follower did not catch up", func() bool {
+		return ranks[1].d.Status().Step == ranks[0].d.Status().Step
+	})
+
+	r0 := scrape(t, regs[0])
+	checkSeriesAtLeast(t, "rank 0", r0, map[string]float64{
+		`tpcoord_step_phase_seconds_count{phase="await"}`:                       1,
+		`tpcoord_step_phase_seconds_count{phase="publish"}`:                     1,
+		`tpcoord_step_phase_seconds_count{phase="forward"}`:                     1,
+		`tpcoord_step_phase_seconds_count{phase="sample"}`:                      1,
+		`tpcoord_sampler_seconds_per_row_count`:                                 1,
+		`tpcoord_requests_total{finish_reason="` + rep.FinishReason + `"}`:      1,
+		`tpcoord_output_tokens_total{finish_reason="` + rep.FinishReason + `"}`: float64(len(rep.Tokens)),
+		`tpcoord_rank_state{state="running"}`:                                   1,
+		`tpcoord_peers_present`:                                                 1,
+		`tpcoord_step`:                                                          1,
+	})
+	if v := sample(r0, `tpcoord_rank_state{state="aborted"}`); v != 0 {
+		t.Errorf("rank 0: aborted state = %v, want 0", v)
+	}
+	r1 := scrape(t, regs[1])
+	checkSeriesAtLeast(t, "rank 1", r1, map[string]float64{
+		`tpcoord_step_phase_seconds_count{phase="await"}`:   1,
+		`tpcoord_step_phase_seconds_count{phase="forward"}`: 1,
+		`tpcoord_broadcast_delay_seconds_count`:             1,
+		`tpcoord_rank_state{state="running"}`:               1,
+	})
+	if strings.Contains(r1, `phase="sample"`) && sample(r1, `tpcoord_step_phase_seconds_count{phase="sample"}`) > 0 {
+		t.Error("rank 1 observed a sample phase")
+	}
+
+	// Status carries the flight recorder's view.
+	st := ranks[0].d.Status()
+	if st.Phase == "" || len(st.RecentSteps) == 0 {
+		t.Errorf("rank 0 status: phase %q, %d recent steps; want both", st.Phase, len(st.RecentSteps))
+	}
+	checkRequestSpan(t, rec.Ended(), rep)
+}
+
+// startMetricsRanks starts a two-rank job on hub, each rank with its own
+// metrics registry and tracing every step on tp; the test's cleanup stops
+// the ranks.
+func startMetricsRanks(t *testing.T, hub *broadcast.Hub, tp *sdktrace.TracerProvider) ([]*runningRank, []*prometheus.Registry, []*Metrics) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	var (
 		ranks   []*runningRank
 		regs    []*prometheus.Registry
@@ -93,65 +148,26 @@ func TestMetricsScrapeCluster(t *testing.T) {
 			_ = r.wait(t)
 		}
 	})
-	requester := hub.Connect()
-	t.Cleanup(requester.Close)
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
-		return metrics[0].Ready() && metrics[1].Ready()
-	})
-	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer rcancel()
-	rep, err := client.Generate(rctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 5}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "follower did not catch up", func() bool {
-		return ranks[1].d.Status().Step == ranks[0].d.Status().Step
-	})
+	return ranks, regs, metrics
+}
 
-	r0 := scrape(t, regs[0])
-	for series, min := range map[string]float64{
-		`tpcoord_step_phase_seconds_count{phase="await"}`:                       1,
-		`tpcoord_step_phase_seconds_count{phase="publish"}`:                     1,
-		`tpcoord_step_phase_seconds_count{phase="forward"}`:                     1,
-		`tpcoord_step_phase_seconds_count{phase="sample"}`:                      1,
-		`tpcoord_sampler_seconds_per_row_count`:                                 1,
-		`tpcoord_requests_total{finish_reason="` + rep.FinishReason + `"}`:      1,
-		`tpcoord_output_tokens_total{finish_reason="` + rep.FinishReason + `"}`: float64(len(rep.Tokens)),
-		`tpcoord_rank_state{state="running"}`:                                   1,
-		`tpcoord_peers_present`:                                                 1,
-		`tpcoord_step`:                                                          1,
-	} {
-		if v := sample(r0, series); v < min {
-			t.Errorf("rank 0: %s = %v, want >= %v", series, v, min)
+// checkSeriesAtLeast checks that every series in want has at least its
+// value in the scraped text of rank (absent series count as -1).
+func checkSeriesAtLeast(t *testing.T, rank, text string, want map[string]float64) {
+	t.Helper()
+	for series, least := range want {
+		if v := sample(text, series); v < least {
+			t.Errorf("%s: %s = %v, want >= %v", rank, series, v, least)
 		}
 	}
-	if v := sample(r0, `tpcoord_rank_state{state="aborted"}`); v != 0 {
-		t.Errorf("rank 0: aborted state = %v, want 0", v)
-	}
-	r1 := scrape(t, regs[1])
-	for series, min := range map[string]float64{
-		`tpcoord_step_phase_seconds_count{phase="await"}`:   1,
-		`tpcoord_step_phase_seconds_count{phase="forward"}`: 1,
-		`tpcoord_broadcast_delay_seconds_count`:             1,
-		`tpcoord_rank_state{state="running"}`:               1,
-	} {
-		if v := sample(r1, series); v < min {
-			t.Errorf("rank 1: %s = %v, want >= %v", series, v, min)
-		}
-	}
-	if strings.Contains(r1, `phase="sample"`) && sample(r1, `tpcoord_step_phase_seconds_count{phase="sample"}`) > 0 {
-		t.Error("rank 1 observed a sample phase")
-	}
+}
 
-	// Status carries the flight recorder's view.
-	st := ranks[0].d.Status()
-	if st.Phase == "" || len(st.RecentSteps) == 0 {
-		t.Errorf("rank 0 status: phase %q, %d recent steps; want both", st.Phase, len(st.RecentSteps))
-	}
-
-	// Rank 0 traced the request from admission to finish.
+// checkRequestSpan checks that rank 0 traced the request from admission
+// to finish: a request span whose attributes match the reply.
+func checkRequestSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, rep *client.GenerateReply) {
+	t.Helper()
 	var found bool
-	for _, s := range rec.Ended() {
+	for _, s := range spans {
 		if s.Name() != "request" {
 			continue
 		}

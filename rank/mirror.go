@@ -62,10 +62,15 @@ func NewMirror(epoch uint32) *Mirror {
 	return &Mirror{epoch: epoch, index: map[uint64]int{}}
 }
 
-// Epoch, Applied and Digest describe the mirror's position.
-func (m *Mirror) Epoch() uint32   { return m.epoch }
+// Epoch is the epoch whose steps the mirror applies.
+func (m *Mirror) Epoch() uint32 { return m.epoch }
+
+// Applied is the last step applied (0 before the first).
 func (m *Mirror) Applied() uint64 { return m.applied }
-func (m *Mirror) Digest() uint64  { return m.digest }
+
+// Digest summarizes every step applied so far: ranks in lockstep report
+// the same digest at the same step.
+func (m *Mirror) Digest() uint64 { return m.digest }
 
 // Rows returns the batch in row order. The slice is the mirror's own; it is
 // valid until the next Apply.

@@ -101,9 +101,11 @@ func (s *Scheduler) Submit(r *Request) error {
 // Request returns the admitted request with sequence ID seq, or nil.
 func (s *Scheduler) Request(seq uint64) *Request { return s.active[seq] }
 
-// Waiting and Active count the requests in each state.
+// Waiting counts the requests queued for admission.
 func (s *Scheduler) Waiting() int { return len(s.waiting) }
-func (s *Scheduler) Active() int  { return len(s.active) }
+
+// Active counts the admitted requests, those with a row in the batch.
+func (s *Scheduler) Active() int { return len(s.active) }
 
 // Idle reports whether there is nothing to step: no rows, nothing owed to
 // the followers, nobody waiting.
@@ -135,11 +137,11 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	}
 	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
 		r := s.waiting[0]
-		if need := len(r.Prompt) + len(r.Output); s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
+		need := len(r.Prompt) + len(r.Output)
+		if s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
 			break // the head waits until rows finish; nobody overtakes it
-		} else {
-			tokens += need
 		}
+		tokens += need
 		n := broadcast.AdmissionSize(len(r.Prompt) + len(r.Output))
 		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
 			break // the rest go in later steps
@@ -169,8 +171,8 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 			continue // finished earlier (cancelled), removal already queued
 		}
 		ev := Event{Req: r, Token: tok, Index: len(r.Output)}
-		switch {
-		case tok == NoToken:
+		switch tok {
+		case NoToken:
 			r.Finish = client.FinishError
 			if errs != nil {
 				r.Err = errs[i]

@@ -303,7 +303,7 @@ func TestSchedulerDrain(t *testing.T) {
 	var got []uint64
 	for _, r := range drained {
 		got = append(got, r.Seq)
-		if r.Finish != client.FinishError || r.Err != cause {
+		if r.Finish != client.FinishError || !errors.Is(r.Err, cause) {
 			t.Errorf("drained request %d: finish %q err %v", r.Seq, r.Finish, r.Err)
 		}
 	}
@@ -343,158 +343,207 @@ func TestSchedulerMirrorScenario(t *testing.T) {
 	}
 }
 
+// The scenario's sizes: a small vocabulary so stop tokens come up often,
+// more requests than the queue holds so Submit is refused at times.
+const (
+	scenarioVocab    = 16
+	scenarioRequests = 60
+	scenarioMaxBatch = 4
+	scenarioMaxQueue = 6
+)
+
+// scenarioRun is one seeded run of the scheduler with rank 0's mirror and a
+// follower's mirror fed through the wire codec.
+type scenarioRun struct {
+	t            *testing.T
+	rng          *rand.Rand
+	job          uint64
+	s            *stepper
+	follower     *Mirror
+	all          []*Request
+	lastAdmitted uint64
+	decoded      broadcast.Step
+	submitted    int
+}
+
 func scenario(t *testing.T, seed uint64) {
-	const (
-		vocab    = 16
-		requests = 60
-		maxBatch = 4
-		maxQueue = 6
-	)
-	rng := rand.New(rand.NewPCG(seed, 42))
-	job := broadcast.JobHash("scenario")
-	s := newStepper(t, SchedulerConfig{MaxBatch: maxBatch, MaxQueue: maxQueue, EOS: testEOS})
-	follower := NewMirror(1)
-	var all []*Request
-	var lastAdmitted uint64
-	var decoded broadcast.Step
-	submitted := 0
+	sc := &scenarioRun{
+		t:        t,
+		rng:      rand.New(rand.NewPCG(seed, 42)),
+		job:      broadcast.JobHash("scenario"),
+		s:        newStepper(t, SchedulerConfig{MaxBatch: scenarioMaxBatch, MaxQueue: scenarioMaxQueue, EOS: testEOS}),
+		follower: NewMirror(1),
+	}
 	for step := 0; ; step++ {
 		if step > 10000 {
 			t.Fatal("scenario did not finish")
 		}
-		for submitted < requests && rng.IntN(3) == 0 {
-			r := &Request{Prompt: []int32{int32(rng.IntN(vocab))}, MaxTokens: 1 + rng.IntN(12)}
-			if rng.IntN(3) == 0 {
-				r.Params.StopTokenIDs = []int32{int32(rng.IntN(vocab))}
-			}
-			if rng.IntN(4) == 0 {
-				r.Params.IgnoreEOS = true
-			}
-			if rng.IntN(4) == 0 {
-				r.Params.MinTokens = rng.IntN(6)
-			}
-			err := s.sched.Submit(r)
-			if errors.Is(err, ErrOverloaded) {
-				if s.sched.Waiting() != maxQueue {
-					t.Fatalf("overloaded with %d waiting", s.sched.Waiting())
-				}
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			all = append(all, r)
-			submitted++
-		}
-		st := s.next()
+		sc.submit()
+		st := sc.s.next()
 		if st == nil {
-			if submitted == requests {
+			if sc.submitted == scenarioRequests {
 				break
 			}
 			continue
 		}
-		if err := broadcast.DecodeStep(broadcast.AppendStep(nil, job, st), job, &decoded); err != nil {
-			t.Fatal(err)
-		}
-		if err := follower.Apply(&decoded); err != nil {
-			t.Fatalf("follower refused step %d: %v", st.Step, err)
-		}
-		if follower.Digest() != s.mirror.Digest() {
-			t.Fatalf("step %d: follower digest %x, rank 0 %x", st.Step, follower.Digest(), s.mirror.Digest())
-		}
-		for _, a := range st.Admitted {
-			if a.Seq <= lastAdmitted {
-				t.Fatalf("step %d admitted %d after %d: not FIFO", st.Step, a.Seq, lastAdmitted)
-			}
-			lastAdmitted = a.Seq
-		}
-
-		rows := s.mirror.Rows()
-		if len(rows) > maxBatch || len(rows) != s.sched.Active() {
-			t.Fatalf("step %d: %d rows, %d active, max %d", st.Step, len(rows), s.sched.Active(), maxBatch)
-		}
-		if s.sched.Waiting() > 0 && len(rows) < maxBatch {
-			t.Fatalf("step %d: %d waiting while only %d of %d rows are used", st.Step, s.sched.Waiting(), len(rows), maxBatch)
-		}
-		for _, row := range rows {
-			r := s.sched.Request(row.ID)
-			if r == nil || r.Finish != "" {
-				t.Fatalf("step %d: row %d has no live request (%+v)", st.Step, row.ID, r)
-			}
-			if !slices.Equal(row.Output, r.Output) || !slices.Equal(row.Prompt, r.Prompt) {
-				t.Fatalf("step %d: row %d output %v, request has %v", st.Step, row.ID, row.Output, r.Output)
-			}
-			if f := follower.Lookup(row.ID); f == nil || !slices.Equal(f.Output, row.Output) {
-				t.Fatalf("step %d: follower row %d differs", st.Step, row.ID)
-			}
-		}
-
-		tokens := make([]int32, len(rows))
-		errs := make([]error, len(rows))
-		for i := range rows {
-			tokens[i] = int32(rng.IntN(vocab))
-			if rng.IntN(40) == 0 {
-				errs[i] = fmt.Errorf("row %d: bad logits", i)
-			}
-		}
-		events := s.sched.Sampled(rows, tokens, errs)
-		if len(events) != len(rows) {
-			t.Fatalf("step %d: %d events for %d rows", st.Step, len(events), len(rows))
-		}
-		for i, ev := range events {
-			r := ev.Req
-			if r.Seq != rows[i].ID {
-				t.Fatalf("event %d for sequence %d, row holds %d", i, r.Seq, rows[i].ID)
-			}
-			switch {
-			case errs[i] != nil:
-				if ev.Token != NoToken || !ev.Done || r.Finish != client.FinishError || r.Err != errs[i] {
-					t.Fatalf("error row: event %+v, request %+v", ev, r)
-				}
-			default:
-				if ev.Token != tokens[i] || ev.Index != len(r.Output)-1 || r.Output[ev.Index] != tokens[i] {
-					t.Fatalf("event %+v for request with output %v", ev, r.Output)
-				}
-				if ev.Done != (r.Finish != "") {
-					t.Fatalf("event done %v, finish %q", ev.Done, r.Finish)
-				}
-			}
-		}
+		sc.checkStep(st)
+		sc.sample(st)
 	}
+	s, follower := sc.s, sc.follower
 	if !s.sched.Idle() || len(s.mirror.Rows()) != 0 || len(follower.Rows()) != 0 {
 		t.Fatalf("scheduler or mirrors not empty at the end: idle %v, rows %d / %d", s.sched.Idle(), len(s.mirror.Rows()), len(follower.Rows()))
 	}
-	if len(all) != requests {
-		t.Fatalf("%d requests submitted", len(all))
+	if len(sc.all) != scenarioRequests {
+		t.Fatalf("%d requests submitted", len(sc.all))
 	}
-	for _, r := range all {
-		n := len(r.Output)
-		switch r.Finish {
-		case client.FinishLength:
-			if n != r.MaxTokens {
-				t.Errorf("request %d: length finish after %d of %d tokens", r.Seq, n, r.MaxTokens)
+	for _, r := range sc.all {
+		checkScenarioRequest(t, r)
+	}
+}
+
+// submit submits random requests until a coin says stop, all are in, or
+// the queue is full.
+func (sc *scenarioRun) submit() {
+	t, rng, s := sc.t, sc.rng, sc.s
+	for sc.submitted < scenarioRequests && rng.IntN(3) == 0 {
+		r := &Request{Prompt: []int32{int32(rng.IntN(scenarioVocab))}, MaxTokens: 1 + rng.IntN(12)}
+		if rng.IntN(3) == 0 {
+			r.Params.StopTokenIDs = []int32{int32(rng.IntN(scenarioVocab))}
+		}
+		if rng.IntN(4) == 0 {
+			r.Params.IgnoreEOS = true
+		}
+		if rng.IntN(4) == 0 {
+			r.Params.MinTokens = rng.IntN(6)
+		}
+		err := s.sched.Submit(r)
+		if errors.Is(err, ErrOverloaded) {
+			if s.sched.Waiting() != scenarioMaxQueue {
+				t.Fatalf("overloaded with %d waiting", s.sched.Waiting())
 			}
-		case client.FinishStop:
-			last := r.Output[n-1]
-			if n < r.Params.MinTokens || (!(last == testEOS && !r.Params.IgnoreEOS) && !slices.Contains(r.Params.StopTokenIDs, last)) {
-				t.Errorf("request %d: stop after %v (params %+v)", r.Seq, r.Output, r.Params)
-			}
-		case client.FinishError:
-			if r.Err == nil {
-				t.Errorf("request %d: error finish without an error", r.Seq)
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.all = append(sc.all, r)
+		sc.submitted++
+	}
+}
+
+// checkStep applies st to the follower through the codec and checks the
+// invariants: same digest, FIFO admission, a full batch while requests
+// wait, and every row a live request that both mirrors agree on.
+func (sc *scenarioRun) checkStep(st *broadcast.Step) {
+	t, s, follower := sc.t, sc.s, sc.follower
+	if err := broadcast.DecodeStep(broadcast.AppendStep(nil, sc.job, st), sc.job, &sc.decoded); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Apply(&sc.decoded); err != nil {
+		t.Fatalf("follower refused step %d: %v", st.Step, err)
+	}
+	if follower.Digest() != s.mirror.Digest() {
+		t.Fatalf("step %d: follower digest %x, rank 0 %x", st.Step, follower.Digest(), s.mirror.Digest())
+	}
+	for _, a := range st.Admitted {
+		if a.Seq <= sc.lastAdmitted {
+			t.Fatalf("step %d admitted %d after %d: not FIFO", st.Step, a.Seq, sc.lastAdmitted)
+		}
+		sc.lastAdmitted = a.Seq
+	}
+
+	rows := s.mirror.Rows()
+	if len(rows) > scenarioMaxBatch || len(rows) != s.sched.Active() {
+		t.Fatalf("step %d: %d rows, %d active, max %d", st.Step, len(rows), s.sched.Active(), scenarioMaxBatch)
+	}
+	if s.sched.Waiting() > 0 && len(rows) < scenarioMaxBatch {
+		t.Fatalf("step %d: %d waiting while only %d of %d rows are used", st.Step, s.sched.Waiting(), len(rows), scenarioMaxBatch)
+	}
+	for _, row := range rows {
+		r := s.sched.Request(row.ID)
+		if r == nil || r.Finish != "" {
+			t.Fatalf("step %d: row %d has no live request (%+v)", st.Step, row.ID, r)
+		}
+		if !slices.Equal(row.Output, r.Output) || !slices.Equal(row.Prompt, r.Prompt) {
+			t.Fatalf("step %d: row %d output %v, request has %v", st.Step, row.ID, row.Output, r.Output)
+		}
+		if f := follower.Lookup(row.ID); f == nil || !slices.Equal(f.Output, row.Output) {
+			t.Fatalf("step %d: follower row %d differs", st.Step, row.ID)
+		}
+	}
+}
+
+// sample gives every row of step st a random token, or now and then a
+// sampling error, and checks the events the scheduler returns.
+func (sc *scenarioRun) sample(st *broadcast.Step) {
+	t, rng := sc.t, sc.rng
+	rows := sc.s.mirror.Rows()
+	tokens := make([]int32, len(rows))
+	errs := make([]error, len(rows))
+	for i := range rows {
+		tokens[i] = int32(rng.IntN(scenarioVocab))
+		if rng.IntN(40) == 0 {
+			errs[i] = fmt.Errorf("row %d: bad logits", i)
+		}
+	}
+	events := sc.s.sched.Sampled(rows, tokens, errs)
+	if len(events) != len(rows) {
+		t.Fatalf("step %d: %d events for %d rows", st.Step, len(events), len(rows))
+	}
+	for i, ev := range events {
+		r := ev.Req
+		if r.Seq != rows[i].ID {
+			t.Fatalf("event %d for sequence %d, row holds %d", i, r.Seq, rows[i].ID)
+		}
+		switch {
+		case errs[i] != nil:
+			if ev.Token != NoToken || !ev.Done || r.Finish != client.FinishError || !errors.Is(r.Err, errs[i]) {
+				t.Fatalf("error row: event %+v, request %+v", ev, r)
 			}
 		default:
-			t.Errorf("request %d: finish %q", r.Seq, r.Finish)
-		}
-		if n > r.MaxTokens {
-			t.Errorf("request %d: %d tokens, max %d", r.Seq, n, r.MaxTokens)
-		}
-		// No stop before min_tokens and no earlier stop token.
-		for i, tok := range r.Output[:max(n-1, 0)] {
-			stop := (tok == testEOS && !r.Params.IgnoreEOS) || slices.Contains(r.Params.StopTokenIDs, tok)
-			if stop && i+1 >= r.Params.MinTokens {
-				t.Errorf("request %d: went past a stop token at %d: %v", r.Seq, i, r.Output)
+			if ev.Token != tokens[i] || ev.Index != len(r.Output)-1 || r.Output[ev.Index] != tokens[i] {
+				t.Fatalf("event %+v for request with output %v", ev, r.Output)
 			}
+			if ev.Done != (r.Finish != "") {
+				t.Fatalf("event done %v, finish %q", ev.Done, r.Finish)
+			}
+		}
+	}
+}
+
+// checkScenarioRequest checks a finished request's outcome against its
+// parameters: the finish reason fits its output, and it did not run past
+// its limit or an earlier stop.
+func checkScenarioRequest(t *testing.T, r *Request) {
+	t.Helper()
+	n := len(r.Output)
+	switch r.Finish {
+	case client.FinishLength:
+		if n != r.MaxTokens {
+			t.Errorf("request %d: length finish after %d of %d tokens", r.Seq, n, r.MaxTokens)
+		}
+	case client.FinishStop:
+		last := r.Output[n-1]
+		eos := last == testEOS && !r.Params.IgnoreEOS
+		stopToken := slices.Contains(r.Params.StopTokenIDs, last)
+		if n < r.Params.MinTokens || !eos && !stopToken {
+			t.Errorf("request %d: stop after %v (params %+v)", r.Seq, r.Output, r.Params)
+		}
+	case client.FinishError:
+		if r.Err == nil {
+			t.Errorf("request %d: error finish without an error", r.Seq)
+		}
+	default:
+		t.Errorf("request %d: finish %q", r.Seq, r.Finish)
+	}
+	if n > r.MaxTokens {
+		t.Errorf("request %d: %d tokens, max %d", r.Seq, n, r.MaxTokens)
+	}
+	// No stop before min_tokens and no earlier stop token.
+	for i, tok := range r.Output[:max(n-1, 0)] {
+		stop := (tok == testEOS && !r.Params.IgnoreEOS) || slices.Contains(r.Params.StopTokenIDs, tok)
+		if stop && i+1 >= r.Params.MinTokens {
+			t.Errorf("request %d: went past a stop token at %d: %v", r.Seq, i, r.Output)
 		}
 	}
 }

@@ -51,9 +51,17 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 		return ranks[1].d.Status().Step == ranks[0].d.Status().Step
 	})
 
+	checkStepSpans(t, rec.Ended())
+}
+
+// checkStepSpans checks the recorded spans hold step spans of rank 0 and
+// of a follower, every follower step span a child of a rank 0 step span in
+// the same trace, and each step span with its phases as children.
+func checkStepSpans(t *testing.T, spans []sdktrace.ReadOnlySpan) {
+	t.Helper()
 	byID := map[string]sdktrace.ReadOnlySpan{}
 	var leaderSteps, followerSteps []sdktrace.ReadOnlySpan
-	for _, s := range rec.Ended() {
+	for _, s := range spans {
 		byID[s.SpanContext().SpanID().String()] = s
 		if s.Name() != "step" {
 			continue
@@ -75,16 +83,7 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 			t.Errorf("follower step span's parent is %v, want rank 0's step span in the same trace", f.Parent())
 		}
 	}
-	children := map[string]map[string]bool{}
-	for _, s := range rec.Ended() {
-		if p, ok := byID[s.Parent().SpanID().String()]; ok && p.Name() == "step" {
-			id := p.SpanContext().SpanID().String()
-			if children[id] == nil {
-				children[id] = map[string]bool{}
-			}
-			children[id][s.Name()] = true
-		}
-	}
+	children := stepChildren(spans, byID)
 	for _, s := range leaderSteps {
 		c := children[s.SpanContext().SpanID().String()]
 		if !c["publish"] || !c["forward"] || !c["sample"] {
@@ -97,6 +96,21 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 			t.Errorf("follower step span children %v, want await_step, forward", c)
 		}
 	}
+}
+
+// stepChildren maps each step span's ID to the names of its children.
+func stepChildren(spans []sdktrace.ReadOnlySpan, byID map[string]sdktrace.ReadOnlySpan) map[string]map[string]bool {
+	children := map[string]map[string]bool{}
+	for _, s := range spans {
+		if p, ok := byID[s.Parent().SpanID().String()]; ok && p.Name() == "step" {
+			id := p.SpanContext().SpanID().String()
+			if children[id] == nil {
+				children[id] = map[string]bool{}
+			}
+			children[id][s.Name()] = true
+		}
+	}
+	return children
 }
 
 // TestFollowerRefusesOtherLeader: a step stamped by another rank 0 process

@@ -297,5 +297,3 @@ func gaussRow(vocab int, sigma float64, peaks int, seed uint64) []float32 {
 	}
 	return l
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -2,9 +2,10 @@ package sampler
 
 import "fmt"
 
-// ModeParams returns the parameters of a named benchmark mode, the cases of
-// DESIGN.md's performance table: plain (T = 0.8), topk (k = 50), topp
-// (p = 0.9), topk_topp (k = 50, p = 0.9), minp (min_p = 0.05), greedy.
+// ModeParams returns the parameters of a named benchmark mode: plain
+// (T = 0.8), topk (k = 50), topp (p = 0.9), topk_topp (k = 50, p = 0.9),
+// minp (min_p = 0.05), greedy. The sampler's targets (docs/benchmarks.md)
+// are set for plain, topk and topp.
 func ModeParams(mode string) (Params, error) {
 	p := DefaultParams()
 	p.Temperature = 0.8

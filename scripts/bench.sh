@@ -148,7 +148,7 @@ if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; 
   "$py" scripts/vllm_sampler_bench.py "${pargs[@]}" >"$out/pytorch.jsonl" 2>"$out/pytorch.stderr" \
     || { echo "bench.sh: vllm_sampler_bench.py failed:" >&2; tail -n 20 "$out/pytorch.stderr" >&2; exit 1; }
 else
-  log "PyTorch not importable with $py: no PyTorch run; the docs quote DESIGN.md's PyTorch figures"
+  log "PyTorch not importable with $py: no PyTorch run; the docs quote PyTorch 1.13 figures measured earlier on this machine"
 fi
 
 if [ "$docs" = 1 ]; then

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond Go: Jaeger (see jaeger.sh) for
-# the tracing e2e test, Debian's nats-server for the e2e tests that need an
-# external server, Debian's python3-torch for the PyTorch worker, and
-# qemu-user-static, to run the
+# Installs what the test suite needs beyond Go: the pinned golangci-lint
+# (see lint.sh), Jaeger (see jaeger.sh) for the tracing e2e test, Debian's
+# nats-server for the e2e tests that need an external server, Debian's
+# python3-torch for the PyTorch worker, and qemu-user-static, to run the
 # byte-level and numeric packages' tests on s390x (big-endian). Idempotent;
 # needs root (or sudo) only when something is missing.
 set -euo pipefail
+
+# golangci-lint, built from the Go module proxy when the pinned version is
+# not installed yet, so the lint step of test.sh only runs it.
+"$(dirname "$0")/lint.sh" --install
 
 # The Jaeger e2e test's all-in-one binary: built from the Go module proxy
 # once (about 7 minutes on 2 cores), then cached under $HOME/.cache/tpcoord.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite: formatting, vet, unit and e2e tests under the race
-# detector, brief fuzzing of every wire decoder, cross-builds for the Spyre
+# The test suite: formatting, vet, golangci-lint, function lengths, no
+# citations of files outside the repository, unit and e2e tests under the
+# race detector, brief fuzzing of every wire decoder, cross-builds for the Spyre
 # hosts (s390x, ppc64le), and the byte-level and numeric packages' tests on
 # big-endian s390x under qemu-user. Installs qemu-user-static if missing.
 set -euo pipefail
@@ -19,6 +20,19 @@ fi
 
 step "go vet"
 go vet ./...
+
+step "golangci-lint"
+scripts/lint.sh
+
+step "function lengths (at most 80 lines, tests included)"
+go run ./scripts/funclen -tests -max 80 .
+
+step "no citations of files outside the repository"
+# The docs and code stand alone: a design brief or a sibling directory
+# outside this repository is not something a reader can open.
+if git grep -n -I -E 'DESIGN\.md|\.\./shared'; then
+  echo "the lines above cite files outside the repository"; exit 1
+fi
 
 step "unit and e2e tests (race detector)"
 # The PyTorch worker's e2e tests run, not skip: deps.sh installed PyTorch.

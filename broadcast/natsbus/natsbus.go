@@ -179,6 +179,8 @@ func Connect(cfg Config) (*Conn, error) {
 // NATS returns the underlying connection.
 func (c *Conn) NATS() *nats.Conn { return c.nc }
 
+// Publish sends m without waiting for the server; once the connection is
+// closed for good its error wraps broadcast.ErrClosed.
 func (c *Conn) Publish(m *broadcast.Msg) error {
 	nm := &nats.Msg{Subject: m.Subject, Reply: m.Reply, Data: m.Data}
 	if len(m.Header) > 0 {
@@ -190,6 +192,10 @@ func (c *Conn) Publish(m *broadcast.Msg) error {
 	return closedErr(c.nc.PublishMsg(nm))
 }
 
+// Subscribe calls fn for every message on subject. A subscriber that falls
+// behind by more than Config.PendingMsgs messages (or 256 MiB) loses
+// messages rather than queueing without bound; on the step subject the
+// decode loop sees the gap and asks rank 0 for a replay.
 func (c *Conn) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
 	sub, err := c.nc.Subscribe(subject, func(nm *nats.Msg) {
 		m := broadcast.Msg{Subject: nm.Subject, Reply: nm.Reply, Data: nm.Data}
@@ -211,6 +217,8 @@ func (c *Conn) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error,
 	return sub.Unsubscribe, nil
 }
 
+// NewInbox returns a fresh, unique reply subject; the caller subscribes to
+// it before publishing the request whose replies it receives.
 func (c *Conn) NewInbox() string { return c.nc.NewRespInbox() }
 
 // Flush waits for the server to acknowledge everything sent so far; without

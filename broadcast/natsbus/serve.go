@@ -81,7 +81,7 @@ func serverOptions(rawURL string) (*url.URL, *server.Options, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // url.Error's text repeats the URL, secret and all
 		}
-		return nil, nil, fmt.Errorf("nats-serve: %s is not a URL: %v", Redact(rawURL), err)
+		return nil, nil, fmt.Errorf("nats-serve: %s is not a URL: %w", Redact(rawURL), err)
 	}
 	if u.Scheme != "nats" {
 		return nil, nil, fmt.Errorf("nats-serve: %s: scheme must be nats://", Redact(rawURL))

@@ -114,7 +114,7 @@ func (c *agentOptions) telemetryFlags(fs *pflag.FlagSet, def agent.Config) {
 
 // validate checks the configuration; errors name the flag (exit 2).
 func (c *agentOptions) validate() error {
-	if err := c.Config.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return c.fields.configErr(err)
 	}
 	return nil

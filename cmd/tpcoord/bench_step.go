@@ -24,7 +24,7 @@ its p50/p90/p99 and the median of each phase.
 
 In the same run it measures the raw TCP fan-out floor to N−1 follower
 processes (the machinery of 'bench broadcast') and reports overhead p50 over
-floor p50 against the target ratio 1.5 (DESIGN.md, at TP 8).
+floor p50 against the target: at most 1.5 at TP 8.
 
 One JSON line per N with --json, a table otherwise; progress on stderr.`,
 		Args: cobra.NoArgs,

@@ -43,28 +43,9 @@ reports in the handshake (the agent refuses a mismatch); by default it
 takes the agent's values.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fs := cmd.Flags()
-			if (cfg.Socket == "") == (cfg.Listen == "") {
-				if cfg.Socket == "" && os.Getenv("TPCOORD_WORKER_SOCKET") != "" {
-					cfg.Socket = os.Getenv("TPCOORD_WORKER_SOCKET")
-				} else {
-					return configError("socket: give --socket or --listen (one of them)")
-				}
-			}
-			if cfg.MaxVersion > worker.ProtocolVersion {
-				return configError("max-version: this worker speaks protocol versions 1 to %d, not %d", worker.ProtocolVersion, cfg.MaxVersion)
-			}
-			sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + version + " (synthetic model)"}
-			if fs.Changed("eos") {
-				eos := int32(cfg.EOS)
-				sc.EOS = &eos
-			}
-			if cfg.DType != "" {
-				dt, err := worker.ParseDType(cfg.DType)
-				if err != nil {
-					return configError("dtype: %v", err)
-				}
-				sc.DType = dt
+			sc, err := cfg.serveConfig(cmd.Flags().Changed("eos"))
+			if err != nil {
+				return err
 			}
 			log, err := newLogger(cmd.ErrOrStderr(), cfg.LogLevel, cfg.LogFormat)
 			if err != nil {
@@ -87,6 +68,35 @@ takes the agent's values.`,
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
 	return cmd
+}
+
+// serveConfig checks the flags (errors name the flag, exit 2) and turns
+// them into the worker's ServeConfig. eosSet says whether --eos was given:
+// its default, 0, is a valid token, so the value alone cannot tell.
+func (cfg *workerCmdConfig) serveConfig(eosSet bool) (worker.ServeConfig, error) {
+	if (cfg.Socket == "") == (cfg.Listen == "") {
+		if cfg.Socket == "" && os.Getenv("TPCOORD_WORKER_SOCKET") != "" {
+			cfg.Socket = os.Getenv("TPCOORD_WORKER_SOCKET")
+		} else {
+			return worker.ServeConfig{}, configError("socket: give --socket or --listen (one of them)")
+		}
+	}
+	if cfg.MaxVersion > worker.ProtocolVersion {
+		return worker.ServeConfig{}, configError("max-version: this worker speaks protocol versions 1 to %d, not %d", worker.ProtocolVersion, cfg.MaxVersion)
+	}
+	sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + version + " (synthetic model)"}
+	if eosSet {
+		eos := int32(cfg.EOS)
+		sc.EOS = &eos
+	}
+	if cfg.DType != "" {
+		dt, err := worker.ParseDType(cfg.DType)
+		if err != nil {
+			return worker.ServeConfig{}, configError("dtype: %v", err)
+		}
+		sc.DType = dt
+	}
+	return sc, nil
 }
 
 func runWorker(ctx context.Context, cfg workerCmdConfig, sc worker.ServeConfig, log *slog.Logger) error {

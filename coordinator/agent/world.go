@@ -50,7 +50,7 @@ func (w *world) rank0Changed(members []membership.Member) bool {
 func (w *world) loop(ctx context.Context) error {
 	cfg, log := &w.r.a.cfg, w.r.log
 	for {
-		err, peerLeft := w.runEpoch(ctx)
+		peerLeft, err := w.runEpoch(ctx)
 		var moved *rank.EpochMovedError
 		switch {
 		case cfg.OnPeerLoss == "wait" && errors.As(err, &moved):
@@ -76,7 +76,7 @@ func (w *world) loop(ctx context.Context) error {
 }
 
 // runEpoch makes the epoch's executor and driver and runs it.
-func (w *world) runEpoch(ctx context.Context) (err error, peerLeft bool) {
+func (w *world) runEpoch(ctx context.Context) (peerLeft bool, err error) {
 	a := w.r.a
 	info, err := w.epochInfo(ctx)
 	if err == nil {
@@ -86,13 +86,13 @@ func (w *world) runEpoch(ctx context.Context) (err error, peerLeft bool) {
 		}
 	}
 	if ctx.Err() != nil {
-		return nil, false
+		return false, nil
 	}
-	return fmt.Errorf("start the executor: %w", err), false
+	return false, fmt.Errorf("start the executor: %w", err)
 }
 
 // runExecutor runs the epoch's decode loop on ex, and closes ex.
-func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (err error, peerLeft bool) {
+func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (peerLeft bool, err error) {
 	a := w.r.a
 	defer func() {
 		if cerr := ex.Close(); cerr != nil {
@@ -102,14 +102,14 @@ func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (err error, p
 	d := rank.NewDriver(w.driverConfig(), w.r.bus.Main, ex, w.picker)
 	a.setDriver(d)
 	defer a.setDriver(nil)
-	err, peerLeft = w.watch(ctx, d)
+	peerLeft, err = w.watch(ctx, d)
 	if err != nil {
 		w.r.tel.DumpFlight(err.Error())
 	}
 	if errors.Is(err, rank.ErrPeerLost) {
 		w.resume = d.InFlight()
 	}
-	return err, peerLeft
+	return peerLeft, err
 }
 
 func (w *world) driverConfig() rank.DriverConfig {
@@ -137,7 +137,7 @@ func (w *world) driverConfig() rank.DriverConfig {
 // stop: a failed peer aborts it with ErrPeerLost, a peer that left on
 // purpose stops it cleanly (peerLeft), and on a follower a change of rank
 // 0's epoch or leader ends it as a peer loss, so it re-forms.
-func (w *world) watch(ctx context.Context, d *rank.Driver) (err error, peerLeft bool) {
+func (w *world) watch(ctx context.Context, d *rank.Driver) (peerLeft bool, err error) {
 	cfg, log, cl := &w.r.a.cfg, w.r.log, w.r.cl
 	// Events from before this world formed were dropped when it formed
 	// (membership); those since are about this epoch's peers.
@@ -145,7 +145,7 @@ func (w *world) watch(ctx context.Context, d *rank.Driver) (err error, peerLeft 
 	defer dcancel()
 	done := make(chan error, 1)
 	if err := w.r.g.Go("decode loop", func() { done <- d.Run(dctx) }); err != nil {
-		return err, false
+		return false, err
 	}
 	closed := w.r.bus.Closed
 	for {
@@ -170,7 +170,7 @@ func (w *world) watch(ctx context.Context, d *rank.Driver) (err error, peerLeft 
 			log.Error("NATS connection closed for good; stopping the decode loop")
 			d.Abort(fmt.Errorf("%w: rank %d lost its NATS connection (reconnects exhausted)", rank.ErrAborted, cfg.Rank))
 		case err := <-done:
-			return err, peerLeft
+			return peerLeft, err
 		}
 	}
 }

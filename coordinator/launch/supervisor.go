@@ -303,7 +303,7 @@ func (s *Supervisor) tell(cause error) (quiet time.Duration, busUntil time.Time)
 	}
 	// (When rank 0 hosted the server and is the one that died, there is
 	// no bus left: the followers notice by themselves.)
-	if s.nc != nil && !(s.serve && died.Rank == 0) {
+	if s.nc != nil && (!s.serve || died.Rank != 0) {
 		s.tellRanks(subjectsOf(s.cfg), died)
 		if died.Rank == 0 && died.Cause == "" {
 			s.answerForRank0(died)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
@@ -442,7 +443,7 @@ func (c *Cluster) timeoutError(present []Member, world int, joinErr error) error
 		if strings.Contains(joinErr.Error(), "decrypt") || strings.Contains(joinErr.Error(), "encryption") || strings.Contains(joinErr.Error(), "label") {
 			hint = " (do all members use the same --gossip-key-file and job?)"
 		}
-		err = fmt.Errorf("%w; last join error: %v%s", err, joinErr, hint)
+		err = fmt.Errorf("%w; last join error: %w%s", err, joinErr, hint)
 	}
 	return err
 }

@@ -168,9 +168,9 @@ const (
 // rank 0's client timeout (rank.DefaultClientTimeout, 2 s).
 const KeepaliveInterval = 400 * time.Millisecond
 
-// ClientMessage is a requester's message on tpc.<job>.client about its
-// request, which it names by the request's reply subject.
-type ClientMessage struct {
+// Message is a requester's message on tpc.<job>.client about its request,
+// which it names by the request's reply subject.
+type Message struct {
 	Reply string `json:"reply"`
 	Op    string `json:"op"` // "cancel" or "keepalive"
 }

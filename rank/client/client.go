@@ -182,7 +182,7 @@ func (s *stream) onAck(m *broadcast.Msg) {
 // send publishes a message about the request on the client subject; ack,
 // if set, is where rank 0 answers it.
 func (s *stream) send(op, ack string) error {
-	b, _ := json.Marshal(ClientMessage{Reply: s.inbox, Op: op})
+	b, _ := json.Marshal(Message{Reply: s.inbox, Op: op})
 	return s.tr.Publish(&broadcast.Msg{Subject: s.subj.Client(), Reply: ack, Data: b})
 }
 

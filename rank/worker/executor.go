@@ -262,7 +262,7 @@ func (w *Executor) handshake(ctx context.Context) error {
 	defer stop()
 	typ, body, err := w.roundTrip(appendHello(w.out[:0], &want))
 	if err != nil {
-		err = w.explain(err, ctx)
+		err = w.explain(ctx, err)
 		if errors.Is(err, errHung) || errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errHung, w.cfg.StartTimeout)
 		}
@@ -302,7 +302,7 @@ func (w *Executor) roundTrip(frame []byte) (uint16, []byte, error) {
 
 // explain turns an I/O error of a step or the handshake into what happened
 // to the worker.
-func (w *Executor) explain(err error, ctx context.Context) error {
+func (w *Executor) explain(ctx context.Context, err error) error {
 	var ne net.Error
 	switch {
 	case ctx.Err() != nil:
@@ -339,6 +339,8 @@ func exitString(err error) string {
 	return err.Error()
 }
 
+// Vocab is the vocabulary size the worker confirmed at HELLO: the width
+// of the logits rows it returns.
 func (w *Executor) Vocab() int { return w.cfg.Vocab }
 
 // PID is the worker process's ID (as the worker reported it when the agent
@@ -385,7 +387,7 @@ func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error)
 	}
 	typ, body, err := w.roundTrip(frame)
 	if err != nil {
-		err = w.explain(err, ctx)
+		err = w.explain(ctx, err)
 		if errors.Is(err, errHung) {
 			return nil, fmt.Errorf("%w: no reply within --forward-timeout %v", err, w.cfg.ForwardTimeout)
 		}

@@ -60,8 +60,8 @@ func endFrame(dst []byte, at int) []byte {
 var errGarbage = errors.New("not a worker protocol frame")
 
 // readFrame reads one frame into buf (grown as needed) and returns its type
-// and body. A body longer than max is refused before it is read.
-func readFrame(r io.Reader, buf []byte, max int) (uint16, []byte, error) {
+// and body. A body longer than maxBody is refused before it is read.
+func readFrame(r io.Reader, buf []byte, maxBody int) (uint16, []byte, error) {
 	var h [frameHeaderSize]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, buf, err
@@ -71,8 +71,8 @@ func readFrame(r io.Reader, buf []byte, max int) (uint16, []byte, error) {
 	if flags := binary.LittleEndian.Uint16(h[6:]); flags != 0 || typ < frameHello || typ > frameShutdown {
 		return 0, buf, fmt.Errorf("%w: header % x (type %d, reserved %d)", errGarbage, h[:], typ, flags)
 	}
-	if uint64(n) > uint64(max) {
-		return 0, buf, fmt.Errorf("%w: %s frame of %d bytes (at most %d)", errGarbage, frameName(typ), n, max)
+	if uint64(n) > uint64(maxBody) {
+		return 0, buf, fmt.Errorf("%w: %s frame of %d bytes (at most %d)", errGarbage, frameName(typ), n, maxBody)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)

@@ -19,21 +19,21 @@ const (
 	ProtocolVersion = ProtocolV2
 )
 
-// negotiate picks the version a worker speaking up to max (1 or more)
+// negotiate picks the version a worker speaking up to highest (1 or more)
 // answers an agent that offers offer.
-func negotiate(offer, max uint32) (uint32, error) {
+func negotiate(offer, highest uint32) (uint32, error) {
 	if offer < ProtocolV1 {
-		return 0, fmt.Errorf("protocol version %d offered; this worker speaks %s", offer, versionRange(max))
+		return 0, fmt.Errorf("protocol version %d offered; this worker speaks %s", offer, versionRange(highest))
 	}
-	return min(offer, max), nil
+	return min(offer, highest), nil
 }
 
-// versionRange names the versions from 1 to max.
-func versionRange(max uint32) string {
-	if max <= ProtocolV1 {
+// versionRange names the versions from 1 to highest.
+func versionRange(highest uint32) string {
+	if highest <= ProtocolV1 {
 		return "1"
 	}
-	return fmt.Sprintf("1 to %d", max)
+	return fmt.Sprintf("1 to %d", highest)
 }
 
 // hello is the HELLO body and, with PID and Name, the HELLO_OK body: the

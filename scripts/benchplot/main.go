@@ -135,7 +135,7 @@ func load(dir string) (*results, error) {
 			}
 			r, err := parseLine(line)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %v", f, n, err)
+				return nil, fmt.Errorf("%s:%d: %w", f, n, err)
 			}
 			r.bench = benchOf(f)
 			if b := r.str("bench"); b != "" {
@@ -147,7 +147,7 @@ func load(dir string) (*results, error) {
 			res.byBench[r.bench] = append(res.byBench[r.bench], r)
 		}
 		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("%s: %v", f, err)
+			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 	}
 	if len(res.order) == 0 {
@@ -294,8 +294,9 @@ func machineLine(res *results) string {
 	return strings.Join(parts, ", ")
 }
 
-// quotedPyTorch holds DESIGN.md's PyTorch 1.13 figures (vLLM's CPU sampling
-// path, vocab 100352, this machine), used when no pytorch lines were measured.
+// quotedPyTorch holds PyTorch figures measured earlier on this machine with
+// PyTorch 1.13 (vLLM's CPU sampling path, vocab 100352; docs/benchmarks.md
+// lists them under Targets), used when no pytorch lines were measured.
 var quotedPyTorch = map[string]float64{
 	"plain/32": 37.7,
 	"topk/32":  54.8,
@@ -422,7 +423,7 @@ func (g *gen) sampler(recs []record) error {
 	if d.measuredPT {
 		g.p(" `pytorch`: `scripts/vllm_sampler_bench.py`, vLLM's CPU sampling path, measured in this run.\n\n")
 	} else {
-		g.p(" PyTorch was not installed for this run: the PyTorch column quotes DESIGN.md's figures (PyTorch 1.13, vLLM's sampling path, vocab 100352, this machine), marked *quoted*; blank where DESIGN.md gives none.\n\n")
+		g.p(" PyTorch was not installed for this run: the PyTorch column quotes figures measured earlier on this machine with PyTorch 1.13 (vLLM's CPU sampling path, vocab 100352), marked *quoted*; blank where none was measured.\n\n")
 	}
 	for _, vocab := range d.vocabs {
 		batches := d.batches(vocab)
@@ -566,10 +567,10 @@ func addQuotedPyTorch(p *plot.Plot, mode string, batches []int) error {
 	if err != nil {
 		return err
 	}
-	sc.GlyphStyle.Color = color.RGBA{R: 200, A: 255}
-	sc.GlyphStyle.Radius = vg.Points(4)
+	sc.Color = color.RGBA{R: 200, A: 255}
+	sc.Radius = vg.Points(4)
 	p.Add(sc)
-	p.Legend.Add("pytorch (quoted, DESIGN.md)", sc)
+	p.Legend.Add("pytorch 1.13 (quoted, measured earlier)", sc)
 	return nil
 }
 
@@ -765,7 +766,7 @@ func (g *gen) broadcast(recs []record) error {
 		}
 		g.p("| %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %.0f / %.0f |\n", n, d.p50[nk], d.p99[nk], d.p50[tk], d.p99[tk], r50, r99, d.lost[nk], d.lost[tk])
 	}
-	g.p("\nTarget (DESIGN.md): at 8 followers NATS p50 ≤ 1.5× and p99 ≤ 2× the raw TCP fan-out.\n\n")
+	g.p("\nTarget: at 8 followers NATS p50 ≤ 1.5× and p99 ≤ 2× the raw TCP fan-out.\n\n")
 	return g.broadcastPlot(d)
 }
 

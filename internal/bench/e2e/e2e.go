@@ -49,7 +49,7 @@ func (o Options) Validate() error {
 	}
 	if o.CPUs != "" {
 		if _, err := exec.LookPath("taskset"); err != nil {
-			return fmt.Errorf("--cpus: taskset not found (util-linux): %v", err)
+			return fmt.Errorf("--cpus: taskset not found (util-linux): %w", err)
 		}
 	}
 	if _, err := selectCombos(o.Combos); err != nil {

@@ -84,7 +84,10 @@ func (p *proc) line(ctx context.Context, deadline time.Time, what string) (strin
 			return l, nil
 		default:
 		}
-		return "", fmt.Errorf("%s exited before %s: %v %s", p.name, what, p.err, job.Tail(p.stderr.String(), 500))
+		if p.err == nil {
+			return "", fmt.Errorf("%s exited (status 0) before %s: %s", p.name, what, job.Tail(p.stderr.String(), 500))
+		}
+		return "", fmt.Errorf("%s exited before %s: %w %s", p.name, what, p.err, job.Tail(p.stderr.String(), 500))
 	case <-ctx.Done():
 		return "", ctx.Err()
 	case <-timer.C:
@@ -141,7 +144,7 @@ func (ps *procs) waitExited(timeout time.Duration) error {
 			return fmt.Errorf("%s did not exit within %v of the end", p.name, timeout)
 		}
 		if p.err != nil {
-			return fmt.Errorf("%s: %v %s", p.name, p.err, job.Tail(p.stderr.String(), 500))
+			return fmt.Errorf("%s: %w %s", p.name, p.err, job.Tail(p.stderr.String(), 500))
 		}
 	}
 	return nil

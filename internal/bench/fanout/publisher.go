@@ -74,8 +74,12 @@ func RunPublisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o Publ
 		return err
 	}
 	in := bufio.NewReader(stdin)
-	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
-		return fmt.Errorf("waiting for \"go\" on stdin: got %q, %v", line, err)
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("waiting for \"go\" on stdin: got %q: %w", line, err)
+	}
+	if line != "go\n" {
+		return fmt.Errorf("waiting for \"go\" on stdin: got %q", line)
 	}
 	if err := tr.accept(); err != nil {
 		return err

@@ -59,7 +59,7 @@ func parseDump(data []byte, since time.Time) (steps []client.StepTiming, complet
 		return nil, false, fmt.Errorf("flight dump: unexpected header %q", sc.Text())
 	}
 	if _, err := fmt.Sscanf(hdr, "%d of %d steps", &kept, &total); err != nil {
-		return nil, false, fmt.Errorf("flight dump: header %q: %v", sc.Text(), err)
+		return nil, false, fmt.Errorf("flight dump: header %q: %w", sc.Text(), err)
 	}
 	if !sc.Scan() { // column names
 		return nil, false, nil
@@ -84,7 +84,7 @@ func parseDump(data []byte, since time.Time) (steps []client.StepTiming, complet
 func parseStepLine(line string) (client.StepTiming, error) {
 	var s client.StepTiming
 	bad := func(err error) (client.StepTiming, error) {
-		return client.StepTiming{}, fmt.Errorf("flight dump: step line %q: %v", line, err)
+		return client.StepTiming{}, fmt.Errorf("flight dump: step line %q: %w", line, err)
 	}
 	f := strings.Fields(line)
 	if len(f) != 9 {

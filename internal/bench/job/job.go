@@ -101,7 +101,10 @@ func (j *Job) waitReady(ctx context.Context, path string) (ReadyInfo, error) {
 		case <-ctx.Done():
 			return ReadyInfo{}, fmt.Errorf("launch not ready: %w", ctx.Err())
 		case <-j.exited:
-			return ReadyInfo{}, fmt.Errorf("launch exited before it was ready: %v", j.waitErr)
+			if j.waitErr == nil {
+				return ReadyInfo{}, errors.New("launch exited (status 0) before it was ready")
+			}
+			return ReadyInfo{}, fmt.Errorf("launch exited before it was ready: %w", j.waitErr)
 		case <-t.C:
 		}
 	}

@@ -164,9 +164,12 @@ func rankMetricsAddr(addr string, r int) string {
 }
 
 // rankArgs is rank r's command line.
-func (s *Supervisor) rankArgs(r int, natsURL, rank0 string, serve bool) []string {
+func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 	n := strconv.Itoa(s.cfg.NProc)
-	args := append([]string{"agent", "--rank", strconv.Itoa(r), "--world-size", n, "--nats", natsURL, "--local"}, s.cfg.AgentArgs...)
+	// The NATS URL carries the server's token: it goes in the rank's
+	// environment (TPC_NATS, readable by its user only), not its argv,
+	// which every user of the host can read.
+	args := append([]string{"agent", "--rank", strconv.Itoa(r), "--world-size", n, "--local"}, s.cfg.AgentArgs...)
 	if r == 0 {
 		args = append(args, "--bind", rank0)
 		if serve {
@@ -184,7 +187,7 @@ func (s *Supervisor) rankArgs(r int, natsURL, rank0 string, serve bool) []string
 func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.cfg.Self, args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
-	c.Env = s.cfg.Env
+	c.Env = append(withoutVar(s.cfg.Env, natsEnv), natsEnv+"="+s.natsURL)
 	c.SysProcAttr = rankproc.DieWithParent()
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("start rank %d: %w", r, err)
@@ -196,6 +199,20 @@ func (s *Supervisor) spawn(r int, args []string) error {
 		s.exits <- childExit{rank: ch.rank, pid: c.Process.Pid, err: err}
 	})
 	return nil
+}
+
+// natsEnv is the variable that gives a rank the job's NATS URL.
+const natsEnv = "TPC_NATS"
+
+// withoutVar returns env without the variable name.
+func withoutVar(env []string, name string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func exitHow(e childExit) string {

@@ -108,7 +108,7 @@ func (s *Supervisor) startRanks() error {
 	}
 	rank0 := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for r := 0; r < s.cfg.NProc; r++ {
-		if err := s.spawn(r, s.rankArgs(r, s.natsURL, rank0, s.serve)); err != nil {
+		if err := s.spawn(r, s.rankArgs(r, rank0, s.serve)); err != nil {
 			return err
 		}
 	}
@@ -194,7 +194,7 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 		}
 	}
 	info := ReadyInfo{NATSURL: s.natsURL, Job: s.cfg.Job, PIDs: pids}
-	s.log.Info("job ready", "nats_url", s.natsURL, "pids", pids)
+	s.log.Info("job ready", "nats_url", natsbus.Redact(s.natsURL), "pids", pids, "ready_file", s.cfg.ReadyFile)
 	if s.cfg.ReadyFile != "" {
 		if err := writeReadyFile(s.cfg.ReadyFile, info); err != nil {
 			return nil, err

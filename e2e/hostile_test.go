@@ -7,12 +7,14 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 // TestGarbageAndReplayFlood floods the step subject with 10,000 garbage,
@@ -269,4 +271,47 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*netTCPAddr).Port
+}
+
+// TestForgedStepWhileIdle: a client holding the job's NATS token publishes
+// the step after rank 0's last one, with the captured leader ID and a valid
+// checksum, while the job is idle. The followers apply it; rank 0, idle,
+// notices at their next heartbeat that they report a step it never
+// published, and the job stops naming a diverged rank.
+func TestForgedStepWhileIdle(t *testing.T) {
+	j := launch(t, "--nproc", "3", "--job", "e2e-forge", "--forward-time", "1ms")
+	nc, err := nats.Connect(j.info.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subject := "tpc." + j.info.Job + ".step"
+	steps := captureSteps(t, nc, subject)
+	if _, err := j.generate(t.Context(), "--prompt", "5,6", "--max-tokens", "8", "--ignore-eos"); err != nil {
+		t.Fatal(err)
+	}
+	steps.waitAndStop(2)
+	var last broadcast.Step
+	steps.mu.Lock()
+	for _, data := range steps.captured {
+		var st broadcast.Step
+		if broadcast.DecodeStep(data, broadcast.JobHash(j.info.Job), &st) == nil && st.Step > last.Step {
+			last = st
+		}
+	}
+	steps.mu.Unlock()
+	waitFor(t, 30*time.Second, "the job idle at rank 0's last step", func() (bool, string) {
+		st, err := j.status()
+		return err == nil && len(st) == 3 && st[0].Rows == 0 && st[1].Step == st[0].Step, fmt.Sprint(st, err)
+	})
+	forged := broadcast.Step{Epoch: last.Epoch, Step: last.Step + 1, Leader: last.Leader}
+	if err := nc.Publish(subject, broadcast.AppendStep(nil, broadcast.JobHash(j.info.Job), &forged)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = j.wait(60 * time.Second)
+	t.Logf("the job stopped %v after the forged step", time.Since(start).Round(10*time.Millisecond))
+	if err == nil || !strings.Contains(j.log.String(), "diverged") {
+		t.Fatalf("launch: %v; want a non-zero exit naming a diverged rank:\n%s", err, tail(j.log.String(), 15))
+	}
 }

@@ -928,6 +928,10 @@ func (d *Driver) awaitFollowers(ctx context.Context, k uint64) error {
 		case err := <-d.aborts:
 			return err
 		case <-d.wake:
+			// A follower that diverged may be the one rank 0 waits for.
+			if err := d.checkDigests(); err != nil {
+				return err
+			}
 		case <-progress.C:
 			d.log.Info("waiting for followers", "step", k, "slowest_rank", slowest, "detail", behind, "waited", time.Since(start).Round(time.Second))
 		}

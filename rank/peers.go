@@ -21,8 +21,10 @@ type peerTable struct {
 	grace       time.Duration // silence allowed after a (re)start
 	last        map[int]broadcast.Heartbeat
 	heard       map[int]time.Time
-	// digests are rank 0's own digests at its recent steps.
+	// digests are rank 0's own digests at its recent steps; applied is
+	// its last step.
 	digests [digestRing]struct{ step, digest uint64 }
+	applied uint64
 }
 
 const digestRing = 1024
@@ -105,14 +107,19 @@ func (p *peerTable) slowest(need int64) (int, string) {
 // recordDigest notes rank 0's digest after its step k.
 func (p *peerTable) recordDigest(k, digest uint64) {
 	p.digests[k%digestRing] = struct{ step, digest uint64 }{k, digest}
+	p.applied = max(p.applied, k)
 }
 
 // diverged compares every follower's last reported digest with rank 0's at
-// the same step (if rank 0 still remembers it).
+// the same step (if rank 0 still remembers it). A follower reporting a
+// step rank 0 has not published applied a step from someone else.
 func (p *peerTable) diverged() error {
 	for r, hb := range p.last {
 		if hb.Epoch != p.epoch || hb.Applied == 0 {
 			continue
+		}
+		if hb.Applied > p.applied {
+			return fmt.Errorf("%w: rank %d diverged: it reports step %d, but rank 0 has published steps up to %d only (it applied a step rank 0 never published)", ErrAborted, r, hb.Applied, p.applied)
 		}
 		e := p.digests[hb.Applied%digestRing]
 		if e.step == hb.Applied && e.digest != hb.Digest {

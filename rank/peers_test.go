@@ -79,6 +79,12 @@ func TestPeerTableFlowControlAndDigests(t *testing.T) {
 	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 1 diverged at step 7") {
 		t.Fatalf("diverged = %v, want rank 1 named", err)
 	}
+	p.recordDigest(7, 70)
+	p.heardFrom(1, &broadcast.Heartbeat{Rank: 1, Epoch: 2, Applied: 8, Digest: 80}, t0)
+	if err := p.diverged(); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 1 diverged: it reports step 8, but rank 0 has published steps up to 7") {
+		t.Fatalf("a follower ahead of rank 0: %v, want it named as diverged", err)
+	}
+	p.heardFrom(1, &broadcast.Heartbeat{Rank: 1, Epoch: 2, Applied: 7, Digest: 70}, t0)
 	p.recordDigest(7+digestRing, 1) // step 7 forgotten: nothing to compare
 	if err := p.diverged(); err != nil {
 		t.Fatalf("compared against a forgotten step: %v", err)

@@ -96,7 +96,8 @@ type Cluster struct {
 	refusalLog []string          // the first members refused, for error messages
 	refusal    error             // fatal: this member may not be part of the job
 	refusals   map[string]bool
-	world      map[int]Member // ranks of the formed world
+	world      map[int]Member  // ranks of the formed world
+	seen       map[string]bool // addresses of the members ever seen (but this one)
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -121,7 +122,7 @@ func Start(cfg Config) (*Cluster, error) {
 	c := &Cluster{
 		cfg: cfg, log: logger.With("component", "membership"), meta: meta,
 		joined: make(chan struct{}, 1), changes: make(chan struct{}, 1), events: make(chan Event, 64),
-		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Member{},
+		refusals: map[string]bool{}, world: map[int]Member{}, alive: map[string]Member{}, seen: map[string]bool{},
 	}
 	mc, err := c.memberlistConfig()
 	if err != nil {
@@ -301,6 +302,7 @@ type formation struct {
 	start                time.Time
 	retry                *time.Timer // the next join or resync
 	joinErr, lastRefusal error
+	seedTurn             int // the next seed to rejoin while ranks are missing
 }
 
 // checkClaim returns a refusal that ends the formation. A rank held by
@@ -338,31 +340,63 @@ func (c *Cluster) setFormed(present []Member) {
 	}
 }
 
-// rejoin joins the peers if this member has not yet, with backoff; once
-// joined, while ranks are missing, it exchanges state with the join peers
-// every second (gossip about the missing ranks may have been lost).
+// rejoin joins the peers if this member has not yet, with backoff. Once
+// joined it looks again every second, and while ranks are missing it joins
+// its seeds (the Join list) and every address a member was seen at, with
+// backoff: gossip about a missing rank may have been lost, and a rank that
+// restarted with no peers to join (rank 0, typically) is found only if
+// someone joins it.
 func (c *Cluster) rejoin(f *formation, missing []int) {
-	if c.hasJoined() {
-		if len(missing) > 0 && len(c.cfg.Join) > 0 {
-			if _, err := c.ml.Join(c.cfg.Join); err != nil {
-				c.log.Debug("resync with join peers failed", "err", err)
-			}
+	if !c.hasJoined() {
+		n, err := c.ml.Join(c.cfg.Join)
+		if err == nil && n > 0 {
+			c.mu.Lock()
+			c.didJoin = true
+			c.mu.Unlock()
+			f.backoff = 100 * time.Millisecond
 			f.retry.Reset(time.Second)
+			return
 		}
+		f.joinErr = err
+		c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", f.backoff)
+		f.retry.Reset(f.backoff)
+		f.backoff = min(2*f.backoff, 2*time.Second)
 		return
 	}
-	n, err := c.ml.Join(c.cfg.Join)
-	if err == nil && n > 0 {
-		c.mu.Lock()
-		c.didJoin = true
-		c.mu.Unlock()
-		f.retry.Reset(time.Second) // resync while ranks are missing
+	if len(missing) == 0 {
+		f.retry.Reset(time.Second)
 		return
 	}
-	f.joinErr = err
-	c.log.Debug("join failed, retrying", "peers", c.cfg.Join, "err", err, "backoff", f.backoff)
+	// One seed per attempt, in turn: a join waits out its TCP timeout on a
+	// host that is gone, and this loop must not stall on each of them.
+	if peers := c.seeds(); len(peers) > 0 {
+		peer := peers[f.seedTurn%len(peers)]
+		f.seedTurn++
+		if _, err := c.ml.Join([]string{peer}); err != nil {
+			c.log.Debug("rejoining a seed while ranks are missing", "peer", peer, "missing", missing, "err", err)
+		}
+	}
 	f.retry.Reset(f.backoff)
 	f.backoff = min(2*f.backoff, 2*time.Second)
+}
+
+// seeds are the addresses to join while ranks are missing: the Join list
+// and every address a member was seen at but no member is alive at now.
+func (c *Cluster) seeds() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	live := map[string]bool{}
+	for _, m := range c.alive {
+		live[m.Addr] = true
+	}
+	out := slices.Clone(c.cfg.Join)
+	for addr := range c.seen {
+		if !live[addr] && !slices.Contains(out, addr) {
+			out = append(out, addr)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (c *Cluster) hasJoined() bool {
@@ -613,6 +647,9 @@ func (c *Cluster) track(n *memberlist.Node, alive bool) {
 	c.mu.Lock()
 	if alive && err == nil {
 		c.alive[n.Name] = Member{Name: n.Name, Addr: n.Address(), Meta: m}
+		if n.Name != c.name {
+			c.seen[n.Address()] = true
+		}
 	} else {
 		delete(c.alive, n.Name)
 	}

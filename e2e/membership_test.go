@@ -376,3 +376,43 @@ func TestRank0RestartReforms(t *testing.T) {
 		t.Errorf("seeded request after the restart %v, before %v", after, before)
 	}
 }
+
+// TestFrozenFollowerNotCountedPresent: under --on-peer-loss wait, a
+// follower frozen with SIGSTOP is lost to its heartbeats long before
+// membership declares it dead (it is only suspect meanwhile). Rank 0 must
+// not re-form the world with it: it refuses new requests while it waits,
+// and once the frozen process is replaced, the world re-forms once, in
+// epoch 1.
+func TestFrozenFollowerNotCountedPresent(t *testing.T) {
+	m := newManualJob(t, "e2e-frozen", 3, "--forward-time", "5ms", "--on-peer-loss", "wait", "--local=false")
+	m.startAll(3)
+	m.waitRunning(3)
+	c := m.client()
+	frozen := m.agents[2]
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "rank 0 waiting for the world to re-form", func() (bool, string) {
+		ranks, err := c.status()
+		return err == nil && len(ranks) > 0 && ranks[0].Rank == 0 && ranks[0].State == "reforming", fmt.Sprintf("%+v %v", ranks, err)
+	})
+	if _, err := c.generate(t.Context(), "--prompt", "1,2", "--max-tokens", "4"); err == nil || !strings.Contains(err.Error(), "unavailable") {
+		t.Errorf("a request while rank 2 is frozen: %v, want it refused as unavailable", err)
+	}
+	if err := frozen.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-frozen.exited
+	m.start(2)
+	waitFor(t, 2*time.Minute, "the world re-formed in epoch 1", func() (bool, string) {
+		ranks, err := c.status()
+		ok := err == nil && len(ranks) == 3
+		for _, r := range ranks {
+			ok = ok && r.Epoch == 1 && (r.State == "ready" || r.State == "running")
+		}
+		return ok, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	if n := strings.Count(m.agents[0].log.String(), `msg="world re-formed"`); n != 1 {
+		t.Errorf("rank 0 re-formed the world %d times, want once", n)
+	}
+}

@@ -48,6 +48,7 @@ type DriverConfig struct {
 	Heartbeat      time.Duration // periodic heartbeat interval
 	EOS            int32
 	Version        string
+	Member         string // this agent's member name, reported in status
 	Logger         *slog.Logger
 	// ReplayWindow is how many published steps rank 0 keeps for followers
 	// that missed some (default 1024).
@@ -310,7 +311,7 @@ func (d *Driver) Status() client.RankStatus {
 	}
 	d.mu.Unlock()
 	st := client.RankStatus{
-		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Epoch: d.cfg.Epoch,
+		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Member: d.cfg.Member, Epoch: d.cfg.Epoch,
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
 		Rejected: rejected,
 	}

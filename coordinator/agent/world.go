@@ -9,6 +9,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // world is an agent's view of the job's membership across epochs, and the
@@ -118,7 +119,7 @@ func (w *world) driverConfig() rank.DriverConfig {
 		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize, Epoch: w.epoch, Leader: w.leader,
 		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag, MaxBatchTokens: cfg.MaxBatchTokens,
 		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		EOS: int32(cfg.EOS), Version: r.a.o.version, Logger: r.log,
+		EOS: int32(cfg.EOS), Version: r.a.o.version, Member: r.cl.Name(), Logger: r.log,
 		ReplayWindow: cfg.ReplayWindow, MaxStepBytes: r.bus.MaxPayload,
 		ReplayWindowBytes: cfg.ReplayWindowBytes, StepQueueBytes: cfg.StepQueueBytes,
 		Tracer: r.tel.Tracer(), TraceEvery: cfg.TraceEvery,
@@ -199,14 +200,43 @@ func (w *world) waitReform(ctx context.Context, cause error) error {
 	return nil
 }
 
+// everyRankAnswers reports whether every member of present answers status
+// on the bus for its rank (ranks between epochs answer too, in state
+// reforming). Membership alone is not enough: it lists a member it merely
+// suspects (frozen, partitioned) as present for seconds, and a world
+// re-formed with it would lose it again at once, with requests accepted
+// meanwhile.
+func (w *world) everyRankAnswers(ctx context.Context, present []membership.Member) bool {
+	cfg := &w.r.a.cfg
+	sctx, cancel := context.WithTimeout(ctx, 2*cfg.HeartbeatInterval+500*time.Millisecond)
+	defer cancel()
+	st, _ := client.CollectStatus(sctx, w.r.bus.Main, broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job}, 2*cfg.HeartbeatInterval+500*time.Millisecond)
+	seen := make([]bool, cfg.WorldSize)
+	n := 0
+	names := map[int]string{}
+	for _, m := range present {
+		names[m.Meta.Rank] = m.Name
+	}
+	for _, s := range st {
+		if s.Rank >= 0 && s.Rank < cfg.WorldSize && !seen[s.Rank] && s.Job == cfg.Job && s.Member == names[s.Rank] {
+			seen[s.Rank] = true
+			n++
+		}
+	}
+	if n < cfg.WorldSize {
+		w.r.log.Info("waiting for every rank to answer on the bus before re-forming", "answered", n, "world_size", cfg.WorldSize)
+	}
+	return n == cfg.WorldSize
+}
+
 // reform waits until every rank is back. Rank 0 then starts the next
 // epoch and advertises it; followers wait for rank 0's new epoch (or a
 // new rank 0) and adopt it.
 func (w *world) reform(ctx context.Context) error {
 	cfg, log, cl := &w.r.a.cfg, w.r.log, w.r.cl
-	var cond func([]membership.Member) bool
-	if cfg.Rank != 0 {
-		cond = w.rank0Changed
+	cond := w.rank0Changed
+	if cfg.Rank == 0 {
+		cond = func(present []membership.Member) bool { return w.everyRankAnswers(ctx, present) }
 	}
 	members, err := cl.Reform(ctx, cond)
 	if err != nil {

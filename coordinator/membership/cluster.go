@@ -271,7 +271,8 @@ func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member,
 		}
 		present := c.Members()
 		missing := missingRanks(present, f.world)
-		if len(missing) == 0 && c.hasJoined() && (cond == nil || cond(present)) {
+		twice := claimedTwice(present)
+		if len(missing) == 0 && len(twice) == 0 && c.hasJoined() && (cond == nil || cond(present)) {
 			c.setFormed(present)
 			c.log.Info("world formed", "world_size", f.world, "took", time.Since(f.start).Round(time.Millisecond))
 			return present, nil
@@ -286,9 +287,12 @@ func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member,
 		case <-f.retry.C:
 			c.rejoin(f, missing)
 		case <-progress.C:
-			if len(missing) > 0 {
+			switch {
+			case len(missing) > 0:
 				c.log.Info("waiting for ranks", "present", len(present), "expected", f.world, "missing", missing)
-			} else {
+			case len(twice) > 0:
+				c.log.Info("waiting for the older of two members claiming a rank to go", "ranks", twice)
+			default:
 				c.log.Info("waiting for the world to re-form", "present", len(present))
 			}
 		}
@@ -441,6 +445,24 @@ func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
 		}
 	}
 	return errors.Join(gossipErr, syncErr)
+}
+
+// claimedTwice lists the ranks two live members claim: a process restarted
+// while its old one is only suspected yet (a frozen or partitioned host).
+// Until the old one is gone the rank is not settled: a world formed with
+// either would lose it again (a member that joins after the old one became
+// suspect never hears of it, so it cannot give way by itself).
+func claimedTwice(present []Member) []int {
+	seen := map[int]bool{}
+	var twice []int
+	for _, m := range present {
+		if seen[m.Meta.Rank] && !slices.Contains(twice, m.Meta.Rank) {
+			twice = append(twice, m.Meta.Rank)
+		}
+		seen[m.Meta.Rank] = true
+	}
+	slices.Sort(twice)
+	return twice
 }
 
 func missingRanks(present []Member, world int) []int {

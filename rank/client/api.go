@@ -124,6 +124,9 @@ type RankStatus struct {
 	Rows    int    `json:"rows"`
 	Waiting int    `json:"waiting,omitempty"`
 	Version string `json:"version,omitempty"`
+	// Member is the agent's member name in the job's membership: which
+	// process answers for the rank (a restarted one has a new name).
+	Member string `json:"member,omitempty"`
 	// Rejected counts messages refused by kind (malformed, stale epoch,
 	// wrong sender, …) and duplicates ignored.
 	Rejected map[string]uint64 `json:"rejected,omitempty"`

@@ -106,7 +106,7 @@ func (g *gen) torch(recs []record) error {
 		return nil
 	}
 	r0 := d.first
-	g.p("Batch %s concurrent requests, %s output tokens each, vocab %s; medians over the rounds (each round runs the three setups in turn, their order rotating). The ratio is the setup's median over the plain loop's at the same TP size.\n\n",
+	g.p("Batch %s concurrent requests, %s output tokens each, vocab %s; medians over the rounds (each round runs the three setups in turn, their order rotating; the k-th line of a setup at a TP size is its run in round k). \"vs plain loop\" is the setup's median over the loop's at the same TP size; \"per round\" is the median over the rounds of the setup's tokens/s over the loop's in the same round, which a change of the machine's load between rounds does not skew.\n\n",
 		r0.str("batch"), r0.str("tokens"), r0.str("vocab"))
 	g.torchRates(d)
 	g.torchSteps(d)
@@ -118,23 +118,38 @@ func (g *gen) torch(recs []record) error {
 
 // torchRates writes the tokens/s table.
 func (g *gen) torchRates(d *torchData) {
-	g.p("| TP | setup | rounds | output tokens/s (median) | min–max | vs plain loop |\n|---|---|---|---|---|---|\n")
+	g.p("| TP | setup | rounds | output tokens/s (median) | min–max | vs plain loop | per round |\n|---|---|---|---|---|---|---|\n")
 	for _, tp := range d.tps {
-		loop := median(d.rate[torchKey{tp, torchLoop}])
+		loops := d.rate[torchKey{tp, torchLoop}]
+		loop := median(loops)
 		for s, setup := range torchSetups {
 			v := d.rate[torchKey{tp, s}]
 			if len(v) == 0 {
 				continue
 			}
 			m := median(v)
-			vs := ""
+			vs, per := "", ""
 			if loop > 0 {
 				vs = fmt.Sprintf("%.2f×", m/loop)
 			}
-			g.p("| %d | %s | %d | %.1f | %.1f–%.1f | %s |\n", tp, setup.name, len(v), m, slices.Min(v), slices.Max(v), vs)
+			if r := perRound(v, loops); len(r) > 0 {
+				per = fmt.Sprintf("%.2f×", median(r))
+			}
+			g.p("| %d | %s | %d | %.1f | %.1f–%.1f | %s | %s |\n", tp, setup.name, len(v), m, slices.Min(v), slices.Max(v), vs, per)
 		}
 	}
 	g.p("\n")
+}
+
+// perRound is v[k]/loop[k] for the rounds k both have.
+func perRound(v, loop []float64) []float64 {
+	var out []float64
+	for k := range min(len(v), len(loop)) {
+		if loop[k] > 0 {
+			out = append(out, v[k]/loop[k])
+		}
+	}
+	return out
 }
 
 // torchSteps writes rank 0's per-step breakdown: for each phase, the

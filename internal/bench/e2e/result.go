@@ -138,10 +138,10 @@ func printResult(w io.Writer, r Result, asJSON bool) error {
 func printHeader(w io.Writer, o Options, m stats.Machine) {
 	model := fmt.Sprintf("forward %v", o.ForwardTime)
 	if o.Executor == WorkerExecutor {
-		model = fmt.Sprintf("worker %q, eos %d", o.Model.WorkerCmd, o.Model.EOS)
+		model = fmt.Sprintf("worker %q, eos %d, temperature %g", o.Model.WorkerCmd, o.Model.EOS, o.Temperature)
 	}
-	fmt.Fprintf(w, "machine: %s, %d cores, %s; cpus %q; nproc %d, batch %d, vocab %d, %s, tokens %d, temperature %g\n",
-		m.CPU, m.Cores, m.Go, o.CPUs, o.NProc, o.Batch, o.Vocab, model, o.Tokens, o.Temperature)
+	fmt.Fprintf(w, "machine: %s, %d cores, %s; cpus %q; nproc %d, batch %d, vocab %d, %s, tokens %d\n",
+		m.CPU, m.Cores, m.Go, o.CPUs, o.NProc, o.Batch, o.Vocab, model, o.Tokens)
 	fmt.Fprintf(w, "%-24s %14s %10s %12s  %s\n", "combination", "output_tok/s", "total_s", "vs_baseline", "rank 0 step ms (median)")
 }
 

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/internal/bench/e2e"
 )
@@ -27,12 +30,23 @@ GOMAXPROCS is left alone: the Go runtime of each process sizes itself from
 the affinity mask it starts with.
 
 One JSON line per combination and per stage with --json, a table otherwise;
-progress goes to stderr.`,
+progress goes to stderr.
+
+--executor worker runs a real model instead: --worker-cmd starts each
+rank's model worker (e.g. examples/torch-worker), and --vocab and --eos
+must be the checkpoint's. --forward-time is the synthetic executor's and
+is refused then; the lines carry "executor":"worker" and rank 0's step
+breakdown (await, publish, forward, sample, reply). --temperature 0 runs
+greedy, and --tokens-out appends each request's tokens to a file (JSON
+lines), to compare runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Self, err = benchSelf(); err != nil {
 				return err
+			}
+			if err := checkE2EExecutorFlags(cmd.Flags(), o.Executor); err != nil {
+				return benchConfigError(err)
 			}
 			if err := o.Validate(); err != nil {
 				return benchConfigError(err)
@@ -50,5 +64,28 @@ progress goes to stderr.`,
 	fs.StringSliceVar(&o.Combos, "combos", []string{"all"}, "combinations noise+sampling+ranks (e.g. sync+softmax+all,pool+logspace+rank0), or all")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one combination after this long")
+	fs.StringVar(&o.Executor, "executor", e2e.SyntheticExecutor, "synthetic, or worker: a real model (--worker-cmd, --eos)")
+	fs.StringVar(&o.Model.WorkerCmd, "worker-cmd", "", "with --executor worker: each rank's model worker command, as launch takes it ({socket}, {rank})")
+	fs.IntVar(&o.Model.EOS, "eos", -1, "with --executor worker: the checkpoint's EOS token (-1: none)")
+	fs.DurationVar(&o.Model.ForwardTimeout, "forward-timeout", 30*time.Second, "with --executor worker: deadline of one forward step")
+	fs.Float32Var(&o.Temperature, "temperature", 0.8, "sampling temperature of every request (0: greedy)")
+	fs.StringVar(&o.TokensOut, "tokens-out", "", "append each measured request's output tokens to this file (JSON lines)")
 	return cmd
+}
+
+// checkE2EExecutorFlags refuses the flags given that the executor does not
+// use: --forward-time with the worker, the worker's with the synthetic one.
+func checkE2EExecutorFlags(fs *pflag.FlagSet, executor string) error {
+	if executor == e2e.WorkerExecutor {
+		if fs.Changed("forward-time") {
+			return errors.New("--forward-time: the synthetic executor's; with --executor worker the model's forward pass takes what it takes")
+		}
+		return nil
+	}
+	for _, name := range []string{"worker-cmd", "eos", "forward-timeout"} {
+		if fs.Changed(name) {
+			return fmt.Errorf("--%s: only with --executor worker", name)
+		}
+	}
+	return nil
 }

@@ -3,7 +3,8 @@ semantics, with Granite's multipliers) over per-sequence KV caches.
 
 Every rank holds its shard (see config.Layout) and runs the same
 collectives in the same order: two all_reduce per layer per pass, one for
-the embedding, and one gather of the logits to rank 0.
+the embedding, and one gather of the logits to rank 0 (an all_gather when
+every rank gets logits).
 """
 
 import torch
@@ -13,12 +14,17 @@ from config import Layout
 
 
 class Comm:
-    """The collectives of one TP group; a no-op at world 1."""
+    """The collectives of one TP group; a no-op at world 1.
+
+    logits_everywhere picks the collective of the logits: a gather to rank
+    0 (False) or an all_gather (True). Every rank must hold the same value,
+    or the collectives do not match: set it from agree_logits."""
 
     def __init__(self, world, reduce_dtype=None):
         self.world = world
         # gloo in torch 1.13 cannot reduce bfloat16: reduce in float32.
         self.reduce_dtype = reduce_dtype
+        self.logits_everywhere = False
 
     def all_reduce(self, x):
         if self.world == 1:
@@ -39,6 +45,38 @@ class Comm:
         parts = [torch.empty_like(x) for _ in range(self.world)] if rank == 0 else None
         dist.gather(x, parts, dst=0)
         return parts
+
+    def gather_logits(self, x, rank):
+        """The list of every rank's x on the ranks that get logits (rank 0,
+        or every rank with logits_everywhere); None elsewhere."""
+        if self.world == 1 or not self.logits_everywhere:
+            return self.gather0(x, rank)
+        import torch.distributed as dist
+        parts = [torch.empty_like(x) for _ in range(self.world)]
+        dist.all_gather(parts, x)
+        return parts
+
+    def agree_logits(self, rank, wants):
+        """Decide with every rank which ranks get logits, from each rank's
+        wish (HELLO's logits flag): all of them -> all_gather, rank 0 alone
+        -> gather. Sets and returns logits_everywhere; raises ValueError, on
+        every rank alike, for any other combination. A collective: every
+        rank calls it at the same point."""
+        if self.world == 1:
+            self.logits_everywhere = False
+            return False
+        import torch.distributed as dist
+        t = torch.tensor([int(bool(wants)), int(bool(wants) and rank == 0)], dtype=torch.int64)
+        dist.all_reduce(t)
+        n, rank0 = int(t[0]), int(t[1])
+        if n == self.world:
+            self.logits_everywhere = True
+        elif n == 1 and rank0 == 1:
+            self.logits_everywhere = False
+        else:
+            raise ValueError("%d of %d ranks are asked for logits (rank 0 %s); this worker serves rank 0 "
+                             "alone or every rank" % (n, self.world, "among them" if rank0 else "not"))
+        return self.logits_everywhere
 
 
 class Linear:
@@ -246,12 +284,12 @@ class TPModel:
 
     def logits(self, hidden):
         """Vocab-parallel lm_head; the full float32 logits [rows, vocab] on
-        rank 0, None elsewhere."""
+        rank 0 (on every rank with comm.logits_everywhere), None elsewhere."""
         lay = self.lay
         local = self.lm_head(hidden).float()
         if local.shape[1] < lay.vocab_chunk:
             local = F.pad(local, (0, lay.vocab_chunk - local.shape[1]))
-        parts = self.comm.gather0(local.contiguous(), self.rank)
+        parts = self.comm.gather_logits(local.contiguous(), self.rank)
         if parts is None:
             return None
         logits = torch.cat(parts, dim=1)[:, :self.cfg.vocab]

@@ -193,14 +193,25 @@ class HelloErrorTest(unittest.TestCase):
 
 
 class TP2ProtocolTest(unittest.TestCase):
-    """Two workers joined by env:// (as tpcoord sets it); only rank 0 writes."""
+    """Two workers joined by env:// (as tpcoord sets it): rank 0 alone
+    writes logits (gather), or every rank does (all_gather, for
+    --sampling-ranks all), as the ranks' HELLOs agree."""
 
-    def test_tp2(self):
-        tmp = tempfile.mkdtemp(prefix="proto-tp2-")
-        self.addCleanup(shutil.rmtree, tmp)
-        model = os.path.join(tmp, "model")
-        cfg, weights = testlib.make_checkpoint(model, seed=9, dtype="bf16", granite=True, shards=2)
-        steps = testlib.scenario(testlib.Reference(cfg, weights))
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="proto-tp2-")
+        cls.model = os.path.join(cls.tmp, "model")
+        cfg, weights = testlib.make_checkpoint(cls.model, seed=9, dtype="bf16", granite=True, shards=2)
+        cls.steps = testlib.scenario(testlib.Reference(cfg, weights))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def start_pair(self, logits):
+        """Start two workers and send each its HELLO (both before either
+        answers: they rendezvous); logits[r] is rank r's logits flag."""
+        tmp = tempfile.mkdtemp(dir=self.tmp)
         port = str(testlib.free_port())
         started = []
         for rank in range(2):
@@ -212,20 +223,46 @@ class TP2ProtocolTest(unittest.TestCase):
             env = dict(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo")
             log = os.path.join(tmp, "worker%d.log" % rank)
-            proc = agentlib.start_worker(model, log, "--socket", path, "--prefill-chunk", "8", env=env)
+            proc = agentlib.start_worker(self.model, log, "--socket", path, "--prefill-chunk", "8", env=env)
             self.addCleanup(lambda p=proc: (p.kill(), p.wait()))
             started.append((srv, proc, log))
         clients = [Client(agentlib.accept(*s)) for s in started]
         for c in clients:
             self.addCleanup(c.close)
-        for rank, c in enumerate(clients):  # both before either answers: they rendezvous
-            c.hello(rank=rank, world=2)
-        self.assertEqual([c.hello_ok()["world"] for c in clients], [2, 2])
-        for k, s in enumerate(steps):
+        for rank, c in enumerate(clients):
+            c.hello(rank=rank, world=2, logits=logits[rank])
+        return clients
+
+    def run_steps(self, clients, written):
+        """Every step on both workers; written[r]: rank r writes logits."""
+        for k, s in enumerate(self.steps):
             for c in clients:
                 c.forward_v2(k + 1, s.finished, s.rows)
-            self.assertEqual([c.forward_ok() for c in clients], [(k + 1, len(s.rows)), (k + 1, 0)])
-            check_logits(self, clients[0].shm.logits(len(s.rows)), s.expected, "TP 2 step %d" % (k + 1))
+            want = [(k + 1, len(s.rows) if w else 0) for w in written]
+            self.assertEqual([c.forward_ok() for c in clients], want)
+            for rank, c in enumerate(clients):
+                if written[rank]:
+                    check_logits(self, c.shm.logits(len(s.rows)), s.expected,
+                                 "TP 2 rank %d step %d" % (rank, k + 1))
+
+    def test_tp2_logits_on_rank0(self):
+        clients = self.start_pair([True, False])
+        self.assertEqual([c.hello_ok()["world"] for c in clients], [2, 2])
+        self.run_steps(clients, [True, False])
+
+    def test_tp2_logits_on_every_rank(self):
+        clients = self.start_pair([True, True])
+        self.assertEqual([c.hello_ok()["rank"] for c in clients], [0, 1])
+        self.run_steps(clients, [True, True])
+
+    def test_tp2_ranks_disagree(self):
+        # A follower with logits but not rank 0: no collective serves that;
+        # both ranks refuse alike (neither is left in a collective).
+        clients = self.start_pair([False, True])
+        for c in clients:
+            with self.assertRaises(WorkerError) as cm:
+                c.hello_ok()
+            self.assertIn("1 of 2 ranks are asked for logits (rank 0 not)", str(cm.exception))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ It speaks the worker protocol (versions 1 and 2) to a tpcoord agent, loads
 its rank's shard of a Hugging Face Llama/Granite checkpoint (safetensors),
 joins the job's torch.distributed group (env://, the torchrun variables
 tpcoord sets) and runs the forward pass with a KV cache per sequence. Rank
-0 gathers the logits and writes them to the agent's shared memory.
+0 gathers the logits and writes them to the agent's shared memory; when
+every rank's agent asks for logits (--sampling-ranks all), every rank
+all-gathers them and writes its own.
 
     worker.py --socket PATH --model DIR   # connect to an agent (--worker-cmd)
     worker.py --listen PATH --model DIR   # serve agents one at a time (--worker-socket)
@@ -118,6 +120,16 @@ class Loaded:
         return model
 
 
+def agree_logits(model, hello):
+    """Which ranks get logits, decided with every rank (a collective, after
+    the process group is up): all of them (--sampling-ranks all) or rank 0
+    alone. True for every rank."""
+    try:
+        return model.comm.agree_logits(hello.rank, hello.logits)
+    except ValueError as e:
+        raise HelloError(str(e)) from None
+
+
 def open_shm(path, size):
     try:
         fd = os.open(path, os.O_RDWR)
@@ -143,8 +155,6 @@ def handshake(conn, hello, args, loaded):
     check_env(hello.rank, hello.world)
     if hello.dtype not in DTYPE_SIZE:
         raise HelloError("unknown logits dtype code %d (1 float32, 2 float16, 3 bfloat16)" % hello.dtype)
-    if hello.logits and hello.rank != 0:
-        raise HelloError("rank %d is asked for logits; this worker gathers them on rank 0" % hello.rank)
     cfg = ModelConfig.load(args.model)
     mine = (version, hello.rank, hello.world, cfg.vocab, hello.max_batch, cfg.eos, hello.dtype)
     name = "%s (llama, rank %d of %d, %s compute)" % (NAME, hello.rank, hello.world, args.compute_dtype)
@@ -163,14 +173,15 @@ def handshake(conn, hello, args, loaded):
         mm = open_shm(hello.shm_path, need)
     try:
         model = loaded.get(cfg, hello.rank, hello.world)
+        everywhere = agree_logits(model, hello)
     except BaseException:
         if mm is not None:
             mm.close()
         raise
     conn.send(HELLO_OK, reply)
-    log("rank %d of %d (LOCAL_RANK %s) ready: protocol v%d, max batch %d, %s logits" % (
+    log("rank %d of %d (LOCAL_RANK %s) ready: protocol v%d, max batch %d, %s logits %s" % (
         hello.rank, hello.world, os.environ.get("LOCAL_RANK", "-"), version, hello.max_batch,
-        DTYPE_NAME[hello.dtype]))
+        DTYPE_NAME[hello.dtype], "on every rank (all_gather)" if everywhere else "on rank 0 (gather)"))
     return Session(hello, version, Runtime(model, args.prefill_chunk, log), mm)
 
 

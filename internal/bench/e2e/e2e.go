@@ -28,6 +28,10 @@ type Options struct {
 	Combos      []string      // --combos: noise+sampling+ranks, or all
 	JSON        bool          // --json: JSON lines instead of a table
 	Timeout     time.Duration // --timeout: per combination
+	Executor    string        // --executor: synthetic, or worker (a real model: Model)
+	Model       Model         // the worker executor's flags
+	Temperature float32       // --temperature of every request (0: greedy)
+	TokensOut   string        // --tokens-out: append each request's tokens here as JSON lines
 }
 
 // Validate checks o, and that taskset is there when --cpus asks for it;
@@ -55,6 +59,12 @@ func (o Options) Validate() error {
 	if _, err := selectCombos(o.Combos); err != nil {
 		return err
 	}
+	if err := o.validateExecutor(); err != nil {
+		return err
+	}
+	if err := o.validateTemperature(); err != nil {
+		return err
+	}
 	if o.Self == "" {
 		return errors.New("options: Self, the tpcoord binary to run launch from, is not set")
 	}
@@ -69,6 +79,14 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 		return err
 	}
 	combos, _ := selectCombos(o.Combos) // Validate checked them
+	// A --tokens-out that cannot be written fails now, not after a run.
+	if o.TokensOut != "" {
+		f, err := openTokensOut(o.TokensOut)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
 	dir, err := os.MkdirTemp("", "tpcoord-bench-e2e-")
 	if err != nil {
 		return err
@@ -76,9 +94,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	defer os.RemoveAll(dir)
 	m := stats.ThisMachine()
 	if !o.JSON {
-		fmt.Fprintf(stdout, "machine: %s, %d cores, %s; cpus %q; nproc %d, batch %d, vocab %d, forward %v, tokens %d\n",
-			m.CPU, m.Cores, m.Go, o.CPUs, o.NProc, o.Batch, o.Vocab, o.ForwardTime, o.Tokens)
-		fmt.Fprintf(stdout, "%-24s %14s %10s %12s  %s\n", "combination", "output_tok/s", "total_s", "vs_baseline", "rank 0 step ms (median)")
+		printHeader(stdout, o, m)
 	}
 	rate := map[Combo]float64{}
 	for i, c := range combos {
@@ -108,9 +124,14 @@ func measure(ctx context.Context, o Options, c Combo, dir string, i int, progres
 		return Result{}, err
 	}
 	r := Result{Kind: "combo", CPUs: o.CPUs,
-		NProc: o.NProc, Batch: o.Batch, Vocab: o.Vocab, ForwardTimeMS: float64(o.ForwardTime.Microseconds()) / 1000,
+		NProc: o.NProc, Batch: o.Batch, Vocab: o.Vocab,
 		Tokens: o.Tokens, Combo: c.String(), Noise: c.Noise, Sampling: c.Sampling, SamplingRanks: c.Ranks,
 		OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds(), Step: breakdown(steps)}
+	if o.Executor == WorkerExecutor {
+		r.Executor, r.Impl = WorkerExecutor, "tpcoord"
+	} else {
+		r.Synthetic = &Synthetic{ForwardTimeMS: float64(o.ForwardTime.Microseconds()) / 1000}
+	}
 	fmt.Fprintf(progress, "bench e2e: %s: %d tokens in %.2fs: %.1f tokens/s\n", c, n, r.TotalS, r.TokensPerS)
 	return r, nil
 }
@@ -122,23 +143,30 @@ func measure(ctx context.Context, o Options, c Combo, dir string, i int, progres
 func runCombo(ctx context.Context, o Options, c Combo, dir string, i int, progress io.Writer) (int, time.Duration, []client.StepTiming, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	j, err := job.Start(ctx, job.Launch{Self: o.Self, CPUs: o.CPUs, Dir: dir, Name: strconv.Itoa(i), Args: []string{
-		"--nproc", strconv.Itoa(o.NProc), "--job", "bench-e2e",
-		"--vocab", strconv.Itoa(o.Vocab), "--forward-time", o.ForwardTime.String(),
+	args := append([]string{"--nproc", strconv.Itoa(o.NProc), "--job", "bench-e2e", "--vocab", strconv.Itoa(o.Vocab)},
+		o.executorArgs()...)
+	j, err := job.Start(ctx, job.Launch{Self: o.Self, CPUs: o.CPUs, Dir: dir, Name: strconv.Itoa(i), Args: append(args,
 		"--max-batch", strconv.Itoa(o.Batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.Batch)),
-		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks}})
+		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks)})
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	// One short request first: the first step pays for page faults and
 	// the noise pool's first rows in every combination alike.
-	if _, _, err := j.Submit(ctx, job.Batch{Requests: 1, Tokens: 2, Vocab: o.Vocab, Temperature: 0.8, SeedBase: 1 << 20}); err != nil {
+	if _, _, err := j.Submit(ctx, job.Batch{Requests: 1, Tokens: 2, Vocab: o.Vocab, Temperature: o.Temperature, SeedBase: 1 << 20}); err != nil {
 		return 0, 0, nil, j.Fail(fmt.Errorf("warm-up: %w", err))
 	}
 	start := time.Now()
-	n, elapsed, err := j.Submit(ctx, job.Batch{Requests: o.Batch, Tokens: o.Tokens, Vocab: o.Vocab, Temperature: 0.8})
+	toks, elapsed, err := j.SubmitTokens(ctx, job.Batch{Requests: o.Batch, Tokens: o.Tokens, Vocab: o.Vocab, Temperature: o.Temperature})
 	if err != nil {
 		return 0, 0, nil, j.Fail(err)
+	}
+	if err := writeTokens(o, c, toks); err != nil {
+		return 0, 0, nil, j.Fail(err)
+	}
+	n := 0
+	for _, t := range toks {
+		n += len(t)
 	}
 	steps, err := j.StepTimings(ctx, start)
 	if err != nil {

@@ -12,11 +12,19 @@ import (
 type Result struct {
 	Kind string `json:"kind"` // "combo"
 	stats.Machine
-	CPUs          string  `json:"cpus,omitempty"` // taskset list the whole launch ran under
-	NProc         int     `json:"nproc"`
-	Batch         int     `json:"batch"`
-	Vocab         int     `json:"vocab"`
-	ForwardTimeMS float64 `json:"forward_time_ms"`
+	CPUs  string `json:"cpus,omitempty"` // taskset list the whole launch ran under
+	NProc int    `json:"nproc"`
+	Batch int    `json:"batch"`
+	Vocab int    `json:"vocab"`
+	// Synthetic is the synthetic executor's forward time; nil, and its
+	// field absent, with the worker executor, whose forward pass is the
+	// model's.
+	*Synthetic
+	// Executor and Impl are "worker" and "tpcoord" with the worker
+	// executor (scripts/torch_tp_loop.py writes Impl "pytorch-loop"),
+	// absent with the synthetic one.
+	Executor      string  `json:"executor,omitempty"`
+	Impl          string  `json:"impl,omitempty"`
 	Tokens        int     `json:"tokens"`
 	Combo         string  `json:"combo"`
 	Noise         string  `json:"noise"`
@@ -32,6 +40,11 @@ type Result struct {
 	// ms per phase, from its flight recorder); absent if it could not be
 	// read.
 	Step *StepBreakdown `json:"step_median_ms,omitempty"`
+}
+
+// Synthetic is what a run on the synthetic executor adds to its Result.
+type Synthetic struct {
+	ForwardTimeMS float64 `json:"forward_time_ms"`
 }
 
 // StepBreakdown is the median time per phase of rank 0's steps, in ms.
@@ -109,11 +122,27 @@ func printResult(w io.Writer, r Result, asJSON bool) error {
 		return stats.WriteJSONLine(w, r)
 	}
 	step := "-"
-	if b := r.Step; b != nil {
+	switch b := r.Step; {
+	case b == nil:
+	case r.Executor == WorkerExecutor:
+		step = fmt.Sprintf("%.1f: await %.2f, publish %.2f, forward %.1f, sample %.2f, reply %.2f (medians of each)",
+			b.Total, b.Await, b.Publish, b.Forward, b.Sample, b.Reply)
+	default:
 		step = fmt.Sprintf("%.1f: forward %.1f, sample %.1f (medians of each)", b.Total, b.Forward, b.Sample)
 	}
 	_, err := fmt.Fprintf(w, "%-24s %14.1f %10.2f %12s  %s\n", r.Combo, r.TokensPerS, r.TotalS, fmtRatio(r.VsBaseline), step)
 	return err
+}
+
+// printHeader writes the table's header: the machine and the setup.
+func printHeader(w io.Writer, o Options, m stats.Machine) {
+	model := fmt.Sprintf("forward %v", o.ForwardTime)
+	if o.Executor == WorkerExecutor {
+		model = fmt.Sprintf("worker %q, eos %d, temperature %g", o.Model.WorkerCmd, o.Model.EOS, o.Temperature)
+	}
+	fmt.Fprintf(w, "machine: %s, %d cores, %s; cpus %q; nproc %d, batch %d, vocab %d, %s, tokens %d\n",
+		m.CPU, m.Cores, m.Go, o.CPUs, o.NProc, o.Batch, o.Vocab, model, o.Tokens)
+	fmt.Fprintf(w, "%-24s %14s %10s %12s  %s\n", "combination", "output_tok/s", "total_s", "vs_baseline", "rank 0 step ms (median)")
 }
 
 // printStages writes the stages' lines, under a header in a table.

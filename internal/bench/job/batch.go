@@ -12,7 +12,7 @@ import (
 
 // Batch is a batch of concurrent requests: Requests requests of Tokens
 // output tokens each (ignore_eos), at Temperature, with seeds SeedBase,
-// SeedBase+1, ...; their prompts are three tokens below Vocab.
+// SeedBase+1, ...; their prompts are Prompt's.
 type Batch struct {
 	Requests    int
 	Tokens      int
@@ -25,42 +25,56 @@ type Batch struct {
 // output tokens received and the wall time. The error is the first
 // request's that failed.
 func (j *Job) Submit(ctx context.Context, b Batch) (int, time.Duration, error) {
+	out, elapsed, err := j.SubmitTokens(ctx, b)
+	total := 0
+	for _, toks := range out {
+		total += len(toks)
+	}
+	return total, elapsed, err
+}
+
+// SubmitTokens is Submit returning each request's output tokens (nil for
+// a request that failed).
+func (j *Job) SubmitTokens(ctx context.Context, b Batch) ([][]int32, time.Duration, error) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
-		total int
 		first error
 	)
+	out := make([][]int32, b.Requests)
 	start := time.Now()
 	for i := range b.Requests {
 		wg.Go(func() {
-			n, err := j.generate(ctx, b, i)
+			toks, err := j.generate(ctx, b, i)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err != nil && first == nil:
 				first = fmt.Errorf("request %d: %w", i, err)
 			case err == nil:
-				total += n
+				out[i] = toks
 			}
 		})
 	}
 	wg.Wait()
-	return total, time.Since(start), first
+	return out, time.Since(start), first
+}
+
+// Prompt is the prompt of request i of a batch: three tokens below vocab
+// (scripts/torch_tp_loop.py builds the same ones).
+func Prompt(i, vocab int) []int32 {
+	return []int32{int32((1 + 7*i) % vocab), int32((100 + 13*i) % vocab), int32((1000 + 31*i) % vocab)}
 }
 
 // generate runs request i of b and returns its output tokens.
-func (j *Job) generate(ctx context.Context, b Batch, i int) (int, error) {
+func (j *Job) generate(ctx context.Context, b Batch, i int) ([]int32, error) {
 	seed := b.SeedBase + uint64(i)
 	p := sampler.DefaultParams()
 	p.Temperature, p.IgnoreEOS, p.Seed = b.Temperature, true, &seed
-	req := &client.GenerateRequest{
-		PromptTokenIDs: []int32{int32((1 + 7*i) % b.Vocab), int32((100 + 13*i) % b.Vocab), int32((1000 + 31*i) % b.Vocab)},
-		MaxTokens:      b.Tokens, Params: p,
-	}
+	req := &client.GenerateRequest{PromptTokenIDs: Prompt(i, b.Vocab), MaxTokens: b.Tokens, Params: p}
 	rep, err := client.Generate(ctx, j.nc, j.subj, req, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(rep.Tokens), nil
+	return rep.Tokens, nil
 }

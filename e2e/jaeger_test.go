@@ -59,9 +59,9 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startJaeger runs Jaeger v2 (in memory) with its OTLP gRPC receiver and
-// query API on free ports; it returns both addresses.
-func startJaeger(t *testing.T) (otlpGRPC, query string) {
+// startJaeger runs Jaeger v2 (in memory) with its OTLP gRPC and HTTP
+// receivers and query API on free ports; it returns their addresses.
+func startJaeger(t *testing.T) (otlpGRPC, otlpHTTP, query string) {
 	t.Helper()
 	bin := jaegerBin(t)
 	otlpGRPC, otlpHTTP, query, queryGRPC := freePort(t), freePort(t), freePort(t), freePort(t)
@@ -103,7 +103,7 @@ func startJaeger(t *testing.T) (otlpGRPC, query string) {
 		resp.Body.Close()
 		return resp.StatusCode == 200, resp.Status
 	})
-	return otlpGRPC, query
+	return otlpGRPC, otlpHTTP, query
 }
 
 // jaegerConfig is Jaeger v2's configuration: in-memory storage, the query
@@ -273,7 +273,7 @@ func keys(m map[string]jaegerSpan) []string {
 // real Jaeger; its query API shows a step trace joining all four ranks,
 // followers' step spans children of rank 0's, and rank 0's request span.
 func TestJaegerTraces(t *testing.T) {
-	otlp, query := startJaeger(t)
+	otlp, _, query := startJaeger(t)
 	const world = 4
 	j := launch(t, "--nproc", fmt.Sprint(world), "--job", "jaeger", "--forward-time", "2ms",
 		"--trace-every", "1", "--otlp-endpoint", otlp, "--otlp-insecure")
@@ -432,4 +432,40 @@ func TestMetricsStatusFlight(t *testing.T) {
 		return len(dumps(0)) == 1, fmt.Sprint(dumps(0))
 	})
 	_ = j.wait(60 * time.Second)
+}
+
+// TestJaegerFromEnvOnly: with only OTEL_EXPORTER_OTLP_ENDPOINT set to the
+// collector's OTLP/HTTP URL (the standard 4318 form) and no flags, the
+// agents export over http/protobuf, the specification's default protocol,
+// and the spans reach Jaeger.
+func TestJaegerFromEnvOnly(t *testing.T) {
+	_, otlpHTTP, query := startJaeger(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+otlpHTTP)
+	t.Setenv("OTEL_SERVICE_NAME", "tpcoord-env")
+	j := launch(t, "--nproc", "2", "--job", "jaeger-env", "--forward-time", "2ms", "--trace-every", "1")
+	ctx, cancel := contextWithTimeout(60 * time.Second)
+	defer cancel()
+	if _, err := j.generate(ctx, "--prompt", "5,6,7", "--max-tokens", "4"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+		t.Fatalf("launch exited with %v", err)
+	}
+	if strings.Contains(j.log.String(), "trace export failed") {
+		t.Errorf("an export failed:\n%s", tail(j.log.String(), 20))
+	}
+	waitFor(t, 60*time.Second, "step spans of service tpcoord-env", func() (bool, string) {
+		resp, err := http.Get("http://" + query + "/api/traces?service=tpcoord-env&operation=step&limit=5")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			return false, err.Error()
+		}
+		return len(body.Data) > 0, fmt.Sprintf("%d traces", len(body.Data))
+	})
 }

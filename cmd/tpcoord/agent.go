@@ -105,7 +105,7 @@ func (c *agentOptions) workerFlags(fs *pflag.FlagSet, def agent.Config) {
 func (c *agentOptions) telemetryFlags(fs *pflag.FlagSet, def agent.Config) {
 	f, t := c.fields, def.Telemetry
 	fs.StringVar(&c.Telemetry.OTLPEndpoint, f.name("Telemetry.OTLPEndpoint", "otlp-endpoint"), t.OTLPEndpoint, "export trace spans over OTLP to this collector (host:port or URL, e.g. 127.0.0.1:4317 or http://127.0.0.1:4318); empty: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT if set, else no export")
-	fs.StringVar(&c.Telemetry.OTLPProtocol, f.name("Telemetry.OTLPProtocol", "otlp-protocol"), t.OTLPProtocol, "OTLP protocol: grpc or http (empty: OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc)")
+	fs.StringVar(&c.Telemetry.OTLPProtocol, f.name("Telemetry.OTLPProtocol", "otlp-protocol"), t.OTLPProtocol, "OTLP protocol: grpc or http (empty: OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc for a host:port --otlp-endpoint and http/protobuf, the OpenTelemetry default, otherwise)")
 	fs.BoolVar(&c.Telemetry.OTLPInsecure, f.name("Telemetry.OTLPInsecure", "otlp-insecure"), t.OTLPInsecure, "OTLP without TLS (implied by an http:// endpoint URL)")
 	fs.StringVar(&c.Telemetry.MetricsAddr, f.name("Telemetry.MetricsAddr", "metrics-addr"), t.MetricsAddr, "serve Prometheus /metrics, /healthz and /readyz on this host:port (empty: off; port 0 picks a free one, logged and shown by status)")
 	fs.StringVar(&c.Telemetry.FlightDir, f.name("Telemetry.FlightDir", "flight-dir"), t.FlightDir, "also write flight recorder dumps (on abort and SIGUSR1) to files in this directory")

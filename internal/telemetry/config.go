@@ -14,7 +14,9 @@ type Config struct {
 	// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variable if set, else no export.
 	OTLPEndpoint string
 	// OTLPProtocol is grpc or http (http/protobuf); empty: the
-	// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL variable, else grpc.
+	// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL variable, else grpc for a bare
+	// host:port endpoint and http/protobuf (the specification's default)
+	// otherwise.
 	OTLPProtocol string
 	// OTLPInsecure exports without TLS (an http:// URL implies it).
 	OTLPInsecure bool

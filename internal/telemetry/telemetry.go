@@ -46,7 +46,7 @@ func Start(ctx context.Context, c Config, l Labels, getenv func(string) string, 
 			t.Close()
 		}
 	}()
-	if t.tracing, err = newTracing(ctx, c, l, getenv); err != nil {
+	if t.tracing, err = newTracing(ctx, c, l, getenv, log); err != nil {
 		return nil, err
 	}
 	if t.tracing != nil {

@@ -23,12 +23,12 @@ import (
 
 func TestSetupTracingOffWithoutEndpoint(t *testing.T) {
 	env := map[string]string{"OTEL_SERVICE_NAME": "x"}
-	tr, err := newTracing(context.Background(), Config{}, Labels{Job: "j"}, func(k string) string { return env[k] })
+	tr, err := newTracing(context.Background(), Config{}, Labels{Job: "j"}, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler))
 	if err != nil || tr != nil {
 		t.Fatalf("newTracing without endpoint = %v, %v; want nil, nil", tr, err)
 	}
 	env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["OTEL_TRACES_EXPORTER"] = "http://127.0.0.1:1", "none"
-	if tr, err := newTracing(context.Background(), Config{}, Labels{Job: "j"}, func(k string) string { return env[k] }); err != nil || tr != nil {
+	if tr, err := newTracing(context.Background(), Config{}, Labels{Job: "j"}, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler)); err != nil || tr != nil {
 		t.Fatalf("newTracing with OTEL_TRACES_EXPORTER=none = %v, %v; want nil, nil", tr, err)
 	}
 }
@@ -136,7 +136,7 @@ func TestSetupTracingHTTPFromEnv(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "tpc-test")
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci,tpc.job=overridden")
-	tr, err := newTracing(context.Background(), Config{OTLPProtocol: "http"}, Labels{Job: "j1", Rank: 2}, os.Getenv)
+	tr, err := newTracing(context.Background(), Config{OTLPProtocol: "http"}, Labels{Job: "j1", Rank: 2}, os.Getenv, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestSetupTracingGRPCFlags(t *testing.T) {
 	go func() { served <- gs.Serve(ln) }()
 	defer func() { gs.Stop(); <-served }()
 
-	tr, err := newTracing(context.Background(), Config{OTLPEndpoint: ln.Addr().String(), OTLPInsecure: true}, Labels{Job: "j2", Rank: 1}, os.Getenv)
+	tr, err := newTracing(context.Background(), Config{OTLPEndpoint: ln.Addr().String(), OTLPInsecure: true}, Labels{Job: "j2", Rank: 1}, os.Getenv, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,3 +260,63 @@ func TestFlightDump(t *testing.T) {
 		t.Errorf("log:\n%s", logBuf.String())
 	}
 }
+
+// TestDefaultProtocol: with no protocol given, the OpenTelemetry default
+// (http/protobuf) applies; only the flag's bare host:port form means gRPC.
+func TestDefaultProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		c    Config
+		env  map[string]string
+		want string
+	}{
+		{Config{}, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "http/protobuf"},
+		{Config{}, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "grpc"},
+		{Config{}, map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "GRPC"}, "grpc"},
+		{Config{OTLPEndpoint: "127.0.0.1:4317"}, nil, "grpc"},
+		{Config{OTLPEndpoint: "http://127.0.0.1:4318"}, nil, "http/protobuf"},
+		{Config{OTLPEndpoint: "127.0.0.1:4318", OTLPProtocol: "http"}, nil, "http"},
+	} {
+		if got := defaultProtocol(tc.c, func(k string) string { return tc.env[k] }); got != tc.want {
+			t.Errorf("%+v %v: protocol %q, want %q", tc.c, tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestFirstExportFailureReported: an export that fails is logged at once,
+// naming the endpoint, once.
+func TestFirstExportFailureReported(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var logBuf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logBuf.Write(p)
+	}), nil))
+	tr, err := newTracing(context.Background(), Config{OTLPEndpoint: "http://" + addr}, Labels{Job: "j"}, func(string) string { return "" }, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, span := tr.Provider.Tracer("t").Start(context.Background(), "lost")
+		span.End()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_ = tr.Provider.ForceFlush(ctx)
+		cancel()
+	}
+	_ = tr.Shutdown(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logBuf.String(), "trace export failed"); n != 1 || !strings.Contains(logBuf.String(), addr) {
+		t.Fatalf("log has %d export failures, want one naming %s:\n%s", n, addr, logBuf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

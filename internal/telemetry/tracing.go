@@ -3,10 +3,12 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -39,24 +41,21 @@ func (t *tracing) Shutdown(ctx context.Context) error {
 // and OTEL_RESOURCE_ATTRIBUTES, which override the defaults (service.name
 // tpcoord, tpc.job, tpc.rank, host.name). With no endpoint configured, or
 // OTEL_TRACES_EXPORTER=none, it returns nil and nothing touches the network.
-func newTracing(ctx context.Context, c Config, l Labels, getenv func(string) string) (*tracing, error) {
+func newTracing(ctx context.Context, c Config, l Labels, getenv func(string) string, log *slog.Logger) (*tracing, error) {
 	envEndpoint := firstEnv(getenv, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 	if c.OTLPEndpoint == "" && (envEndpoint == "" || getenv("OTEL_TRACES_EXPORTER") == "none") {
 		return nil, nil
 	}
-	proto := strings.ToLower(c.OTLPProtocol)
-	if proto == "" {
-		proto = firstEnv(getenv, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
+	proto := defaultProtocol(c, getenv)
 	t := &tracing{Endpoint: envEndpoint}
 	var exp sdktrace.SpanExporter
 	var err error
 	switch proto {
-	case "", "grpc":
+	case "grpc":
 		t.Protocol = "grpc"
 		exp, err = grpcExporter(ctx, c, t)
 	case "http", "http/protobuf":
-		t.Protocol = "http"
+		t.Protocol = "http/protobuf"
 		exp, err = httpExporter(ctx, c, t)
 	default:
 		return nil, fielderr.New("OTLPProtocol", "OTEL_EXPORTER_OTLP_PROTOCOL %q is not supported (grpc, http/protobuf)", proto)
@@ -69,9 +68,27 @@ func newTracing(ctx context.Context, c Config, l Labels, getenv func(string) str
 		_ = exp.Shutdown(ctx)
 		return nil, err
 	}
+	exp = &reportingExporter{SpanExporter: exp, log: log, endpoint: t.Endpoint, protocol: t.Protocol}
 	// Every traced step is exported (sampling is the driver's TraceEvery).
 	t.Provider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	return t, nil
+}
+
+// defaultProtocol is the OTLP protocol to export with: the flag, else the
+// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL variable, else, as the OpenTelemetry
+// specification says, http/protobuf; an endpoint given as a bare host:port
+// (the flag's documented gRPC form, e.g. 127.0.0.1:4317) means grpc.
+func defaultProtocol(c Config, getenv func(string) string) string {
+	if p := strings.ToLower(c.OTLPProtocol); p != "" {
+		return p
+	}
+	if p := firstEnv(getenv, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" {
+		return strings.ToLower(p)
+	}
+	if c.OTLPEndpoint != "" && !strings.Contains(c.OTLPEndpoint, "://") {
+		return "grpc"
+	}
+	return "http/protobuf"
 }
 
 func firstEnv(getenv func(string) string, names ...string) string {
@@ -149,6 +166,28 @@ func newResource(ctx context.Context, l Labels, getenv func(string) string) (*re
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
 	return res, nil
+}
+
+// reportingExporter logs the first failed export at once, naming the
+// endpoint and protocol: a collector that cannot be reached, or that speaks
+// another protocol, shows in the first batch (every few seconds), not at
+// exit. Later failures reach OpenTelemetry's error handler.
+type reportingExporter struct {
+	sdktrace.SpanExporter
+	log                *slog.Logger
+	endpoint, protocol string
+	once               sync.Once
+}
+
+// ExportSpans exports spans and reports the first failure.
+func (e *reportingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.once.Do(func() {
+			e.log.Error("trace export failed; spans are being dropped", "endpoint", e.endpoint, "protocol", e.protocol, "err", err)
+		})
+	}
+	return err
 }
 
 // envDetector is resource.WithFromEnv reading through getenv, so tests

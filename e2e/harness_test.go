@@ -294,3 +294,22 @@ func (a *agent) wait(limit time.Duration) int {
 	}
 	return 0
 }
+
+// rankNATSURL is the NATS URL a rank process got from launch (its
+// environment's TPC_NATS): the ranks' credentials, which clients do not
+// have. Tests that play a process with rank access (a stale rank of
+// another job, an insider) use it.
+func rankNATSURL(t *testing.T, pid int) string {
+	t.Helper()
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "TPC_NATS="); ok {
+			return v
+		}
+	}
+	t.Fatalf("pid %d has no TPC_NATS", pid)
+	return ""
+}

@@ -24,7 +24,8 @@ import (
 // refusals are counted.
 func TestGarbageAndReplayFlood(t *testing.T) {
 	j := launch(t, "--nproc", "4", "--job", "e2e-flood", "--forward-time", "2ms")
-	nc, err := nats.Connect(j.info.NATSURL)
+	// Rank credentials: the ready file's client ones may not touch steps.
+	nc, err := nats.Connect(rankNATSURL(t, j.info.PIDs[1]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,14 +275,14 @@ func freeTCPPort(t *testing.T) int {
 	return l.Addr().(*netTCPAddr).Port
 }
 
-// TestForgedStepWhileIdle: a client holding the job's NATS token publishes
+// TestForgedStepWhileIdle: a process holding the ranks' NATS credentials publishes
 // the step after rank 0's last one, with the captured leader ID and a valid
 // checksum, while the job is idle. The followers apply it; rank 0, idle,
 // notices at their next heartbeat that they report a step it never
 // published, and the job stops naming a diverged rank.
 func TestForgedStepWhileIdle(t *testing.T) {
 	j := launch(t, "--nproc", "3", "--job", "e2e-forge", "--forward-time", "1ms")
-	nc, err := nats.Connect(j.info.NATSURL)
+	nc, err := nats.Connect(rankNATSURL(t, j.info.PIDs[1]))
 	if err != nil {
 		t.Fatal(err)
 	}

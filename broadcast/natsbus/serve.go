@@ -22,8 +22,9 @@ const MaxPayload = 8 << 20
 // instead of a socket and a wake-up of another process. Everyone else
 // connects over TCP as to any server.
 type Server struct {
-	srv *server.Server
-	url string
+	srv       *server.Server
+	url       string
+	clientURL string // ServeJob: the clients' credentials
 }
 
 // NewToken returns a random 128-bit token, hex-encoded.
@@ -45,6 +46,12 @@ func Serve(rawURL string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return start(u, opts)
+}
+
+// start starts a server with opts, listening where u says, and returns it
+// with u's credentials and the port it got.
+func start(u *url.URL, opts *server.Options) (*Server, error) {
 	if opts.Port != server.RANDOM_PORT {
 		// The server would only log a listen error and never become ready;
 		// try the address first for a clear error now.

@@ -46,6 +46,7 @@ func (c *agentOptions) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Local, f.name("Local", "local"), def.Local, "use memberlist's fast loopback timings (all ranks on one host)")
 	fs.StringVar(&c.NATS, f.name("NATS", "nats"), def.NATS, "NATS server URL")
 	fs.BoolVar(&c.NATSServe, f.name("NATSServe", "nats-serve"), def.NATSServe, "rank 0 only: host the NATS server named by --nats in this process (its token or user:password are required of clients) and publish steps to it in-process; launch --nats-in-rank0 uses it")
+	fs.StringVar(&c.NATSServeClients, f.name("NATSServeClients", "nats-serve-clients"), def.NATSServeClients, "with --nats-serve: nats://USER:PASSWORD@ of the clients' credentials, which may only submit requests and read replies (give it in TPC_NATS_SERVE_CLIENTS, not on the command line)")
 	natsAuthFlags(fs, &c.NATSAuth, f, "NATSAuth")
 	c.workerFlags(fs, def)
 	c.telemetryFlags(fs, def)

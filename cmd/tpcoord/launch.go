@@ -75,7 +75,7 @@ tokens/s, and exits.`,
 
 // launchOwnFlags are launch's flags that are not passed on to the ranks
 // (with the agent flags launch sets itself).
-var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "local",
+var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local",
 	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0"}
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {

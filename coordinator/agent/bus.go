@@ -35,7 +35,13 @@ func (r *run) connectNATS(ctx context.Context, g *lifecycle.Group) (*Bus, error)
 	ncfg := natsbus.Config{URL: cfg.NATS, Name: fmt.Sprintf("tpcoord-%s-r%d", cfg.Job, cfg.Rank), Logger: log, Auth: cfg.NATSAuth,
 		OnClosed: func() { once.Do(func() { close(closed) }) }}
 	if cfg.NATSServe {
-		srv, err := natsbus.Serve(cfg.NATS)
+		serve := func() (*natsbus.Server, error) { return natsbus.Serve(cfg.NATS) }
+		if cfg.NATSServeClients != "" {
+			serve = func() (*natsbus.Server, error) {
+				return natsbus.ServeJob(cfg.NATS, cfg.NATSServeClients, broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job})
+			}
+		}
+		srv, err := serve()
 		if err != nil {
 			return nil, fielderr.New("NATS", "%w", err)
 		}

@@ -30,10 +30,13 @@ type Config struct {
 	Join      []string // memberlist peers to join
 	Local     bool     // memberlist's fast loopback timings
 
-	NATS      string       // NATS server URL
-	NATSServe bool         // rank 0 hosts the server named by NATS
-	NATSAuth  natsbus.Auth // credentials and TLS beyond the URL's
-	Prefix    string       // prefix of the job's NATS subjects
+	NATS      string // NATS server URL
+	NATSServe bool   // rank 0 hosts the server named by NATS
+	// NATSServeClients (with NATSServe) is the URL of the clients' user and
+	// password: the hosted server then gives clients only what they need.
+	NATSServeClients string
+	NATSAuth         natsbus.Auth // credentials and TLS beyond the URL's
+	Prefix           string       // prefix of the job's NATS subjects
 
 	Executor    string        // "synthetic" or "worker"
 	Worker      WorkerConfig  // Executor "worker"
@@ -152,6 +155,8 @@ func (c *Config) validateIdentity() error {
 		return fielderr.New("Join", "rank %d of a world of %d needs at least one peer to join", c.Rank, c.WorldSize)
 	case c.NATS == "":
 		return fielderr.New("NATS", "must not be empty")
+	case c.NATSServeClients != "" && !c.NATSServe:
+		return fielderr.New("NATSServeClients", "only for a rank 0 that hosts the server (NATSServe)")
 	case c.NATSServe && c.Rank != 0:
 		return fielderr.New("NATSServe", "only rank 0 hosts the NATS server; this is rank %d", c.Rank)
 	case c.NATSServe && c.OnPeerLoss == "wait":

@@ -67,7 +67,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ReadyInfo is what the ready file receives once every rank is ready.
+// ReadyInfo is what the ready file receives once every rank is ready. The
+// URL carries the clients' credentials (they may submit requests and read
+// replies only) when launch's own server runs the job.
 type ReadyInfo struct {
 	NATSURL string `json:"nats_url"`
 	Job     string `json:"job"`
@@ -187,7 +189,10 @@ func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.cfg.Self, args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
-	c.Env = append(withoutVar(s.cfg.Env, natsEnv), natsEnv+"="+s.natsURL)
+	c.Env = append(withoutVar(withoutVar(s.cfg.Env, natsEnv), serveClientsEnv), natsEnv+"="+s.natsURL)
+	if r == 0 && s.serve {
+		c.Env = append(c.Env, serveClientsEnv+"="+s.clientURL)
+	}
 	c.SysProcAttr = rankproc.DieWithParent()
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("start rank %d: %w", r, err)
@@ -201,8 +206,12 @@ func (s *Supervisor) spawn(r int, args []string) error {
 	return nil
 }
 
-// natsEnv is the variable that gives a rank the job's NATS URL.
-const natsEnv = "TPC_NATS"
+// natsEnv gives a rank the job's NATS URL with the ranks' credentials;
+// serveClientsEnv gives rank 0, when it hosts the server, the clients'.
+const (
+	natsEnv         = "TPC_NATS"
+	serveClientsEnv = "TPC_NATS_SERVE_CLIENTS"
+)
 
 // withoutVar returns env without the variable name.
 func withoutVar(env []string, name string) []string {

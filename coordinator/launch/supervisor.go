@@ -37,16 +37,17 @@ type Supervisor struct {
 	cfg Config
 	log *slog.Logger
 
-	srv      *natsbus.Server // embedded here, or nil
-	natsURL  string
-	serve    bool // rank 0 hosts the server
-	children []*child
-	exits    chan childExit
-	gone     map[int]bool // ranks whose exit was received
-	wg       sync.WaitGroup
-	nc       *natsbus.Conn // launch's own connection, once made
-	unsubs   []func() error
-	cause    *firstCause // what rank 0 said stopped the job
+	srv       *natsbus.Server // embedded here, or nil
+	natsURL   string          // what ranks (and launch) connect with
+	clientURL string          // what clients are given: the ready file's URL
+	serve     bool            // rank 0 hosts the server
+	children  []*child
+	exits     chan childExit
+	gone      map[int]bool // ranks whose exit was received
+	wg        sync.WaitGroup
+	nc        *natsbus.Conn // launch's own connection, once made
+	unsubs    []func() error
+	cause     *firstCause // what rank 0 said stopped the job
 }
 
 // run is everything up to the stop: it returns why the job stops.
@@ -74,25 +75,25 @@ func (s *Supervisor) run(ctx context.Context, use func(context.Context, *Job) er
 // here, or (NATSInRank0) one rank 0 will host on a free port with a random
 // token.
 func (s *Supervisor) startNATS() error {
-	s.natsURL = s.cfg.NATS
+	s.natsURL, s.clientURL = s.cfg.NATS, s.cfg.NATS
 	s.serve = s.natsURL == "" && s.cfg.NATSInRank0
 	switch {
 	case s.serve:
-		tok, err := natsbus.NewToken()
-		if err != nil {
-			return err
-		}
 		port, err := freePort()
 		if err != nil {
 			return err
 		}
-		s.natsURL = fmt.Sprintf("nats://%s@127.0.0.1:%d", tok, port)
+		if s.natsURL, s.clientURL, err = natsbus.JobURLs(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+			return err
+		}
 	case s.natsURL == "":
-		srv, err := natsbus.ServeLoopback()
+		// Ranks and clients get different credentials: a client may
+		// submit and read replies, never publish a step.
+		srv, err := natsbus.ServeLoopbackJob(subjectsOf(s.cfg))
 		if err != nil {
 			return err
 		}
-		s.srv, s.natsURL = srv, srv.URL()
+		s.srv, s.natsURL, s.clientURL = srv, srv.URL(), srv.ClientURL()
 		s.log.Info("embedded NATS server started", "url", natsbus.Redact(s.natsURL))
 	}
 	return nil
@@ -193,8 +194,8 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 			s.log.Info("waiting for ranks to be ready", "missing", ready.missing())
 		}
 	}
-	info := ReadyInfo{NATSURL: s.natsURL, Job: s.cfg.Job, PIDs: pids}
-	s.log.Info("job ready", "nats_url", natsbus.Redact(s.natsURL), "pids", pids, "ready_file", s.cfg.ReadyFile)
+	info := ReadyInfo{NATSURL: s.clientURL, Job: s.cfg.Job, PIDs: pids}
+	s.log.Info("job ready", "nats_url", natsbus.Redact(s.clientURL), "pids", pids, "ready_file", s.cfg.ReadyFile)
 	if s.cfg.ReadyFile != "" {
 		if err := writeReadyFile(s.cfg.ReadyFile, info); err != nil {
 			return nil, err

@@ -212,84 +212,25 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
+// printStatus prints one line per rank, with what looks wrong with it.
 func printStatus(w io.Writer, ranks []client.RankStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RANK\tSTATE\tPHASE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING\tHEARTBEAT\tNOTE")
-	world := 0
-	answered := map[int]client.RankStatus{}
-	var leader *client.RankStatus
-	for i, r := range ranks {
-		world = max(world, r.World)
-		answered[r.Rank] = r
-		if r.Rank == 0 {
-			leader = &ranks[i]
-		}
-	}
-	seenBy0 := map[int]client.PeerStatus{}
-	if leader != nil {
-		for _, p := range leader.Peers {
-			seenBy0[p.Rank] = p
-		}
-	}
-	world = min(world, agent.MaxWorldSize) // a reply's claim, bounded
-	for i := 0; i < world; i++ {
-		r, ok := answered[i]
-		p, known := seenBy0[i]
+	for _, v := range client.Diagnose(ranks, agent.MaxWorldSize) {
 		hb := "-"
-		if known && p.HeartbeatAgeMs >= 0 {
-			hb = fmt.Sprintf("%.0fms ago", p.HeartbeatAgeMs)
+		if v.HeartbeatAgeMs >= 0 {
+			hb = fmt.Sprintf("%.0fms ago", v.HeartbeatAgeMs)
 		}
-		if !ok {
-			note := "MISSING: no status answer"
-			if known && p.HeartbeatAgeMs >= 0 {
-				note += fmt.Sprintf("; rank 0 last saw step %d", p.Step)
-			}
-			fmt.Fprintf(tw, "%d\t-\t\t\t\t\t\t\t%s\t%s\n", i, hb, note)
+		r := v.Status
+		if r == nil {
+			fmt.Fprintf(tw, "%d\t-\t\t\t\t\t\t\t%s\t%s\n", v.Rank, hb, v.Note)
 			continue
 		}
-		note := ""
-		switch {
-		case stuckInPhase(r):
-			note = fmt.Sprintf("STUCK? in %s for %s", r.Phase, phaseTime(r.PhaseMs))
-		case known && p.HeartbeatAgeMs > 1000:
-			note = "STUCK? no heartbeat for over 1s"
-		case leader != nil && r.Epoch == leader.Epoch && r.Step+3 < leader.Step:
-			note = fmt.Sprintf("BEHIND rank 0 by %d steps", leader.Step-r.Step)
-		case leader != nil && r.Epoch == leader.Epoch && r.Digest != leader.Digest && r.Step == leader.Step:
-			note = "DIGEST DIFFERS from rank 0"
+		phase := "-" // older ranks report no phase
+		if r.Phase != "" {
+			phase = r.Phase + " " + client.PhaseTime(r.PhaseMs)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Rank, r.State, phaseCell(r), r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting, hb, note)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Rank, r.State, phase, r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting, hb, v.Note)
 	}
 	tw.Flush()
 }
-
-// phaseCell is the decode loop's phase and the time in it, e.g.
-// "forward 12ms" (older ranks report no phase).
-func phaseCell(r client.RankStatus) string {
-	if r.Phase == "" {
-		return "-"
-	}
-	return r.Phase + " " + phaseTime(r.PhaseMs)
-}
-
-func phaseTime(ms float64) string {
-	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond).String()
-}
-
-// stuckPhaseMs is how long a rank may stay in a working phase before
-// status flags it. Waiting (idle, await) is normal without traffic, and a
-// rank 0 awaiting its followers names the slow follower in its log.
-const stuckPhaseMs = 5000
-
-func stuckInPhase(r client.RankStatus) bool {
-	switch r.Phase {
-	case "publish", "forward", "sample", "reply":
-		return r.State == "running" && r.PhaseMs > stuckPhaseMs
-	case "await": // rank 0 with work, held back by a follower
-		return r.Rank == 0 && r.State == "running" && r.Rows > 0 && r.PhaseMs > stuckPhaseMs
-	}
-	return false
-}
-
-// runDemo submits cfg.DemoRequests requests at once and prints their
-// tokens and the output tokens/s.

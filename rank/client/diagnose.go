@@ -1,0 +1,86 @@
+package client
+
+import (
+	"fmt"
+	"time"
+)
+
+// RankView is one rank as a status poll shows it: what it answered (nil if
+// it did not), when rank 0 last heard its heartbeat, and what looks wrong.
+type RankView struct {
+	Rank           int
+	Status         *RankStatus
+	HeartbeatAgeMs float64 // -1: rank 0 never heard it, or no rank 0 answered
+	Note           string  // e.g. "STUCK? in forward for 12s", "" when all is well
+}
+
+// stuckPhaseMs is how long a rank may stay in a working phase before it is
+// flagged. Waiting (idle, await) is normal without traffic, and a rank 0
+// awaiting its followers names the slow follower in its log.
+const stuckPhaseMs = 5000
+
+// Diagnose lays out the ranks 0..world-1 that answered a status poll
+// (CollectStatus), world taken from the replies and bounded by maxWorld,
+// and notes what is wrong with each: no answer (MISSING), a phase held too
+// long or no heartbeat (STUCK?), steps behind rank 0 (BEHIND), a digest
+// that differs from rank 0's at the same step.
+func Diagnose(ranks []RankStatus, maxWorld int) []RankView {
+	world := 0
+	answered := map[int]*RankStatus{}
+	for i := range ranks {
+		world = max(world, ranks[i].World)
+		answered[ranks[i].Rank] = &ranks[i]
+	}
+	leader := answered[0]
+	seenBy0 := map[int]PeerStatus{}
+	if leader != nil {
+		for _, p := range leader.Peers {
+			seenBy0[p.Rank] = p
+		}
+	}
+	out := make([]RankView, 0, min(world, maxWorld))
+	for i := 0; i < min(world, maxWorld); i++ {
+		v := RankView{Rank: i, Status: answered[i], HeartbeatAgeMs: -1}
+		p, known := seenBy0[i]
+		if known {
+			v.HeartbeatAgeMs = p.HeartbeatAgeMs
+		}
+		v.Note = note(v, leader, p, known)
+		out = append(out, v)
+	}
+	return out
+}
+
+func note(v RankView, leader *RankStatus, p PeerStatus, known bool) string {
+	r := v.Status
+	switch {
+	case r == nil && known && p.HeartbeatAgeMs >= 0:
+		return fmt.Sprintf("MISSING: no status answer; rank 0 last saw step %d", p.Step)
+	case r == nil:
+		return "MISSING: no status answer"
+	case stuckInPhase(r):
+		return fmt.Sprintf("STUCK? in %s for %s", r.Phase, PhaseTime(r.PhaseMs))
+	case known && p.HeartbeatAgeMs > 1000:
+		return "STUCK? no heartbeat for over 1s"
+	case leader != nil && r.Epoch == leader.Epoch && r.Step+3 < leader.Step:
+		return fmt.Sprintf("BEHIND rank 0 by %d steps", leader.Step-r.Step)
+	case leader != nil && r.Epoch == leader.Epoch && r.Digest != leader.Digest && r.Step == leader.Step:
+		return "DIGEST DIFFERS from rank 0"
+	}
+	return ""
+}
+
+func stuckInPhase(r *RankStatus) bool {
+	switch r.Phase {
+	case "publish", "forward", "sample", "reply":
+		return r.State == "running" && r.PhaseMs > stuckPhaseMs
+	case "await": // rank 0 with work, held back by a follower
+		return r.Rank == 0 && r.State == "running" && r.Rows > 0 && r.PhaseMs > stuckPhaseMs
+	}
+	return false
+}
+
+// PhaseTime renders a time in a phase, rounded to the millisecond.
+func PhaseTime(ms float64) string {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond).String()
+}

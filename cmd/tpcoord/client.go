@@ -107,7 +107,7 @@ func newGenerateCmd() *cobra.Command {
 func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 	ids, err := parseTokens(o.prompt)
 	if err != nil {
-		return configError("prompt: %v", err)
+		return configError("prompt: %w", err)
 	}
 	req := o.req
 	req.PromptTokenIDs = ids

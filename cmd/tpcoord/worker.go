@@ -92,7 +92,7 @@ func (cfg *workerCmdConfig) serveConfig(eosSet bool) (worker.ServeConfig, error)
 	if cfg.DType != "" {
 		dt, err := worker.ParseDType(cfg.DType)
 		if err != nil {
-			return worker.ServeConfig{}, configError("dtype: %v", err)
+			return worker.ServeConfig{}, configError("dtype: %w", err)
 		}
 		sc.DType = dt
 	}

@@ -3,6 +3,8 @@ package sampler
 import (
 	"fmt"
 	"math"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
 // Params are one request's sampling parameters. JSON names follow vLLM's
@@ -28,11 +30,11 @@ type Params struct {
 const GreedyBelow = 1e-5
 
 // Validate checks p against a vocabulary of the given size. Errors name the
-// JSON field.
+// JSON field (*fielderr.Error).
 func (p *Params) Validate(vocab int) error {
 	finite := func(name string, v float32) error {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return fmt.Errorf("%s: must be finite, got %v", name, v)
+			return fielderr.New(name, "must be finite, got %v", v)
 		}
 		return nil
 	}
@@ -46,27 +48,27 @@ func (p *Params) Validate(vocab int) error {
 	}
 	switch {
 	case p.Temperature < 0:
-		return fmt.Errorf("temperature: must be >= 0, got %v", p.Temperature)
+		return fielderr.New("temperature", "must be >= 0, got %v", p.Temperature)
 	case p.TopK < 0 || p.TopK > vocab:
-		return fmt.Errorf("top_k: must be in [0, %d] (0 disables), got %d", vocab, p.TopK)
+		return fielderr.New("top_k", "must be in [0, %d] (0 disables), got %d", vocab, p.TopK)
 	case p.TopP < 0 || p.TopP > 1:
-		return fmt.Errorf("top_p: must be in [0, 1] (0 or 1 disables), got %v", p.TopP)
+		return fielderr.New("top_p", "must be in [0, 1] (0 or 1 disables), got %v", p.TopP)
 	case p.MinP < 0 || p.MinP > 1:
-		return fmt.Errorf("min_p: must be in [0, 1], got %v", p.MinP)
+		return fielderr.New("min_p", "must be in [0, 1], got %v", p.MinP)
 	case p.RepetitionPenalty < 0:
-		return fmt.Errorf("repetition_penalty: must be > 0 (0 means unset, 1 disables), got %v", p.RepetitionPenalty)
+		return fielderr.New("repetition_penalty", "must be > 0 (0 means unset, 1 disables), got %v", p.RepetitionPenalty)
 	case p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2:
-		return fmt.Errorf("frequency_penalty: must be in [-2, 2], got %v", p.FrequencyPenalty)
+		return fielderr.New("frequency_penalty", "must be in [-2, 2], got %v", p.FrequencyPenalty)
 	case p.PresencePenalty < -2 || p.PresencePenalty > 2:
-		return fmt.Errorf("presence_penalty: must be in [-2, 2], got %v", p.PresencePenalty)
+		return fielderr.New("presence_penalty", "must be in [-2, 2], got %v", p.PresencePenalty)
 	case p.MinTokens < 0:
-		return fmt.Errorf("min_tokens: must be >= 0, got %d", p.MinTokens)
+		return fielderr.New("min_tokens", "must be >= 0, got %d", p.MinTokens)
 	case p.Logprobs != nil && (*p.Logprobs < 0 || *p.Logprobs > 20):
-		return fmt.Errorf("logprobs: must be in [0, 20], got %d", *p.Logprobs)
+		return fielderr.New("logprobs", "must be in [0, 20], got %d", *p.Logprobs)
 	}
 	for tok, b := range p.LogitBias {
 		if tok < 0 || int(tok) >= vocab {
-			return fmt.Errorf("logit_bias: token %d out of range [0, %d)", tok, vocab)
+			return fielderr.New("logit_bias", "token %d out of range [0, %d)", tok, vocab)
 		}
 		if err := finite(fmt.Sprintf("logit_bias[%d]", tok), b); err != nil {
 			return err
@@ -78,7 +80,7 @@ func (p *Params) Validate(vocab int) error {
 	}{{"allowed_token_ids", p.AllowedTokenIDs}, {"stop_token_ids", p.StopTokenIDs}} {
 		for _, t := range f.ids {
 			if t < 0 || int(t) >= vocab {
-				return fmt.Errorf("%s: token %d out of range [0, %d)", f.name, t, vocab)
+				return fielderr.New(f.name, "token %d out of range [0, %d)", t, vocab)
 			}
 		}
 	}

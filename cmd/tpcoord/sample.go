@@ -59,32 +59,32 @@ Draw d uses noise key --seed and noise row d, so a run is reproducible.`,
 
 func runSample(w io.Writer, o sampleOptions, dtypeSet bool) error {
 	if o.logits == "" {
-		return fmt.Errorf("--logits: required")
+		return fmt.Errorf("logits: required")
 	}
 	if o.draws <= 0 {
-		return fmt.Errorf("--draws: must be > 0, got %d", o.draws)
+		return fmt.Errorf("draws: must be > 0, got %d", o.draws)
 	}
 	dt, err := sampler.ParseDtype(o.dtype)
 	if err != nil {
-		return fmt.Errorf("--dtype: %w", err)
+		return fmt.Errorf("dtype: %w", err)
 	}
 	data, err := os.ReadFile(o.logits)
 	if err != nil {
-		return fmt.Errorf("--logits: %w", err)
+		return fmt.Errorf("logits: %w", err)
 	}
 	row, err := sampler.DecodeLogits(data, dt, dtypeSet)
 	if err != nil {
-		return fmt.Errorf("--logits %s: %w", o.logits, err)
+		return fmt.Errorf("logits: %s: %w", o.logits, err)
 	}
 	p := sampler.DefaultParams()
 	p.Temperature, p.TopK, p.TopP, p.MinP = o.temperature, o.topK, o.topP, o.minP
 	if err := p.Validate(row.Vocab()); err != nil {
-		return fmt.Errorf("--%s", flagOfField(err.Error()))
+		return sampleFlags.configErr(err)
 	}
 	row.Params, row.EOS = &p, -1
 	counts, err := sampler.DrawCounts(sampler.New(sampler.DefaultConfig()), row, o.draws, o.seed)
 	if err != nil {
-		return fmt.Errorf("--logits %s: %w", o.logits, err)
+		return fmt.Errorf("logits: %s: %w", o.logits, err)
 	}
 	return printCounts(w, counts, o, row)
 }
@@ -128,12 +128,5 @@ func printCounts(w io.Writer, counts map[int32]int, o sampleOptions, row sampler
 	return nil
 }
 
-// flagOfField turns a Params validation error ("top_k: ...") into the
-// message for the matching flag ("top-k: ...").
-func flagOfField(msg string) string {
-	field, rest, ok := strings.Cut(msg, ":")
-	if !ok {
-		return msg
-	}
-	return strings.ReplaceAll(field, "_", "-") + ":" + rest
-}
+// sampleFlags maps the sampling parameters' JSON fields to the flags.
+var sampleFlags = fieldFlags{"temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}

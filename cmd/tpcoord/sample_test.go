@@ -125,14 +125,14 @@ func TestSampleErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--draws", "5"}, "--logits: required"},
-		{[]string{"--logits", filepath.Join(t.TempDir(), "missing")}, "--logits: open"},
-		{[]string{"--logits", f, "--dtype", "f64"}, "--dtype"},
-		{[]string{"--logits", f, "--draws", "0"}, "--draws"},
-		{[]string{"--logits", f, "--top-k", "99"}, "--top-k"},
-		{[]string{"--logits", f, "--top-p", "1.5"}, "--top-p"},
-		{[]string{"--logits", f, "--min-p", "-1"}, "--min-p"},
-		{[]string{"--logits", f, "--temperature", "-1"}, "--temperature"},
+		{[]string{"--draws", "5"}, "logits: required"},
+		{[]string{"--logits", filepath.Join(t.TempDir(), "missing")}, "logits: open"},
+		{[]string{"--logits", f, "--dtype", "f64"}, "dtype:"},
+		{[]string{"--logits", f, "--draws", "0"}, "draws:"},
+		{[]string{"--logits", f, "--top-k", "99"}, "top-k:"},
+		{[]string{"--logits", f, "--top-p", "1.5"}, "top-p:"},
+		{[]string{"--logits", f, "--min-p", "-1"}, "min-p:"},
+		{[]string{"--logits", f, "--temperature", "-1"}, "temperature:"},
 		{[]string{"--logits", writeFile(t, "odd", []byte{1, 2, 3})}, "not a whole number"},
 		{[]string{"--logits", nan}, "NaN at token 1"},
 		{[]string{"--logits", writeFile(t, "b.npy", npyBytes("<f8", "(1,)", make([]byte, 8)))}, `dtype "<f8" not supported`},

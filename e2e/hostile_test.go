@@ -293,10 +293,11 @@ func TestForgedStepWhileIdle(t *testing.T) {
 	}
 	steps.waitAndStop(2)
 	var last broadcast.Step
+	codec := broadcast.NewCodec(broadcast.JobHash(j.info.Job), nil)
 	steps.mu.Lock()
 	for _, data := range steps.captured {
 		var st broadcast.Step
-		if broadcast.DecodeStep(data, broadcast.JobHash(j.info.Job), &st) == nil && st.Step > last.Step {
+		if codec.DecodeStep(data, &st) == nil && st.Step > last.Step {
 			last = st
 		}
 	}
@@ -306,7 +307,7 @@ func TestForgedStepWhileIdle(t *testing.T) {
 		return err == nil && len(st) == 3 && st[0].Rows == 0 && st[1].Step == st[0].Step, fmt.Sprint(st, err)
 	})
 	forged := broadcast.Step{Epoch: last.Epoch, Step: last.Step + 1, Leader: last.Leader}
-	if err := nc.Publish(subject, broadcast.AppendStep(nil, broadcast.JobHash(j.info.Job), &forged)); err != nil {
+	if err := nc.Publish(subject, codec.AppendStep(nil, &forged)); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

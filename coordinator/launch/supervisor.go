@@ -161,7 +161,7 @@ func (s *Supervisor) connect(ctx context.Context) error {
 // writes the ready file.
 func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 	subj := broadcast.Subjects{Prefix: s.cfg.Prefix, Job: s.cfg.Job}
-	ready := newReadiness(s.cfg.NProc, broadcast.JobHash(s.cfg.Job))
+	ready := newReadiness(s.cfg.NProc, broadcast.NewCodec(broadcast.JobHash(s.cfg.Job), nil))
 	unsub, err := s.nc.Subscribe(subj.Heartbeats(), ready.observe)
 	if err != nil {
 		return nil, err

@@ -96,6 +96,7 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"agent", "--rank", "1", "--world-size", "2", "--join", "x:1", "--nats-serve"}, "nats-serve: only rank 0"},
 		{[]string{"agent", "--nats-serve", "--on-peer-loss", "wait"}, "nats-serve: not with on-peer-loss wait"},
 		{[]string{"launch", "--nats-serve"}, "nats-serve: launch decides"},
+		{[]string{"launch", "--job-key-file", "/etc/tpcoord/job.key"}, "job-key-file: launch makes a new key"},
 		{[]string{"launch", "--nats-in-rank0", "--nats", "nats://127.0.0.1:4222"}, "nats-in-rank0: not with a NATS server"},
 		{[]string{"agent", "--eos", "100352"}, "eos:"},
 		{[]string{"agent", "--log-format", "xml"}, "log-format:"},

@@ -188,6 +188,7 @@ func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.cfg.Self, args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
 	c.Env = append(withoutVar(s.cfg.Env, natsEnv), natsEnv+"="+s.natsURL)
+	c.Env = append(withoutVar(c.Env, jobKeyEnv), jobKeyEnv+"="+s.keyFile())
 	c.SysProcAttr = rankproc.DieWithParent()
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("start rank %d: %w", r, err)

@@ -71,7 +71,7 @@ func ParseKey(text []byte) (Key, error) {
 func ReadKeyFile(path string) (Key, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (make one with: head -c 32 /dev/urandom | base64 > %s; chmod 600 %s)", err, path, path)
 	}
 	defer f.Close()
 	fi, err := f.Stat()

@@ -3,7 +3,9 @@ package broadcast
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -102,8 +104,8 @@ func TestReadKeyFile(t *testing.T) {
 	if _, err := ReadKeyFile(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("a directory: err = %v", err)
 	}
-	if _, err := ReadKeyFile(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
-		t.Errorf("a missing file: err = %v", err)
+	if _, err := ReadKeyFile(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "head -c 32") {
+		t.Errorf("a missing file: err = %v, want it to say how to make one", err)
 	}
 }
 

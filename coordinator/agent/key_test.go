@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/rank"
 )
 
 // writeJobKey writes a new key to a 0600 file and returns both.
@@ -112,6 +114,31 @@ func TestJobKeyFileRefused(t *testing.T) {
 		var fe *fielderr.Error
 		if err := j.start(0, "", nil).wait(t); !errors.As(err, &fe) || fe.Field != "JobKeyFile" {
 			t.Errorf("%s: Run returned %v, want an error naming JobKeyFile", path, err)
+		}
+	}
+}
+
+// TestMismatchedJobKeys: ranks holding different keys agree at rendezvous
+// (only whether there is a key is in the digest) but refuse each other's
+// every message as "mac": neither hears the other, and the job stops with
+// a lost peer.
+func TestMismatchedJobKeys(t *testing.T) {
+	_, path0 := writeJobKey(t)
+	_, path1 := writeJobKey(t)
+	j := newJob(t, 2, func(c *Config) {
+		c.JobKeyFile = path0
+		if c.Rank == 1 {
+			c.JobKeyFile = path1
+		}
+	})
+	m0 := j.start(0, "", nil)
+	m1 := j.start(1, "", []string{m0.addr})
+	eventually(t, 60*time.Second, "both ranks counting refused MACs", func() bool {
+		return m0.a.Status().Rejected["mac"] > 0 && m1.a.Status().Rejected["mac"] > 0
+	})
+	for _, m := range []*member{m0, m1} {
+		if err := m.wait(t); !errors.Is(err, rank.ErrPeerLost) {
+			t.Errorf("rank %d: Run returned %v, want a lost peer", m.rank, err)
 		}
 	}
 }

@@ -22,11 +22,16 @@ const MACSize = 16
 type Codec struct {
 	job uint64
 	key Key
-	// macs holds HMAC states keyed with key, reused across messages so
-	// that sealing and verifying do not allocate (hmac.New does, several
-	// times). A pool rather than one state: the subscription handlers,
-	// the decode loop and the heartbeat loop encode and decode at once.
-	macs sync.Pool
+
+	// free holds idle HMAC states keyed with key, reused across messages
+	// so that sealing and verifying do not allocate (hmac.New does,
+	// several times). Several, not one: the subscription handlers, the
+	// decode loop and the heartbeat loop encode and decode at once; there
+	// are never more than the goroutines that used the codec at once. (A
+	// sync.Pool would do, but drops states at every GC, and at random
+	// under the race detector.)
+	mu   sync.Mutex
+	free []*macState
 }
 
 // macState is one reusable HMAC and room for its sum.
@@ -41,9 +46,27 @@ func NewCodec(job uint64, key Key) *Codec {
 	c := &Codec{job: job}
 	if len(key) > 0 {
 		c.key = append(Key(nil), key...)
-		c.macs.New = func() any { return &macState{h: hmac.New(sha256.New, c.key)} }
 	}
 	return c
+}
+
+// getMAC takes an idle HMAC state, or makes one; putMAC gives it back.
+func (c *Codec) getMAC() *macState {
+	c.mu.Lock()
+	if n := len(c.free); n > 0 {
+		m := c.free[n-1]
+		c.free = c.free[:n-1]
+		c.mu.Unlock()
+		return m
+	}
+	c.mu.Unlock()
+	return &macState{h: hmac.New(sha256.New, c.key)}
+}
+
+func (c *Codec) putMAC(m *macState) {
+	c.mu.Lock()
+	c.free = append(c.free, m)
+	c.mu.Unlock()
 }
 
 // Keyed reports whether the codec has a key.
@@ -69,9 +92,9 @@ func (c *Codec) SealMAC(msg []byte) {
 		clear(msg[n:])
 		return
 	}
-	m := c.macs.Get().(*macState)
+	m := c.getMAC()
 	copy(msg[n:], c.mac(m, msg[:n]))
-	c.macs.Put(m)
+	c.putMAC(m)
 }
 
 // VerifyMAC checks that msg's last MACSize bytes are the MAC of the bytes
@@ -85,9 +108,9 @@ func (c *Codec) VerifyMAC(msg []byte) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %d bytes hold no MAC", ErrShort, len(msg))
 	}
-	m := c.macs.Get().(*macState)
+	m := c.getMAC()
 	ok := hmac.Equal(c.mac(m, msg[:n]), msg[n:])
-	c.macs.Put(m)
+	c.putMAC(m)
 	if !ok {
 		return fmt.Errorf("%w under this job's key (forged, sealed with another key, or sent without one)", ErrMAC)
 	}

@@ -12,8 +12,8 @@ import (
 // rejected, never guessed at. It changes with any layout change; members
 // advertise it, so ranks of different versions refuse each other at
 // rendezvous. Version 2 added the leader ID to heartbeats and replay
-// replies.
-const Version = 2
+// replies; version 3 the MAC before the checksum of every message.
+const Version = 3
 
 // Message kinds, the fourth byte of the magic.
 const (
@@ -25,13 +25,15 @@ const (
 // or corrupt message: counts are checked against these and against the bytes
 // actually present before anything is allocated.
 const (
-	MaxAdmissions  = 4096
-	MaxPromptLen   = 1 << 20
-	MaxRemovals    = 4096
-	MaxTokens      = 4096
-	stepHeaderLen  = 44
-	heartbeatLen   = 60
-	checksumLen    = 4
+	MaxAdmissions = 4096
+	MaxPromptLen  = 1 << 20
+	MaxRemovals   = 4096
+	MaxTokens     = 4096
+	stepHeaderLen = 44
+	heartbeatLen  = 76
+	checksumLen   = 4
+	// trailerLen is what ends every message: the MAC, then the CRC.
+	trailerLen     = MACSize + checksumLen
 	admissionFixed = 16
 	tokenLen       = 12
 )
@@ -47,6 +49,9 @@ var (
 	ErrJob      = errors.New("message is for another job")
 	ErrBounds   = errors.New("count out of bounds")
 	ErrTrailing = errors.New("trailing bytes")
+	// ErrMAC: the message's MAC does not verify under this job's key (it
+	// was forged, sealed with another key, or sent without one).
+	ErrMAC = errors.New("MAC does not verify")
 )
 
 // Admission brings a sequence into the batch. Output is empty for a new
@@ -94,26 +99,6 @@ func putHeader(b []byte, kind byte, job uint64) {
 	binary.LittleEndian.PutUint64(b[8:], job)
 }
 
-func checkHeader(b []byte, kind byte, job uint64) error {
-	if len(b) < 16+checksumLen {
-		return fmt.Errorf("%w: %d bytes", ErrShort, len(b))
-	}
-	if b[0] != 'T' || b[1] != 'P' || b[2] != 'C' || b[3] != kind {
-		return fmt.Errorf("%w: % x, want TPC%c", ErrMagic, b[:4], kind)
-	}
-	if b[4] != Version {
-		return fmt.Errorf("%w: %d (this build speaks %d)", ErrVersion, b[4], Version)
-	}
-	body, sum := b[:len(b)-checksumLen], binary.LittleEndian.Uint32(b[len(b)-checksumLen:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return fmt.Errorf("%w: computed %08x, message says %08x", ErrChecksum, got, sum)
-	}
-	if got := binary.LittleEndian.Uint64(b[8:]); got != job {
-		return fmt.Errorf("%w: job hash %016x, want %016x", ErrJob, got, job)
-	}
-	return checkReserved(b[5:8])
-}
-
 // checkReserved refuses non-zero reserved bytes: this version writes zeros,
 // and a decoder that ignored them would accept messages whose re-encoding
 // (which the rolling digest is computed from) differs from what was sent.
@@ -126,14 +111,9 @@ func checkReserved(r []byte) error {
 	return nil
 }
 
-// seal appends the CRC-32C of dst[start:].
-func seal(dst []byte, start int) []byte {
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
-}
-
 // StepSize is the length of s's encoding.
 func StepSize(s *Step) int {
-	n := stepHeaderLen + checksumLen + len(s.Tokens)*tokenLen + 8*len(s.Removed)
+	n := stepHeaderLen + trailerLen + len(s.Tokens)*tokenLen + 8*len(s.Removed)
 	for _, a := range s.Admitted {
 		n += AdmissionSize(len(a.Prompt) + len(a.Output))
 	}
@@ -144,12 +124,12 @@ func StepSize(s *Step) int {
 // (prompt and output together).
 func AdmissionSize(n int) int { return admissionFixed + 4*n }
 
-// AppendStep appends the encoding of s to dst and returns it.
-func AppendStep(dst []byte, job uint64, s *Step) []byte {
+// AppendStep appends the encoding of s to dst, sealed, and returns it.
+func (c *Codec) AppendStep(dst []byte, s *Step) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, stepHeaderLen)...)
 	h := dst[start:]
-	putHeader(h, KindStep, job)
+	putHeader(h, KindStep, c.job)
 	binary.LittleEndian.PutUint32(h[16:], s.Epoch)
 	binary.LittleEndian.PutUint64(h[20:], s.Step)
 	binary.LittleEndian.PutUint32(h[28:], uint32(len(s.Tokens)))
@@ -174,32 +154,33 @@ func AppendStep(dst []byte, job uint64, s *Step) []byte {
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(t))
 		}
 	}
-	return seal(dst, start)
+	return c.seal(dst, start)
 }
 
-// PeekStep checks a step message's header and checksum and returns its
-// epoch and step number without decoding the body: cheap enough for a
-// subscription callback to drop garbage and duplicates before they queue.
-func PeekStep(b []byte, job uint64) (epoch uint32, step uint64, err error) {
-	if err := checkHeader(b, KindStep, job); err != nil {
+// PeekStep checks a step message's header, checksum and MAC and returns
+// its epoch and step number without decoding the body: cheap enough for a
+// subscription callback to drop garbage, forgeries and duplicates before
+// they queue.
+func (c *Codec) PeekStep(b []byte) (epoch uint32, step uint64, err error) {
+	if err := c.checkHeader(b, KindStep); err != nil {
 		return 0, 0, err
 	}
-	if len(b) < stepHeaderLen+checksumLen {
-		return 0, 0, fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+checksumLen, len(b))
+	if len(b) < stepHeaderLen+trailerLen {
+		return 0, 0, fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+trailerLen, len(b))
 	}
 	return binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint64(b[20:]), nil
 }
 
 // DecodeStep decodes b into s, reusing s's slices. It never panics and
 // checks every count against the limits and the bytes present.
-func DecodeStep(b []byte, job uint64, s *Step) error {
-	if err := checkHeader(b, KindStep, job); err != nil {
+func (c *Codec) DecodeStep(b []byte, s *Step) error {
+	if err := c.checkHeader(b, KindStep); err != nil {
 		return err
 	}
-	if len(b) < stepHeaderLen+checksumLen {
-		return fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+checksumLen, len(b))
+	if len(b) < stepHeaderLen+trailerLen {
+		return fmt.Errorf("%w: step header needs %d bytes, have %d", ErrShort, stepHeaderLen+trailerLen, len(b))
 	}
-	body := b[:len(b)-checksumLen]
+	body := b[:len(b)-trailerLen]
 	s.Epoch = binary.LittleEndian.Uint32(body[16:])
 	s.Leader = binary.LittleEndian.Uint32(body[40:])
 	s.Step = binary.LittleEndian.Uint64(body[20:])
@@ -305,12 +286,12 @@ type Heartbeat struct {
 	Leader uint32
 }
 
-// AppendHeartbeat appends the encoding of h to dst.
-func AppendHeartbeat(dst []byte, job uint64, h *Heartbeat) []byte {
+// AppendHeartbeat appends the encoding of h to dst, sealed.
+func (c *Codec) AppendHeartbeat(dst []byte, h *Heartbeat) []byte {
 	start := len(dst)
-	dst = append(dst, make([]byte, heartbeatLen-checksumLen)...)
+	dst = append(dst, make([]byte, heartbeatLen-trailerLen)...)
 	b := dst[start:]
-	putHeader(b, KindHeartbeat, job)
+	putHeader(b, KindHeartbeat, c.job)
 	binary.LittleEndian.PutUint32(b[16:], h.Epoch)
 	binary.LittleEndian.PutUint32(b[20:], h.Rank)
 	b[24] = byte(h.Phase)
@@ -319,12 +300,12 @@ func AppendHeartbeat(dst []byte, job uint64, h *Heartbeat) []byte {
 	binary.LittleEndian.PutUint64(b[36:], h.Digest)
 	binary.LittleEndian.PutUint64(b[44:], uint64(h.UnixNs))
 	binary.LittleEndian.PutUint32(b[52:], h.Leader)
-	return seal(dst, start)
+	return c.seal(dst, start)
 }
 
 // DecodeHeartbeat decodes b into h.
-func DecodeHeartbeat(b []byte, job uint64, h *Heartbeat) error {
-	if err := checkHeader(b, KindHeartbeat, job); err != nil {
+func (c *Codec) DecodeHeartbeat(b []byte, h *Heartbeat) error {
+	if err := c.checkHeader(b, KindHeartbeat); err != nil {
 		return err
 	}
 	if len(b) != heartbeatLen {

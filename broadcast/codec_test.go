@@ -17,7 +17,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const testJob = "job-a"
 
-var testJobHash = JobHash(testJob)
+var (
+	testJobHash = JobHash(testJob)
+	testCodec   = NewCodec(testJobHash, nil)
+)
 
 // reseal recomputes the trailing CRC-32C (Castagnoli) of msg over its body,
 // so a test that tampers with a field reaches the check behind the
@@ -90,23 +93,23 @@ func TestStepRoundTrip(t *testing.T) {
 	for name, want := range sampleSteps() {
 		t.Run(name, func(t *testing.T) {
 			prefix := []byte("prefix")
-			msg := AppendStep(append([]byte(nil), prefix...), testJobHash, want)
+			msg := testCodec.AppendStep(append([]byte(nil), prefix...), want)
 			if !bytes.HasPrefix(msg, prefix) {
 				t.Fatalf("AppendStep clobbered dst's existing bytes")
 			}
 			msg = msg[len(prefix):]
 			want := normalise(want)
-			if n := stepHeaderLen + checksumLen + len(want.Tokens)*tokenLen + len(want.Removed)*8; len(msg) < n {
+			if n := stepHeaderLen + trailerLen + len(want.Tokens)*tokenLen + len(want.Removed)*8; len(msg) < n {
 				t.Fatalf("encoding is %d bytes, want at least %d", len(msg), n)
 			}
 			var got Step
-			if err := DecodeStep(msg, testJobHash, &got); err != nil {
+			if err := testCodec.DecodeStep(msg, &got); err != nil {
 				t.Fatalf("DecodeStep: %v", err)
 			}
 			if g := normalise(&got); !reflect.DeepEqual(g, want) {
 				t.Fatalf("round trip mismatch:\n got  %+v\n want %+v", g, want)
 			}
-			if again := AppendStep(nil, testJobHash, &got); !bytes.Equal(again, msg) {
+			if again := testCodec.AppendStep(nil, &got); !bytes.Equal(again, msg) {
 				t.Fatalf("re-encoding differs from the original encoding")
 			}
 		})
@@ -115,9 +118,9 @@ func TestStepRoundTrip(t *testing.T) {
 
 func TestStepEmptyPromptRoundTrip(t *testing.T) {
 	want := &Step{Epoch: 1, Step: 1, Admitted: []Admission{{Seq: 7}}}
-	msg := AppendStep(nil, testJobHash, want)
+	msg := testCodec.AppendStep(nil, want)
 	var got Step
-	if err := DecodeStep(msg, testJobHash, &got); err != nil {
+	if err := testCodec.DecodeStep(msg, &got); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.Admitted) != 1 || got.Admitted[0].Seq != 7 || len(got.Admitted[0].Prompt) != 0 {
@@ -139,12 +142,12 @@ func sampleHeartbeats() map[string]*Heartbeat {
 func TestHeartbeatRoundTrip(t *testing.T) {
 	for name, want := range sampleHeartbeats() {
 		t.Run(name, func(t *testing.T) {
-			msg := AppendHeartbeat(nil, testJobHash, want)
+			msg := testCodec.AppendHeartbeat(nil, want)
 			if len(msg) != heartbeatLen {
 				t.Fatalf("heartbeat is %d bytes, want %d", len(msg), heartbeatLen)
 			}
 			var got Heartbeat
-			if err := DecodeHeartbeat(msg, testJobHash, &got); err != nil {
+			if err := testCodec.DecodeHeartbeat(msg, &got); err != nil {
 				t.Fatalf("DecodeHeartbeat: %v", err)
 			}
 			if got != *want {
@@ -170,10 +173,10 @@ func TestPhaseString(t *testing.T) {
 
 func TestStepTruncated(t *testing.T) {
 	for name, s := range sampleSteps() {
-		msg := AppendStep(nil, testJobHash, s)
+		msg := testCodec.AppendStep(nil, s)
 		for n := range len(msg) {
 			var got Step
-			err := DecodeStep(msg[:n], testJobHash, &got)
+			err := testCodec.DecodeStep(msg[:n], &got)
 			if err == nil {
 				t.Fatalf("%s: decoding the first %d of %d bytes succeeded", name, n, len(msg))
 			}
@@ -182,10 +185,10 @@ func TestStepTruncated(t *testing.T) {
 }
 
 func TestHeartbeatTruncated(t *testing.T) {
-	msg := AppendHeartbeat(nil, testJobHash, sampleHeartbeats()["typical"])
+	msg := testCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"])
 	for n := range len(msg) {
 		var got Heartbeat
-		if err := DecodeHeartbeat(msg[:n], testJobHash, &got); err == nil {
+		if err := testCodec.DecodeHeartbeat(msg[:n], &got); err == nil {
 			t.Fatalf("decoding the first %d of %d bytes succeeded", n, len(msg))
 		}
 	}
@@ -194,11 +197,11 @@ func TestHeartbeatTruncated(t *testing.T) {
 // TestTruncatedResealed cuts a valid step short and reseals it, so the
 // decoder's length checks (not the checksum) must catch it.
 func TestStepTruncatedResealed(t *testing.T) {
-	msg := AppendStep(nil, testJobHash, sampleSteps()["one of each"])
+	msg := testCodec.AppendStep(nil, sampleSteps()["one of each"])
 	for n := 16 + checksumLen; n < len(msg); n++ {
 		cut := reseal(append(append([]byte(nil), msg[:n-checksumLen]...), 0, 0, 0, 0))
 		var got Step
-		err := DecodeStep(cut, testJobHash, &got)
+		err := testCodec.DecodeStep(cut, &got)
 		if !errors.Is(err, ErrShort) {
 			t.Fatalf("length %d: err = %v, want ErrShort", n, err)
 		}
@@ -206,12 +209,12 @@ func TestStepTruncatedResealed(t *testing.T) {
 }
 
 func TestStepBitFlips(t *testing.T) {
-	msg := AppendStep(nil, testJobHash, sampleSteps()["one of each"])
+	msg := testCodec.AppendStep(nil, sampleSteps()["one of each"])
 	for i := range len(msg) * 8 {
 		bad := append([]byte(nil), msg...)
 		bad[i/8] ^= 1 << (i % 8)
 		var got Step
-		if err := DecodeStep(bad, testJobHash, &got); err == nil {
+		if err := testCodec.DecodeStep(bad, &got); err == nil {
 			t.Fatalf("flipping bit %d of byte %d went unnoticed", i%8, i/8)
 		}
 	}
@@ -220,19 +223,19 @@ func TestStepBitFlips(t *testing.T) {
 		bad := append([]byte(nil), msg...)
 		bad[i/8] ^= 1 << (i % 8)
 		var got Step
-		if err := DecodeStep(bad, testJobHash, &got); !errors.Is(err, ErrChecksum) {
+		if err := testCodec.DecodeStep(bad, &got); !errors.Is(err, ErrChecksum) {
 			t.Fatalf("flipping bit %d of byte %d: err = %v, want ErrChecksum", i%8, i/8, err)
 		}
 	}
 }
 
 func TestHeartbeatBitFlips(t *testing.T) {
-	msg := AppendHeartbeat(nil, testJobHash, sampleHeartbeats()["typical"])
+	msg := testCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"])
 	for i := range len(msg) * 8 {
 		bad := append([]byte(nil), msg...)
 		bad[i/8] ^= 1 << (i % 8)
 		var got Heartbeat
-		if err := DecodeHeartbeat(bad, testJobHash, &got); err == nil {
+		if err := testCodec.DecodeHeartbeat(bad, &got); err == nil {
 			t.Fatalf("flipping bit %d of byte %d went unnoticed", i%8, i/8)
 		}
 	}
@@ -241,10 +244,10 @@ func TestHeartbeatBitFlips(t *testing.T) {
 // TestHeaderErrors tampers with the header fields, resealing so that each
 // check is reached, and expects the matching sentinel from both decoders.
 func TestHeaderErrors(t *testing.T) {
-	step := func() []byte { return AppendStep(nil, testJobHash, sampleSteps()["one of each"]) }
-	hb := func() []byte { return AppendHeartbeat(nil, testJobHash, sampleHeartbeats()["typical"]) }
-	decodeStep := func(b []byte) error { var s Step; return DecodeStep(b, testJobHash, &s) }
-	decodeHB := func(b []byte) error { var h Heartbeat; return DecodeHeartbeat(b, testJobHash, &h) }
+	step := func() []byte { return testCodec.AppendStep(nil, sampleSteps()["one of each"]) }
+	hb := func() []byte { return testCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"]) }
+	decodeStep := func(b []byte) error { var s Step; return testCodec.DecodeStep(b, &s) }
+	decodeHB := func(b []byte) error { var h Heartbeat; return testCodec.DecodeHeartbeat(b, &h) }
 	for _, tc := range []struct {
 		name   string
 		tamper func([]byte) []byte
@@ -290,9 +293,9 @@ func TestStepBounds(t *testing.T) {
 		offRem = 32
 		offAdm = 36
 	)
-	base := func() []byte { return AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: 1}) }
+	base := func() []byte { return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1}) }
 	withAdmission := func() []byte {
-		return AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: 1, Admitted: []Admission{{Seq: 1, Prompt: []int32{1, 2}}}})
+		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Admitted: []Admission{{Seq: 1, Prompt: []int32{1, 2}}}})
 	}
 	put := func(b []byte, off int, v uint32) []byte {
 		binary.LittleEndian.PutUint32(b[off:], v)
@@ -325,7 +328,7 @@ func TestStepBounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Step
 			var err error
-			allocs := testing.AllocsPerRun(1, func() { err = DecodeStep(tc.msg, testJobHash, &got) })
+			allocs := testing.AllocsPerRun(1, func() { err = testCodec.DecodeStep(tc.msg, &got) })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -343,16 +346,16 @@ func TestStepBounds(t *testing.T) {
 // the largest prompt the limits allow but the message does not hold: a
 // decoder that allocated first would take 4 MiB per call.
 func TestStepBoundsNoHugeAllocation(t *testing.T) {
-	msg := AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: 1, Admitted: []Admission{{Seq: 1, Prompt: []int32{1}}}})
+	msg := testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Admitted: []Admission{{Seq: 1, Prompt: []int32{1}}}})
 	binary.LittleEndian.PutUint32(msg[stepHeaderLen+8:], MaxPromptLen)
 	reseal(msg)
 	var s Step
-	_ = DecodeStep(msg, testJobHash, &s) // warm
+	_ = testCodec.DecodeStep(msg, &s) // warm
 	const runs = 16
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range runs {
-		if err := DecodeStep(msg, testJobHash, &s); !errors.Is(err, ErrShort) {
+		if err := testCodec.DecodeStep(msg, &s); !errors.Is(err, ErrShort) {
 			t.Fatalf("err = %v, want ErrShort", err)
 		}
 	}
@@ -367,13 +370,13 @@ func TestDecodeStepReusesSlices(t *testing.T) {
 	for i := range 64 {
 		src.Tokens = append(src.Tokens, Token{Seq: uint64(i), Token: int32(i)})
 	}
-	msg := AppendStep(nil, testJobHash, src)
+	msg := testCodec.AppendStep(nil, src)
 	var dst Step
-	if err := DecodeStep(msg, testJobHash, &dst); err != nil { // warm
+	if err := testCodec.DecodeStep(msg, &dst); err != nil { // warm
 		t.Fatal(err)
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := DecodeStep(msg, testJobHash, &dst); err != nil {
+		if err := testCodec.DecodeStep(msg, &dst); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -384,8 +387,8 @@ func TestDecodeStepReusesSlices(t *testing.T) {
 		t.Fatalf("decoded %+v", dst)
 	}
 	// A shorter step into the same destination shrinks the slices.
-	short := AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: 6, Tokens: []Token{{Seq: 1, Token: 2}}})
-	if err := DecodeStep(short, testJobHash, &dst); err != nil {
+	short := testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 6, Tokens: []Token{{Seq: 1, Token: 2}}})
+	if err := testCodec.DecodeStep(short, &dst); err != nil {
 		t.Fatal(err)
 	}
 	if len(dst.Tokens) != 1 || len(dst.Removed) != 0 || dst.Step != 6 {
@@ -412,36 +415,69 @@ func TestJobHash(t *testing.T) {
 	}
 }
 
+// fuzzCodecs are the receivers every fuzz target decodes with.
+var fuzzCodecs = []*Codec{testCodec, keyedCodec}
+
+// fuzzInput is what c decodes of the fuzzer's data: the data itself
+// without a key; with one, the data resealed under it, since random bytes
+// never carry a valid MAC and would not reach the checks behind it.
+func fuzzInput(c *Codec, data []byte) []byte {
+	if !c.Keyed() || len(data) < trailerLen {
+		return data
+	}
+	return resealWith(c, bytes.Clone(data))
+}
+
+// checkReencoding fails t unless out, the re-encoding of what c decoded
+// from in, is in itself: without a key up to the MAC, which c neither
+// checks nor keeps (it writes zeros).
+func checkReencoding(t *testing.T, c *Codec, in, out []byte) {
+	t.Helper()
+	want := in
+	if !c.Keyed() {
+		want = resealWith(c, bytes.Clone(in))
+	}
+	if !bytes.Equal(out, want) {
+		t.Fatalf("keyed %v: re-encoding a decoded message differs:\n in  %x\n out %x", c.Keyed(), in, out)
+	}
+}
+
 func FuzzDecodeStep(f *testing.F) {
 	for _, s := range sampleSteps() {
-		f.Add(AppendStep(nil, testJobHash, s))
+		f.Add(testCodec.AppendStep(nil, s))
+		f.Add(keyedCodec.AppendStep(nil, s))
 	}
 	f.Add([]byte{})
 	f.Add([]byte("TPCS"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var s Step
-		if err := DecodeStep(data, testJobHash, &s); err != nil {
-			return
-		}
-		if again := AppendStep(nil, testJobHash, &s); !bytes.Equal(again, data) {
-			t.Fatalf("re-encoding a decoded step differs:\n in  %x\n out %x", data, again)
+		for _, c := range fuzzCodecs {
+			msg := fuzzInput(c, data)
+			var s Step
+			err := c.DecodeStep(msg, &s)
+			if _, _, perr := c.PeekStep(msg); err == nil && perr != nil {
+				t.Fatalf("keyed %v: PeekStep refuses a step DecodeStep takes: %v", c.Keyed(), perr)
+			}
+			if err == nil {
+				checkReencoding(t, c, msg, c.AppendStep(nil, &s))
+			}
 		}
 	})
 }
 
 func FuzzDecodeHeartbeat(f *testing.F) {
 	for _, h := range sampleHeartbeats() {
-		f.Add(AppendHeartbeat(nil, testJobHash, h))
+		f.Add(testCodec.AppendHeartbeat(nil, h))
+		f.Add(keyedCodec.AppendHeartbeat(nil, h))
 	}
 	f.Add([]byte{})
 	f.Add([]byte("TPCH"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var h Heartbeat
-		if err := DecodeHeartbeat(data, testJobHash, &h); err != nil {
-			return
-		}
-		if again := AppendHeartbeat(nil, testJobHash, &h); !bytes.Equal(again, data) {
-			t.Fatalf("re-encoding a decoded heartbeat differs:\n in  %x\n out %x", data, again)
+		for _, c := range fuzzCodecs {
+			msg := fuzzInput(c, data)
+			var h Heartbeat
+			if err := c.DecodeHeartbeat(msg, &h); err == nil {
+				checkReencoding(t, c, msg, c.AppendHeartbeat(nil, &h))
+			}
 		}
 	})
 }
@@ -453,21 +489,21 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 func TestReservedBytes(t *testing.T) {
 	steps := map[string]int{"header": 5, "header end": 7}
 	for name, off := range steps {
-		msg := AppendStep(nil, testJobHash, sampleSteps()["one of each"])
+		msg := testCodec.AppendStep(nil, sampleSteps()["one of each"])
 		msg[off] = 1
 		reseal(msg)
 		var s Step
-		if err := DecodeStep(msg, testJobHash, &s); !errors.Is(err, ErrVersion) {
+		if err := testCodec.DecodeStep(msg, &s); !errors.Is(err, ErrVersion) {
 			t.Errorf("step, %s byte %d set: err = %v, want ErrVersion", name, off, err)
 		}
 	}
 	hbs := map[string]int{"header": 6, "heartbeat reserved": 25, "heartbeat reserved end": 27}
 	for name, off := range hbs {
-		msg := AppendHeartbeat(nil, testJobHash, sampleHeartbeats()["typical"])
+		msg := testCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"])
 		msg[off] = 1
 		reseal(msg)
 		var h Heartbeat
-		if err := DecodeHeartbeat(msg, testJobHash, &h); !errors.Is(err, ErrVersion) {
+		if err := testCodec.DecodeHeartbeat(msg, &h); !errors.Is(err, ErrVersion) {
 			t.Errorf("heartbeat, %s byte %d set: err = %v, want ErrVersion", name, off, err)
 		}
 	}
@@ -483,49 +519,59 @@ func le(b []byte) uint64 {
 }
 
 // TestHeartbeatLayout pins the heartbeat's bytes to the table in
-// docs/protocol.md: 60 bytes, the sender's leader at offset 52, the
-// CRC-32C at 56.
+// docs/protocol.md: 76 bytes, the sender's leader at offset 52, the MAC
+// at 56 (zero without a key, else HMAC-SHA256 of bytes 0-55 truncated to
+// 16 bytes), the CRC-32C of bytes 0-71 at 72.
 func TestHeartbeatLayout(t *testing.T) {
 	h := sampleHeartbeats()["typical"]
-	msg := AppendHeartbeat(nil, testJobHash, h)
-	if len(msg) != 60 || heartbeatLen != 60 {
-		t.Fatalf("heartbeat is %d bytes (heartbeatLen %d), want 60", len(msg), heartbeatLen)
-	}
-	if string(msg[:4]) != "TPCH" || msg[4] != Version || Version != 2 {
-		t.Fatalf("header % x, want TPCH and version 2", msg[:5])
-	}
-	for _, f := range []struct {
-		name      string
-		off, size int
-		want      uint64
-	}{
-		{"job hash", 8, 8, testJobHash},
-		{"epoch", 16, 4, uint64(h.Epoch)},
-		{"rank", 20, 4, uint64(h.Rank)},
-		{"phase", 24, 1, uint64(h.Phase)},
-		{"reserved", 25, 3, 0},
-		{"applied", 28, 8, h.Applied},
-		{"digest", 36, 8, h.Digest},
-		{"clock", 44, 8, uint64(h.UnixNs)},
-		{"leader", 52, 4, uint64(h.Leader)},
-		{"crc-32c", 56, 4, uint64(crc32.Checksum(msg[:56], crc32.MakeTable(crc32.Castagnoli)))},
-	} {
-		if got := le(msg[f.off : f.off+f.size]); got != f.want {
-			t.Errorf("%s at %d: %#x, want %#x", f.name, f.off, got, f.want)
+	for _, c := range []*Codec{testCodec, keyedCodec} {
+		msg := c.AppendHeartbeat(nil, h)
+		if len(msg) != 76 || heartbeatLen != 76 {
+			t.Fatalf("heartbeat is %d bytes (heartbeatLen %d), want 76", len(msg), heartbeatLen)
+		}
+		if string(msg[:4]) != "TPCH" || msg[4] != Version || Version != 3 {
+			t.Fatalf("header % x, want TPCH and version 3", msg[:5])
+		}
+		for _, f := range []struct {
+			name      string
+			off, size int
+			want      uint64
+		}{
+			{"job hash", 8, 8, testJobHash},
+			{"epoch", 16, 4, uint64(h.Epoch)},
+			{"rank", 20, 4, uint64(h.Rank)},
+			{"phase", 24, 1, uint64(h.Phase)},
+			{"reserved", 25, 3, 0},
+			{"applied", 28, 8, h.Applied},
+			{"digest", 36, 8, h.Digest},
+			{"clock", 44, 8, uint64(h.UnixNs)},
+			{"leader", 52, 4, uint64(h.Leader)},
+			{"crc-32c", 72, 4, uint64(crc32.Checksum(msg[:72], crc32.MakeTable(crc32.Castagnoli)))},
+		} {
+			if got := le(msg[f.off : f.off+f.size]); got != f.want {
+				t.Errorf("keyed %v: %s at %d: %#x, want %#x", c.Keyed(), f.name, f.off, got, f.want)
+			}
+		}
+		if want := refMAC(c, msg[:56]); !bytes.Equal(msg[56:72], want) {
+			t.Errorf("keyed %v: MAC at 56 is %x, want %x", c.Keyed(), msg[56:72], want)
 		}
 	}
 }
 
 // TestHeartbeatStrict: a heartbeat has exactly one length, and the leader
 // field is covered by the checksum; a version 1 heartbeat (56 bytes, no
-// leader) is refused as another version.
+// leader) and a version 2 one (60 bytes, no MAC) are refused as other
+// versions.
 func TestHeartbeatStrict(t *testing.T) {
-	msg := func() []byte { return AppendHeartbeat(nil, testJobHash, sampleHeartbeats()["typical"]) }
-	v1 := func() []byte {
-		b := append(msg()[:52:52], 0, 0, 0, 0) // drop the leader, keep room for the CRC
-		b[4] = 1
-		return reseal(b)
+	msg := func() []byte { return testCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"]) }
+	older := func(version byte, n int) func() []byte {
+		return func() []byte {
+			b := append(msg()[:n-checksumLen:n-checksumLen], 0, 0, 0, 0) // keep room for the CRC
+			b[4] = version
+			return reseal(b)
+		}
 	}
+	v1, v2 := older(1, 56), older(2, 60)
 	for _, tc := range []struct {
 		name string
 		msg  []byte
@@ -533,12 +579,15 @@ func TestHeartbeatStrict(t *testing.T) {
 	}{
 		{"without the leader field", reseal(append(msg()[:52:52], 0, 0, 0, 0)), ErrShort},
 		{"four bytes more", reseal(append(msg(), 0, 0, 0, 0)), ErrShort},
+		{"without the MAC", reseal(append(msg()[:56:56], 0, 0, 0, 0)), ErrShort},
 		{"version 1 layout", v1(), ErrVersion},
+		{"version 2 layout", v2(), ErrVersion},
 		{"leader changed, checksum not", func() []byte { b := msg(); b[52] ^= 1; return b }(), ErrChecksum},
-		{"checksum corrupted", func() []byte { b := msg(); b[57] ^= 0x80; return b }(), ErrChecksum},
+		{"MAC changed, checksum not", func() []byte { b := msg(); b[60] ^= 1; return b }(), ErrChecksum},
+		{"checksum corrupted", func() []byte { b := msg(); b[73] ^= 0x80; return b }(), ErrChecksum},
 	} {
 		var h Heartbeat
-		if err := DecodeHeartbeat(tc.msg, testJobHash, &h); !errors.Is(err, tc.want) {
+		if err := testCodec.DecodeHeartbeat(tc.msg, &h); !errors.Is(err, tc.want) {
 			t.Errorf("%s (%d bytes): err = %v, want %v", tc.name, len(tc.msg), err, tc.want)
 		}
 	}
@@ -547,7 +596,7 @@ func TestHeartbeatStrict(t *testing.T) {
 	b := msg()
 	binary.LittleEndian.PutUint32(b[52:], 0x0badf00d)
 	var h Heartbeat
-	if err := DecodeHeartbeat(reseal(b), testJobHash, &h); err != nil || h.Leader != 0x0badf00d {
+	if err := testCodec.DecodeHeartbeat(reseal(b), &h); err != nil || h.Leader != 0x0badf00d {
 		t.Errorf("resealed leader: %+v, %v", h, err)
 	}
 }

@@ -43,28 +43,28 @@ type ReplayReply struct {
 }
 
 const (
-	replayRequestLen = 16 + 4 + 4 + 8 + 8 + checksumLen
+	replayRequestLen = 16 + 4 + 4 + 8 + 8 + trailerLen
 	replayReplyFixed = 16 + 4 + 4 + 8 + 4 + 4
 	// MaxReplaySteps bounds the steps in one reply.
 	MaxReplaySteps = 4096
 )
 
-// AppendReplayRequest appends the encoding of r to dst.
-func AppendReplayRequest(dst []byte, job uint64, r *ReplayRequest) []byte {
+// AppendReplayRequest appends the encoding of r to dst, sealed.
+func (c *Codec) AppendReplayRequest(dst []byte, r *ReplayRequest) []byte {
 	start := len(dst)
-	dst = append(dst, make([]byte, replayRequestLen-checksumLen)...)
+	dst = append(dst, make([]byte, replayRequestLen-trailerLen)...)
 	b := dst[start:]
-	putHeader(b, KindReplayRequest, job)
+	putHeader(b, KindReplayRequest, c.job)
 	binary.LittleEndian.PutUint32(b[16:], r.Epoch)
 	binary.LittleEndian.PutUint32(b[20:], r.Rank)
 	binary.LittleEndian.PutUint64(b[24:], r.From)
 	binary.LittleEndian.PutUint64(b[32:], r.To)
-	return seal(dst, start)
+	return c.seal(dst, start)
 }
 
 // DecodeReplayRequest decodes b into r.
-func DecodeReplayRequest(b []byte, job uint64, r *ReplayRequest) error {
-	if err := checkHeader(b, KindReplayRequest, job); err != nil {
+func (c *Codec) DecodeReplayRequest(b []byte, r *ReplayRequest) error {
+	if err := c.checkHeader(b, KindReplayRequest); err != nil {
 		return err
 	}
 	if len(b) != replayRequestLen {
@@ -80,12 +80,12 @@ func DecodeReplayRequest(b []byte, job uint64, r *ReplayRequest) error {
 	return nil
 }
 
-// AppendReplayReply appends the encoding of r to dst.
-func AppendReplayReply(dst []byte, job uint64, r *ReplayReply) []byte {
+// AppendReplayReply appends the encoding of r to dst, sealed.
+func (c *Codec) AppendReplayReply(dst []byte, r *ReplayReply) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, replayReplyFixed)...)
 	b := dst[start:]
-	putHeader(b, KindReplayReply, job)
+	putHeader(b, KindReplayReply, c.job)
 	binary.LittleEndian.PutUint32(b[16:], r.Epoch)
 	b[20] = r.Status
 	binary.LittleEndian.PutUint64(b[24:], r.Oldest)
@@ -95,19 +95,19 @@ func AppendReplayReply(dst []byte, job uint64, r *ReplayReply) []byte {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
 		dst = append(dst, s...)
 	}
-	return seal(dst, start)
+	return c.seal(dst, start)
 }
 
 // DecodeReplayReply decodes b into r. The steps alias b; each still has to
-// pass DecodeStep.
-func DecodeReplayReply(b []byte, job uint64, r *ReplayReply) error {
-	if err := checkHeader(b, KindReplayReply, job); err != nil {
+// pass DecodeStep (which checks its own MAC).
+func (c *Codec) DecodeReplayReply(b []byte, r *ReplayReply) error {
+	if err := c.checkHeader(b, KindReplayReply); err != nil {
 		return err
 	}
-	if len(b) < replayReplyFixed+checksumLen {
+	if len(b) < replayReplyFixed+trailerLen {
 		return fmt.Errorf("%w: replay reply is %d bytes", ErrShort, len(b))
 	}
-	body := b[:len(b)-checksumLen]
+	body := b[:len(b)-trailerLen]
 	if err := checkReserved(body[21:24]); err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (w *Window) Serve(req *ReplayRequest, maxBytes int) *ReplayReply {
 		rep.Status = ReplayBeyondWindow
 		return rep
 	}
-	size := replayReplyFixed + checksumLen
+	size := replayReplyFixed + trailerLen
 	for k := req.From; k <= min(req.To, w.newest) && len(rep.Steps) < MaxReplaySteps; k++ {
 		s := w.steps[k%uint64(len(w.steps))]
 		if size+4+len(s) > maxBytes && len(rep.Steps) > 0 {

@@ -10,48 +10,48 @@ import (
 
 func TestReplayRequestRoundTrip(t *testing.T) {
 	want := ReplayRequest{Epoch: 3, Rank: 7, From: 10, To: 99}
-	msg := AppendReplayRequest(nil, testJobHash, &want)
+	msg := testCodec.AppendReplayRequest(nil, &want)
 	var got ReplayRequest
-	if err := DecodeReplayRequest(msg, testJobHash, &got); err != nil || got != want {
+	if err := testCodec.DecodeReplayRequest(msg, &got); err != nil || got != want {
 		t.Fatalf("got %+v, %v; want %+v", got, err, want)
 	}
 	for _, bad := range []ReplayRequest{{From: 0, To: 5}, {From: 6, To: 5}} {
-		msg := AppendReplayRequest(nil, testJobHash, &bad)
-		if err := DecodeReplayRequest(msg, testJobHash, &got); !errors.Is(err, ErrBounds) {
+		msg := testCodec.AppendReplayRequest(nil, &bad)
+		if err := testCodec.DecodeReplayRequest(msg, &got); !errors.Is(err, ErrBounds) {
 			t.Errorf("range %d..%d: err = %v, want ErrBounds", bad.From, bad.To, err)
 		}
 	}
 	for n := range len(msg) {
-		if err := DecodeReplayRequest(msg[:n], testJobHash, &got); err == nil {
+		if err := testCodec.DecodeReplayRequest(msg[:n], &got); err == nil {
 			t.Fatalf("truncated to %d bytes: no error", n)
 		}
 	}
-	if err := DecodeReplayRequest(msg, testJobHash+1, &got); !errors.Is(err, ErrJob) {
+	if err := NewCodec(testJobHash+1, nil).DecodeReplayRequest(msg, &got); !errors.Is(err, ErrJob) {
 		t.Errorf("other job: err = %v, want ErrJob", err)
 	}
 }
 
 func TestReplayReplyRoundTrip(t *testing.T) {
-	s1 := AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 5})
-	s2 := AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 6, Admitted: []Admission{{Seq: 1, Prompt: []int32{1, 2}}}})
+	s1 := testCodec.AppendStep(nil, &Step{Epoch: 2, Step: 5})
+	s2 := testCodec.AppendStep(nil, &Step{Epoch: 2, Step: 6, Admitted: []Admission{{Seq: 1, Prompt: []int32{1, 2}}}})
 	want := ReplayReply{Epoch: 2, Status: ReplayOK, Oldest: 3, Leader: 0x5eed1e55, Steps: [][]byte{s1, s2}}
-	msg := AppendReplayReply(nil, testJobHash, &want)
+	msg := testCodec.AppendReplayReply(nil, &want)
 	var got ReplayReply
-	if err := DecodeReplayReply(msg, testJobHash, &got); err != nil {
+	if err := testCodec.DecodeReplayReply(msg, &got); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	for n := range len(msg) {
-		if err := DecodeReplayReply(msg[:n], testJobHash, &got); err == nil {
+		if err := testCodec.DecodeReplayReply(msg[:n], &got); err == nil {
 			t.Fatalf("truncated to %d bytes: no error", n)
 		}
 	}
 	// A step length beyond the bytes present, with a valid checksum.
 	bad := append([]byte(nil), msg[:len(msg)-4]...)
 	bad[replayReplyFixed] = 0xff
-	if err := DecodeReplayReply(reseal(bad), testJobHash, &got); !errors.Is(err, ErrShort) {
+	if err := testCodec.DecodeReplayReply(reseal(bad), &got); !errors.Is(err, ErrShort) {
 		t.Errorf("oversized step length: err = %v, want ErrShort", err)
 	}
 }
@@ -64,7 +64,7 @@ func TestWindow(t *testing.T) {
 	if rep := w.Serve(&ReplayRequest{From: 1, To: 1}, 1<<20); rep.Status != ReplayBeyondWindow {
 		t.Fatalf("empty window: %+v", rep)
 	}
-	msg := func(k uint64) []byte { return AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: k}) }
+	msg := func(k uint64) []byte { return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: k}) }
 	for k := uint64(1); k <= 6; k++ {
 		w.Add(1, k, msg(k))
 	}
@@ -104,41 +104,46 @@ func TestWindow(t *testing.T) {
 		t.Error("window aliases the caller's buffer")
 	}
 	// A new epoch starts over.
-	w.Add(2, 1, AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 1}))
+	w.Add(2, 1, testCodec.AppendStep(nil, &Step{Epoch: 2, Step: 1}))
 	if rep := w.Serve(&ReplayRequest{Epoch: 2, From: 1, To: 1}, 1<<20); rep.Status != ReplayOK || rep.Oldest != 1 {
 		t.Errorf("after a new epoch: %+v", rep)
 	}
 }
 
 func FuzzDecodeReplayRequest(f *testing.F) {
-	f.Add(AppendReplayRequest(nil, testJobHash, &ReplayRequest{Epoch: 1, Rank: 2, From: 3, To: 4}))
+	for _, c := range fuzzCodecs {
+		f.Add(c.AppendReplayRequest(nil, &ReplayRequest{Epoch: 1, Rank: 2, From: 3, To: 4}))
+	}
 	f.Add([]byte("TPCR"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var r ReplayRequest
-		if err := DecodeReplayRequest(b, testJobHash, &r); err != nil {
-			return
-		}
-		if again := AppendReplayRequest(nil, testJobHash, &r); !bytes.Equal(again, b) {
-			t.Fatalf("re-encoding differs")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, c := range fuzzCodecs {
+			msg := fuzzInput(c, data)
+			var r ReplayRequest
+			if err := c.DecodeReplayRequest(msg, &r); err == nil {
+				checkReencoding(t, c, msg, c.AppendReplayRequest(nil, &r))
+			}
 		}
 	})
 }
 
 func FuzzDecodeReplayReply(f *testing.F) {
-	s := AppendStep(nil, testJobHash, &Step{Epoch: 1, Step: 2, Tokens: []Token{{Seq: 1, Token: 3}}})
-	f.Add(AppendReplayReply(nil, testJobHash, &ReplayReply{Epoch: 1, Oldest: 1, Leader: 0x5eed1e55, Steps: [][]byte{s, s}}))
-	f.Add(AppendReplayReply(nil, testJobHash, &ReplayReply{Status: ReplayBeyondWindow, Leader: 1}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var r ReplayReply
-		if err := DecodeReplayReply(b, testJobHash, &r); err != nil {
-			return
-		}
-		if again := AppendReplayReply(nil, testJobHash, &r); !bytes.Equal(again, b) {
-			t.Fatalf("re-encoding differs")
-		}
-		var st Step
-		for _, s := range r.Steps {
-			_ = DecodeStep(s, testJobHash, &st) // must not panic
+	for _, c := range fuzzCodecs {
+		s := c.AppendStep(nil, &Step{Epoch: 1, Step: 2, Tokens: []Token{{Seq: 1, Token: 3}}})
+		f.Add(c.AppendReplayReply(nil, &ReplayReply{Epoch: 1, Oldest: 1, Leader: 0x5eed1e55, Steps: [][]byte{s, s}}))
+		f.Add(c.AppendReplayReply(nil, &ReplayReply{Status: ReplayBeyondWindow, Leader: 1}))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, c := range fuzzCodecs {
+			msg := fuzzInput(c, data)
+			var r ReplayReply
+			if err := c.DecodeReplayReply(msg, &r); err != nil {
+				continue
+			}
+			checkReencoding(t, c, msg, c.AppendReplayReply(nil, &r))
+			var st Step
+			for _, s := range r.Steps {
+				_ = c.DecodeStep(s, &st) // must not panic
+			}
 		}
 	})
 }
@@ -147,12 +152,12 @@ func FuzzDecodeReplayReply(f *testing.F) {
 // the serving rank 0's leader at 36, the first step's length at 40; and
 // checks that the decoder stays strict about it.
 func TestReplayReplyLayout(t *testing.T) {
-	s1 := AppendStep(nil, testJobHash, &Step{Epoch: 2, Leader: 0x5eed1e55, Step: 5})
+	s1 := testCodec.AppendStep(nil, &Step{Epoch: 2, Leader: 0x5eed1e55, Step: 5})
 	r := ReplayReply{Epoch: 2, Status: ReplayOK, Oldest: 3, Leader: 0x5eed1e55, Steps: [][]byte{s1}}
-	msg := func() []byte { return AppendReplayReply(nil, testJobHash, &r) }
+	msg := func() []byte { return testCodec.AppendReplayReply(nil, &r) }
 	b := msg()
-	if replayReplyFixed != 40 || len(b) != 40+4+len(s1)+4 {
-		t.Fatalf("reply is %d bytes with a fixed part of %d, want %d and 40", len(b), replayReplyFixed, 40+4+len(s1)+4)
+	if replayReplyFixed != 40 || len(b) != 40+4+len(s1)+MACSize+4 {
+		t.Fatalf("reply is %d bytes with a fixed part of %d, want %d and 40", len(b), replayReplyFixed, 40+4+len(s1)+MACSize+4)
 	}
 	if string(b[:4]) != "TPCP" || b[4] != Version {
 		t.Fatalf("header % x", b[:5])
@@ -177,6 +182,9 @@ func TestReplayReplyLayout(t *testing.T) {
 	if !bytes.Equal(b[44:44+len(s1)], s1) {
 		t.Error("the step does not follow its length")
 	}
+	if mac := b[len(b)-4-MACSize : len(b)-4]; !bytes.Equal(mac, make([]byte, MACSize)) {
+		t.Errorf("the MAC of a reply without a key is %x, want zeros", mac)
+	}
 	for _, tc := range []struct {
 		name   string
 		tamper func([]byte) []byte
@@ -191,14 +199,14 @@ func TestReplayReplyLayout(t *testing.T) {
 		{"no room for the leader", func(b []byte) []byte { return reseal(append(b[:36:36], 0, 0, 0, 0)) }, ErrShort},
 	} {
 		var got ReplayReply
-		if err := DecodeReplayReply(tc.tamper(msg()), testJobHash, &got); !errors.Is(err, tc.want) {
+		if err := testCodec.DecodeReplayReply(tc.tamper(msg()), &got); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
 	}
 	// A refusal carries the leader too.
-	refusal := AppendReplayReply(nil, testJobHash, &ReplayReply{Epoch: 7, Status: ReplayWrongEpoch, Leader: 9})
+	refusal := testCodec.AppendReplayReply(nil, &ReplayReply{Epoch: 7, Status: ReplayWrongEpoch, Leader: 9})
 	var got ReplayReply
-	if err := DecodeReplayReply(refusal, testJobHash, &got); err != nil || got.Leader != 9 || got.Status != ReplayWrongEpoch || len(got.Steps) != 0 {
+	if err := testCodec.DecodeReplayReply(refusal, &got); err != nil || got.Leader != 9 || got.Status != ReplayWrongEpoch || len(got.Steps) != 0 {
 		t.Errorf("refusal: %+v, %v", got, err)
 	}
 }
@@ -208,16 +216,16 @@ func TestReplayReplyLayout(t *testing.T) {
 // newest step is always replayable), and does not keep a large step's
 // buffer alive for a small one.
 func TestWindowEvictsByBytes(t *testing.T) {
-	msg := func(k uint64, rows int) []byte {
+	msg := func(k uint64, removals int) []byte {
 		st := &Step{Epoch: 1, Step: k}
-		for i := range rows {
-			st.Tokens = append(st.Tokens, Token{Seq: uint64(i + 1), Token: int32(i)})
+		for i := range removals {
+			st.Removed = append(st.Removed, uint64(i+1))
 		}
-		return AppendStep(nil, testJobHash, st)
+		return testCodec.AppendStep(nil, st)
 	}
 	small := len(msg(1, 0))
-	if len(msg(1, 4)) != 2*small {
-		t.Fatalf("a step of 4 rows is %d bytes, the test assumes 2×%d", len(msg(1, 4)), small)
+	if len(msg(1, 8)) != 2*small {
+		t.Fatalf("a step of 8 removals is %d bytes, the test assumes 2×%d", len(msg(1, 8)), small)
 	}
 	served := func(w *Window, from, to uint64) *ReplayReply {
 		return w.Serve(&ReplayRequest{Epoch: 1, From: from, To: to}, 1<<20)
@@ -241,7 +249,7 @@ func TestWindowEvictsByBytes(t *testing.T) {
 	if rep := served(w, 3, 5); len(rep.Steps) != 3 || !bytes.Equal(rep.Steps[0], msg(3, 0)) || !bytes.Equal(rep.Steps[2], msg(5, 0)) {
 		t.Fatalf("served %d steps", len(rep.Steps))
 	}
-	w.Add(1, 6, msg(6, 4)) // worth two: steps 3 and 4 go
+	w.Add(1, 6, msg(6, 8)) // worth two: steps 3 and 4 go
 	check(w, 5, 3*small)
 	w.Add(1, 7, msg(7, 20)) // over the budget on its own: kept alone
 	check(w, 7, len(msg(7, 20)))
@@ -251,7 +259,7 @@ func TestWindowEvictsByBytes(t *testing.T) {
 	w.Add(1, 8, msg(8, 0)) // and the next step pushes it out
 	check(w, 8, small)
 	// A new epoch starts over, bytes included.
-	w.Add(2, 1, AppendStep(nil, testJobHash, &Step{Epoch: 2, Step: 1}))
+	w.Add(2, 1, testCodec.AppendStep(nil, &Step{Epoch: 2, Step: 1}))
 	if w.Bytes() != small {
 		t.Fatalf("after a new epoch the window holds %d bytes, want %d", w.Bytes(), small)
 	}

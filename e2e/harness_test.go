@@ -301,15 +301,9 @@ func (a *agent) wait(limit time.Duration) int {
 // another job, an insider) use it.
 func rankNATSURL(t *testing.T, pid int) string {
 	t.Helper()
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		t.Fatal(err)
+	u, ok := procEnv(t, pid)["TPC_NATS"]
+	if !ok {
+		t.Fatalf("pid %d has no TPC_NATS", pid)
 	}
-	for _, kv := range strings.Split(string(env), "\x00") {
-		if v, ok := strings.CutPrefix(kv, "TPC_NATS="); ok {
-			return v
-		}
-	}
-	t.Fatalf("pid %d has no TPC_NATS", pid)
-	return ""
+	return u
 }

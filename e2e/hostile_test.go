@@ -19,9 +19,10 @@ import (
 )
 
 // TestGarbageAndReplayFlood floods the step subject with 10,000 garbage,
-// corrupted and replayed messages while requests decode: no rank crashes,
-// every request completes, every rank ends with the same digest, and the
-// refusals are counted.
+// corrupted, forged and replayed messages while requests decode: no rank
+// crashes, every request completes, every rank ends with the same digest,
+// and the refusals are counted (the forgeries, under launch's job key, as
+// "mac").
 func TestGarbageAndReplayFlood(t *testing.T) {
 	j := launch(t, "--nproc", "4", "--job", "e2e-flood", "--forward-time", "2ms")
 	// Rank credentials: the ready file's client ones may not touch steps.
@@ -67,8 +68,8 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range ranks[1:] {
-		if r.Rejected["step"] == 0 || r.Rejected["duplicate"] == 0 {
-			t.Errorf("rank %d counted no refused or duplicate steps: %v", r.Rank, r.Rejected)
+		if r.Rejected["step"] == 0 || r.Rejected["duplicate"] == 0 || r.Rejected["mac"] == 0 {
+			t.Errorf("rank %d counted no refused, duplicate or forged steps: %v", r.Rank, r.Rejected)
 		}
 	}
 	if _, err := j.stop(syscall.SIGTERM, 30*time.Second); err != nil {
@@ -156,7 +157,7 @@ func hostileStep(kind int, genuine []byte, rng *rand.Rand, castagnoli *crc32.Tab
 		msg[rng.IntN(len(msg))] ^= 1 << rng.IntN(8)
 	case 3: // truncated
 		msg = genuine[:rng.IntN(len(genuine))]
-	case 4: // a real step with a stale epoch and a valid checksum
+	case 4: // a real step with a stale epoch and a valid checksum, its MAC not redone: forged
 		msg = append([]byte(nil), genuine[:len(genuine)-4]...)
 		binary.LittleEndian.PutUint32(msg[16:], 0xffffffff)
 		msg = binary.LittleEndian.AppendUint32(msg, crc32.Checksum(msg, castagnoli))
@@ -275,14 +276,19 @@ func freeTCPPort(t *testing.T) int {
 	return l.Addr().(*netTCPAddr).Port
 }
 
-// TestForgedStepWhileIdle: a process holding the ranks' NATS credentials publishes
-// the step after rank 0's last one, with the captured leader ID and a valid
-// checksum, while the job is idle. The followers apply it; rank 0, idle,
-// notices at their next heartbeat that they report a step it never
-// published, and the job stops naming a diverged rank.
+// TestForgedStepWhileIdle: in a job without a key (agents started by
+// hand: launch keys every job), a client holding the job's NATS URL
+// publishes the step after rank 0's last one, with the captured leader ID
+// and a valid checksum, while the job is idle. The followers apply it;
+// rank 0, idle, notices at their next heartbeat that they report a step
+// it never published, and stops naming a diverged rank. (With a key the
+// forgery is refused on arrival: TestForgedStepRefused.)
 func TestForgedStepWhileIdle(t *testing.T) {
-	j := launch(t, "--nproc", "3", "--job", "e2e-forge", "--forward-time", "1ms")
-	nc, err := nats.Connect(rankNATSURL(t, j.info.PIDs[1]))
+	m := newManualJob(t, "e2e-forge", 3, "--forward-time", "1ms")
+	m.startAll(3)
+	m.waitRunning(3)
+	j := m.client()
+	nc, err := nats.Connect(j.info.NATSURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,27 +299,34 @@ func TestForgedStepWhileIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps.waitAndStop(2)
-	var last broadcast.Step
-	steps.mu.Lock()
-	for _, data := range steps.captured {
-		var st broadcast.Step
-		if broadcast.DecodeStep(data, broadcast.JobHash(j.info.Job), &st) == nil && st.Step > last.Step {
-			last = st
-		}
-	}
-	steps.mu.Unlock()
+	codec := broadcast.NewCodec(broadcast.JobHash(j.info.Job), nil)
+	last := steps.last(codec)
 	waitFor(t, 30*time.Second, "the job idle at rank 0's last step", func() (bool, string) {
 		st, err := j.status()
 		return err == nil && len(st) == 3 && st[0].Rows == 0 && st[1].Step == st[0].Step, fmt.Sprint(st, err)
 	})
 	forged := broadcast.Step{Epoch: last.Epoch, Step: last.Step + 1, Leader: last.Leader}
-	if err := nc.Publish(subject, broadcast.AppendStep(nil, broadcast.JobHash(j.info.Job), &forged)); err != nil {
+	if err := nc.Publish(subject, codec.AppendStep(nil, &forged)); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = j.wait(60 * time.Second)
-	t.Logf("the job stopped %v after the forged step", time.Since(start).Round(10*time.Millisecond))
-	if err == nil || !strings.Contains(j.log.String(), "diverged") {
-		t.Fatalf("launch: %v; want a non-zero exit naming a diverged rank:\n%s", err, tail(j.log.String(), 15))
+	code := m.agents[0].wait(60 * time.Second)
+	t.Logf("rank 0 stopped %v after the forged step", time.Since(start).Round(10*time.Millisecond))
+	if out := m.agents[0].log.String(); code != 4 || !strings.Contains(out, "diverged") {
+		t.Fatalf("rank 0 exited %d; want 4 (aborted) naming a diverged rank:\n%s", code, tail(out, 15))
 	}
+}
+
+// last is the latest captured step that decodes with codec.
+func (c *stepCapture) last(codec *broadcast.Codec) broadcast.Step {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var last broadcast.Step
+	for _, data := range c.captured {
+		var st broadcast.Step
+		if codec.DecodeStep(data, &st) == nil && st.Step > last.Step {
+			last = st
+		}
+	}
+	return last
 }

@@ -248,9 +248,11 @@ func writeExampleConf(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
+	key, jobKey := make([]byte, 32), make([]byte, 32)
+	for _, k := range [][]byte{key, jobKey} {
+		if _, err := rand.Read(k); err != nil {
+			t.Fatal(err)
+		}
 	}
 	files := map[string]string{
 		"nats-server.conf":  string(natsConf),
@@ -259,6 +261,7 @@ func writeExampleConf(t *testing.T) string {
 		"nats-rank.pw":      "CHANGE-ME-rank\n",
 		"nats-client.pw":    "CHANGE-ME-client\n",
 		"gossip.key":        base64.StdEncoding.EncodeToString(key) + "\n",
+		"job.key":           base64.StdEncoding.EncodeToString(jobKey) + "\n",
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(data), 0o600); err != nil {

@@ -14,8 +14,13 @@ import (
 const rejectLogInterval = 10 * time.Second
 
 // reject counts a refused message and logs it at most once per kind per
-// interval. Safe on any goroutine.
+// interval. A message refused for its MAC (a forgery, or another job's
+// key) counts as "mac", whatever its kind. Safe on any goroutine.
 func (d *Driver) reject(kind string, err error, attrs ...any) {
+	if errors.Is(err, broadcast.ErrMAC) {
+		attrs = append(attrs, "message", kind)
+		kind = "mac"
+	}
 	d.mu.Lock()
 	d.rejected[kind]++
 	n := d.rejected[kind]
@@ -41,7 +46,7 @@ func (d *Driver) count(kind string) {
 // followed by a message that reveals the gap).
 func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 	var hb broadcast.Heartbeat
-	if err := broadcast.DecodeHeartbeat(m.Data, d.job, &hb); err != nil {
+	if err := d.codec.DecodeHeartbeat(m.Data, &hb); err != nil {
 		d.reject("heartbeat", err, "subject", m.Subject)
 		return
 	}
@@ -109,7 +114,7 @@ func (d *Driver) leaderApplied() uint64 {
 // onReplay serves a follower's replay request from the window (rank 0).
 func (d *Driver) onReplay(m *broadcast.Msg) {
 	var req broadcast.ReplayRequest
-	if err := broadcast.DecodeReplayRequest(m.Data, d.job, &req); err != nil {
+	if err := d.codec.DecodeReplayRequest(m.Data, &req); err != nil {
 		d.reject("replay_request", err)
 		return
 	}
@@ -119,7 +124,7 @@ func (d *Driver) onReplay(m *broadcast.Msg) {
 	rep := d.window.Serve(&req, d.cfg.MaxStepBytes)
 	rep.Leader = d.cfg.Leader
 	d.log.Info("replaying steps", "to_rank", req.Rank, "from", req.From, "to", req.To, "sent", len(rep.Steps), "status", rep.Status)
-	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, d.job, rep)})
+	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: d.codec.AppendReplayReply(nil, rep)})
 }
 
 // replayBackoff is the pause after the first failed replay request; it
@@ -138,12 +143,11 @@ func (d *Driver) catchUp(ctx context.Context, target uint64) error {
 	for d.mirror.Applied() < target {
 		from := d.mirror.Applied() + 1
 		err := d.requestReplay(ctx, from, target, &rep)
-		if err == nil && !d.follows(rep.Leader) {
+		var refused *refusedReply
+		if errors.As(err, &refused) {
 			// Another rank 0 (a stale one still subscribed to the job's
-			// subjects) may answer first: refuse its reply, whatever it
-			// says, and ask again at once.
-			err = fmt.Errorf("replay reply from leader %08x, rank 0 of this job is %08x", rep.Leader, d.cfg.Leader)
-			d.reject("replay_other_leader", err)
+			// subjects) or a forger may answer first: its reply was
+			// refused, whatever it said; ask again at once.
 			if tries++; tries < attempts {
 				continue
 			}
@@ -185,21 +189,35 @@ type replayError struct{ err error }
 
 func (e *replayError) Error() string { return e.err.Error() }
 
+// refusedReply is a replay answer that did not come from this rank's rank
+// 0: its MAC does not verify, or it names another leader. It is refused
+// (and counted) and the request made again.
+type refusedReply struct{ err error }
+
+func (e *refusedReply) Error() string { return e.err.Error() }
+func (e *refusedReply) Unwrap() error { return e.err }
+
 // requestReplay asks rank 0 for steps from..to and decodes its answer into
-// rep. A malformed or refusing answer is a *replayError.
+// rep. A malformed or refusing answer is a *replayError, one that is not
+// rank 0's a *refusedReply.
 func (d *Driver) requestReplay(ctx context.Context, from, to uint64, rep *broadcast.ReplayReply) error {
 	req := broadcast.ReplayRequest{Epoch: d.mirror.Epoch(), Rank: uint32(d.cfg.Rank), From: from, To: to}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
-	data, err := broadcast.Request(rctx, d.tr, d.subj.Replay(), broadcast.AppendReplayRequest(nil, d.job, &req))
+	data, err := broadcast.Request(rctx, d.tr, d.subj.Replay(), d.codec.AppendReplayRequest(nil, &req))
 	cancel()
 	if err != nil {
 		return err
 	}
-	if err := broadcast.DecodeReplayReply(data, d.job, rep); err != nil {
+	if err := d.codec.DecodeReplayReply(data, rep); errors.Is(err, broadcast.ErrMAC) {
+		d.reject("replay_reply", err)
+		return &refusedReply{err}
+	} else if err != nil {
 		return &replayError{fmt.Errorf("%w: rank %d: malformed replay reply: %w", ErrAborted, d.cfg.Rank, err)}
 	}
 	if !d.follows(rep.Leader) {
-		return nil // the caller refuses it
+		err := fmt.Errorf("replay reply from leader %08x, rank 0 of this job is %08x", rep.Leader, d.cfg.Leader)
+		d.reject("replay_other_leader", err)
+		return &refusedReply{err}
 	}
 	switch rep.Status {
 	case broadcast.ReplayOK:
@@ -232,7 +250,7 @@ func (d *Driver) replayPause(ctx context.Context, tries int, from, to uint64, er
 func (d *Driver) applyReplayed(ctx context.Context, steps [][]byte) error {
 	var st broadcast.Step
 	for _, b := range steps {
-		if err := broadcast.DecodeStep(b, d.job, &st); err != nil {
+		if err := d.codec.DecodeStep(b, &st); err != nil {
 			return fmt.Errorf("%w: rank %d: replayed step: %w", ErrAborted, d.cfg.Rank, err)
 		}
 		if !d.follows(st.Leader) {

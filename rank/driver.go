@@ -76,6 +76,11 @@ type DriverConfig struct {
 	// Leader is rank 0's publisher ID: on rank 0 the ID it stamps on its
 	// steps, on followers the only ID they accept (0: accept any).
 	Leader uint32
+	// Key is the job's message key (nil: none). Rank 0 seals its steps and
+	// replay replies with it, every rank its heartbeats and replay
+	// requests; every rank refuses a step, heartbeat or replay message
+	// whose MAC does not verify under it (counted as "mac").
+	Key broadcast.Key
 	// Tracer traces every TraceEvery-th step (0: none). Followers' spans
 	// join rank 0's trace through the traceparent header of the step.
 	Tracer     trace.Tracer
@@ -170,13 +175,13 @@ func (c *DriverConfig) defaults() {
 
 // Driver is the I/O loop of one rank. It is not safe to call Run twice.
 type Driver struct {
-	cfg  DriverConfig
-	log  *slog.Logger
-	tr   broadcast.Transport
-	ex   Executor
-	pick Picker
-	subj broadcast.Subjects
-	job  uint64
+	cfg   DriverConfig
+	log   *slog.Logger
+	tr    broadcast.Transport
+	ex    Executor
+	pick  Picker
+	subj  broadcast.Subjects
+	codec *broadcast.Codec
 
 	// Owned by the Run goroutine.
 	mirror *Mirror
@@ -239,7 +244,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		ex:      ex,
 		pick:    pick,
 		subj:    broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
-		job:     broadcast.JobHash(cfg.Job),
+		codec:   broadcast.NewCodec(broadcast.JobHash(cfg.Job), cfg.Key),
 		mirror:  NewMirror(cfg.Epoch),
 		steps:   make(chan stepMsg, stepQueueLen),
 		intake:  make(chan *Request, cfg.MaxQueue),
@@ -454,7 +459,7 @@ func (d *Driver) subscribe() ([]func() error, error) {
 // off and return; none blocks.
 
 func (d *Driver) onStep(m *broadcast.Msg) {
-	epoch, k, err := broadcast.PeekStep(m.Data, d.job)
+	epoch, k, err := d.codec.PeekStep(m.Data)
 	if err != nil {
 		d.reject("step", err)
 		return
@@ -525,7 +530,7 @@ func (d *Driver) onControl(m *broadcast.Msg) {
 
 func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 	var hb broadcast.Heartbeat
-	if err := broadcast.DecodeHeartbeat(m.Data, d.job, &hb); err != nil {
+	if err := d.codec.DecodeHeartbeat(m.Data, &hb); err != nil {
 		d.reject("heartbeat", err, "subject", m.Subject)
 		return
 	}
@@ -627,7 +632,7 @@ func (d *Driver) sendHeartbeat() {
 	if d.cfg.Rank == 0 {
 		hb.Leader = d.cfg.Leader
 	}
-	if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Heartbeat(d.cfg.Rank), Data: broadcast.AppendHeartbeat(nil, d.job, &hb)}); err != nil && !errors.Is(err, broadcast.ErrClosed) {
+	if err := d.tr.Publish(&broadcast.Msg{Subject: d.subj.Heartbeat(d.cfg.Rank), Data: d.codec.AppendHeartbeat(nil, &hb)}); err != nil && !errors.Is(err, broadcast.ErrClosed) {
 		d.log.Debug("heartbeat publish failed", "err", err)
 	}
 }
@@ -669,7 +674,7 @@ func (d *Driver) follow(ctx context.Context) error {
 			}
 		case msg := <-d.steps:
 			d.queued.Add(-int64(len(msg.data)))
-			if err := broadcast.DecodeStep(msg.data, d.job, &st); err != nil {
+			if err := d.codec.DecodeStep(msg.data, &st); err != nil {
 				d.reject("step", err)
 				continue
 			}
@@ -819,7 +824,7 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 	sctx, stepSpan := d.leaderSpan(ctx, k)
 	defer stepSpan.End()
 	d.cfg.Flight.enter(PhasePublish, time.Now())
-	sc.buf = broadcast.AppendStep(sc.buf[:0], d.job, st)
+	sc.buf = d.codec.AppendStep(sc.buf[:0], st)
 	d.window.Add(st.Epoch, k, sc.buf)
 	_, pub := d.span(sctx, "publish")
 	steps := d.tr

@@ -24,7 +24,10 @@ const (
 	drvJob   = "drv"
 )
 
-var drvSubj = broadcast.Subjects{Prefix: "tpc", Job: drvJob}
+var (
+	drvSubj  = broadcast.Subjects{Prefix: "tpc", Job: drvJob}
+	drvCodec = broadcast.NewCodec(broadcast.JobHash(drvJob), nil) // the tests' job has no key
+)
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -426,7 +429,7 @@ func lone(t *testing.T) (*runningRank, broadcast.Transport, context.CancelFunc) 
 
 func publishStep(t *testing.T, tr broadcast.Transport, st *broadcast.Step) {
 	t.Helper()
-	data := broadcast.AppendStep(nil, broadcast.JobHash(drvJob), st)
+	data := drvCodec.AppendStep(nil, st)
 	if err := tr.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: data}); err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +480,6 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	hub := broadcast.NewHub()
 	pub := hub.Connect()
 	defer pub.Close()
-	job := broadcast.JobHash(drvJob)
 	window := broadcast.NewWindow(8, 0)
 	steps := []*broadcast.Step{
 		{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}},
@@ -485,15 +487,15 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 		{Epoch: 1, Step: 3, Tokens: []broadcast.Token{{Seq: 1, Token: 9}}},
 	}
 	for _, st := range steps {
-		window.Add(1, st.Step, broadcast.AppendStep(nil, job, st))
+		window.Add(1, st.Step, drvCodec.AppendStep(nil, st))
 	}
 	serveReplay := func(m *broadcast.Msg) {
 		var req broadcast.ReplayRequest
-		if err := broadcast.DecodeReplayRequest(m.Data, job, &req); err != nil {
+		if err := drvCodec.DecodeReplayRequest(m.Data, &req); err != nil {
 			t.Errorf("replay request: %v", err)
 			return
 		}
-		_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, job, window.Serve(&req, 1<<20))})
+		_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: drvCodec.AppendReplayReply(nil, window.Serve(&req, 1<<20))})
 	}
 	// The follower's own connection reports every "no responders" it gets
 	// (NATS sends them to the requester alone). The hub calls it outside
@@ -561,7 +563,7 @@ func TestDriverFollowerIgnoresNoise(t *testing.T) {
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1})
 	publishStep(t, pub, &broadcast.Step{Epoch: 0, Step: 7})
 	publishStep(t, pub, &broadcast.Step{Epoch: 2, Step: 2})
-	other := broadcast.AppendStep(nil, broadcast.JobHash("other"), &broadcast.Step{Epoch: 1, Step: 2})
+	other := broadcast.NewCodec(broadcast.JobHash("other"), nil).AppendStep(nil, &broadcast.Step{Epoch: 1, Step: 2})
 	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: other})
 	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: []byte("garbage")})
 	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Control(), Data: []byte("{")})

@@ -19,11 +19,9 @@ const (
 	otherLeader = 0x52
 )
 
-var drvJobHash = broadcast.JobHash(drvJob)
-
 func publishHeartbeat(t *testing.T, tr broadcast.Transport, subject string, hb broadcast.Heartbeat) {
 	t.Helper()
-	if err := tr.Publish(&broadcast.Msg{Subject: subject, Data: broadcast.AppendHeartbeat(nil, drvJobHash, &hb)}); err != nil {
+	if err := tr.Publish(&broadcast.Msg{Subject: subject, Data: drvCodec.AppendHeartbeat(nil, &hb)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -39,7 +37,7 @@ func watchHeartbeats(t *testing.T, tr broadcast.Transport, subject string) *hear
 	l := &heartbeatLog{}
 	unsub, err := tr.Subscribe(subject, func(m *broadcast.Msg) {
 		var hb broadcast.Heartbeat
-		if err := broadcast.DecodeHeartbeat(m.Data, drvJobHash, &hb); err != nil {
+		if err := drvCodec.DecodeHeartbeat(m.Data, &hb); err != nil {
 			t.Errorf("undecodable heartbeat on %s: %v", subject, err)
 			return
 		}
@@ -215,7 +213,7 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 	)
 	unsub, err := pub.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
 		var req broadcast.ReplayRequest
-		if err := broadcast.DecodeReplayRequest(m.Data, drvJobHash, &req); err != nil {
+		if err := drvCodec.DecodeReplayRequest(m.Data, &req); err != nil {
 			t.Errorf("replay request: %v", err)
 			return
 		}
@@ -226,13 +224,13 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 		rep := broadcast.ReplayReply{Epoch: 1, Oldest: 1, Leader: testLeader}
 		if first {
 			rep.Leader = otherLeader
-			rep.Steps = [][]byte{broadcast.AppendStep(nil, drvJobHash, forged)}
+			rep.Steps = [][]byte{drvCodec.AppendStep(nil, forged)}
 		} else {
 			for k := req.From; k <= req.To; k++ {
-				rep.Steps = append(rep.Steps, broadcast.AppendStep(nil, drvJobHash, steps[k-1]))
+				rep.Steps = append(rep.Steps, drvCodec.AppendStep(nil, steps[k-1]))
 			}
 		}
-		_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, drvJobHash, &rep)})
+		_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: drvCodec.AppendReplayReply(nil, &rep)})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +272,7 @@ func TestFollowerRefusesOnlyOtherLeaderReplays(t *testing.T) {
 	eventually(t, 10*time.Second, "follower never became ready", func() bool { return f.d.Status().State == "ready" })
 	unsub, err := p.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
 		rep := broadcast.ReplayReply{Epoch: 1, Status: broadcast.ReplayWrongEpoch, Leader: otherLeader}
-		_ = p.Publish(&broadcast.Msg{Subject: m.Reply, Data: broadcast.AppendReplayReply(nil, drvJobHash, &rep)})
+		_ = p.Publish(&broadcast.Msg{Subject: m.Reply, Data: drvCodec.AppendReplayReply(nil, &rep)})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,15 +311,16 @@ func TestStepQueueBytes(t *testing.T) {
 		for i := range rows {
 			st.Tokens = append(st.Tokens, broadcast.Token{Seq: uint64(i + 1)})
 		}
-		return &broadcast.Msg{Subject: drvSubj.Step(), Data: broadcast.AppendStep(nil, drvJobHash, st)}
+		return &broadcast.Msg{Subject: drvSubj.Step(), Data: drvCodec.AppendStep(nil, st)}
 	}
 	full := func() uint64 { return d.Status().Rejected["step_queue_full"] }
-	d.onStep(msg(1, 1)) // 60 bytes
-	d.onStep(msg(2, 1)) // 120 > 100: dropped
-	if len(d.steps) != 1 || d.queued.Load() != 60 || full() != 1 {
-		t.Fatalf("%d steps, %d bytes queued, %d dropped; want 1, 60, 1", len(d.steps), d.queued.Load(), full())
+	one := int64(len(msg(1, 1).Data)) // 76 bytes
+	d.onStep(msg(1, 1))
+	d.onStep(msg(2, 1)) // 152 > 100: dropped
+	if len(d.steps) != 1 || d.queued.Load() != one || full() != 1 {
+		t.Fatalf("%d steps, %d bytes queued, %d dropped; want 1, %d, 1", len(d.steps), d.queued.Load(), full(), one)
 	}
-	d.onStep(msg(3, 2)) // 60+72 > 100: dropped
+	d.onStep(msg(3, 2)) // 76+88 > 100: dropped
 	if len(d.steps) != 1 || full() != 2 {
 		t.Fatalf("%d steps queued, %d dropped; want 1, 2", len(d.steps), full())
 	}

@@ -158,11 +158,15 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 	return nil
 }
 
+// digestCodec encodes steps for the digest: job hash 0 and no key (a zero
+// MAC), so the digest depends on the steps alone.
+var digestCodec = broadcast.NewCodec(0, nil)
+
 // fold mixes the canonical encoding of s into the rolling digest. Hashing
 // the encoding rather than the received bytes makes rank 0, which applies
 // its own step without decoding it, agree with everyone else.
 func (m *Mirror) fold(s *broadcast.Step) uint64 {
-	m.scratch = broadcast.AppendStep(m.scratch[:0], 0, s)
+	m.scratch = digestCodec.AppendStep(m.scratch[:0], s)
 	h := fnv.New64a()
 	var prev [8]byte
 	binary.LittleEndian.PutUint64(prev[:], m.digest)

@@ -246,7 +246,7 @@ func TestMirrorDigest(t *testing.T) {
 		mustApply(t, a, s)
 		// b gets the step through the wire, as a follower does.
 		var dec broadcast.Step
-		if err := broadcast.DecodeStep(broadcast.AppendStep(nil, broadcast.JobHash("j"), s), broadcast.JobHash("j"), &dec); err != nil {
+		if err := drvCodec.DecodeStep(drvCodec.AppendStep(nil, s), &dec); err != nil {
 			t.Fatal(err)
 		}
 		mustApply(t, b, &dec)

@@ -357,7 +357,7 @@ const (
 type scenarioRun struct {
 	t            *testing.T
 	rng          *rand.Rand
-	job          uint64
+	codec        *broadcast.Codec
 	s            *stepper
 	follower     *Mirror
 	all          []*Request
@@ -370,7 +370,7 @@ func scenario(t *testing.T, seed uint64) {
 	sc := &scenarioRun{
 		t:        t,
 		rng:      rand.New(rand.NewPCG(seed, 42)),
-		job:      broadcast.JobHash("scenario"),
+		codec:    broadcast.NewCodec(broadcast.JobHash("scenario"), nil),
 		s:        newStepper(t, SchedulerConfig{MaxBatch: scenarioMaxBatch, MaxQueue: scenarioMaxQueue, EOS: testEOS}),
 		follower: NewMirror(1),
 	}
@@ -436,7 +436,7 @@ func (sc *scenarioRun) submit() {
 // wait, and every row a live request that both mirrors agree on.
 func (sc *scenarioRun) checkStep(st *broadcast.Step) {
 	t, s, follower := sc.t, sc.s, sc.follower
-	if err := broadcast.DecodeStep(broadcast.AppendStep(nil, sc.job, st), sc.job, &sc.decoded); err != nil {
+	if err := sc.codec.DecodeStep(sc.codec.AppendStep(nil, st), &sc.decoded); err != nil {
 		t.Fatal(err)
 	}
 	if err := follower.Apply(&sc.decoded); err != nil {

@@ -82,6 +82,7 @@ func (c *agentOptions) membershipFlags(fs *pflag.FlagSet, def agent.Config) {
 	fs.DurationVar(&c.Gossip.GossipInterval, f.name("Gossip.GossipInterval", "gossip-interval"), def.Gossip.GossipInterval, "memberlist gossip interval (0: LAN default 200ms, or the --local default)")
 	fs.IntVar(&c.Gossip.SuspicionMult, f.name("Gossip.SuspicionMult", "gossip-suspicion-mult"), def.Gossip.SuspicionMult, "memberlist suspicion multiplier (0: LAN default 4, or the --local default)")
 	fs.StringVar(&c.GossipKeyFile, f.name("GossipKeyFile", "gossip-key-file"), def.GossipKeyFile, "file with a base64 16, 24 or 32-byte key: encrypts and authenticates memberlist gossip")
+	fs.StringVar(&c.JobKeyFile, f.name("JobKeyFile", "job-key-file"), def.JobKeyFile, "file with the job's base64 32-byte key, readable by its owner only (head -c 32 /dev/urandom | base64; chmod 600): every step, heartbeat and replay message is sealed with it and refused without it; the same file on every rank (launch makes one)")
 }
 
 func (c *agentOptions) samplingFlags(fs *pflag.FlagSet, def agent.Config) {

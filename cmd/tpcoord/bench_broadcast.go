@@ -22,7 +22,11 @@ func newBenchBroadcastCmd() *cobra.Command {
 		Long: `For every listed N, runs --rounds rounds of two cases back to back (their
 order alternating): a raw TCP fan-out, where the publisher writes each
 length-prefixed message to every follower's connection in turn (the floor),
-and NATS. Each case spawns one publisher and N follower processes (this
+and NATS. With --mac a third case, NATS with a MAC on every message (the
+order rotating over the three): the publisher seals each message with an
+HMAC-SHA256 under a job key, as rank 0 seals its steps, after taking its
+send time, and each follower verifies it before taking the receive time,
+so its cost is in the latency and in the CPU per message. Each case spawns one publisher and N follower processes (this
 binary, hidden subcommands broadcast-publisher and broadcast-follower) and
 publishes --messages messages of --payload bytes every --interval. Each
 message carries its wall-clock send time; followers report receive minus
@@ -67,6 +71,7 @@ interval.`,
 	f.StringVar(&o.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	f.BoolVar(&o.ServerInPublisher, "server-in-publisher", false, "embed the NATS server in the publisher, reached in-process (as launch --nats-in-rank0)")
 	f.BoolVar(&o.TuneRuntime, "tune-runtime", true, "give every process the Go runtime settings launch gives ranks (GOMAXPROCS = cores/processes, GODEBUG=schedtrace for sysmon)")
+	f.BoolVar(&o.MAC, "mac", false, "also run a NATS case whose publisher seals every message with a keyed MAC (the job key's) and whose followers verify it, interleaved with the others")
 	return cmd
 }
 
@@ -110,6 +115,7 @@ func newBenchBroadcastPublisherCmd() *cobra.Command {
 	f.IntVar(&o.Messages, "messages", 0, "messages to publish")
 	f.StringVar(&o.Subject, "subject", "", "NATS subject")
 	f.StringVar(&o.NATSURL, "nats", "", "NATS server URL (empty: embed one)")
+	f.StringVar(&o.JobKeyFile, "job-key-file", "", "seal every message with a MAC under this key")
 	return cmd
 }
 
@@ -135,5 +141,6 @@ func newBenchBroadcastFollowerCmd() *cobra.Command {
 	f.StringVar(&o.Subject, "subject", "", "NATS subject")
 	f.IntVar(&o.Messages, "messages", 0, "messages the publisher sends")
 	f.DurationVar(&o.Deadline, "deadline", time.Minute, "give up and report after this long")
+	f.StringVar(&o.JobKeyFile, "job-key-file", "", "verify every message's MAC under this key")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -116,11 +117,41 @@ func TestBenchBroadcastBadFlags(t *testing.T) {
 		{[]string{"--rounds", "0"}, "--rounds"},
 		{[]string{"--rounds", "101"}, "--rounds"},
 		{[]string{"--server-in-publisher", "--nats", "nats://127.0.0.1:4222"}, "--server-in-publisher"},
+		{[]string{"--mac", "--payload", "20"}, "--payload"},
 	} {
 		_, err := runBenchBroadcastCmd(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.flag)
 		}
+	}
+}
+
+// TestBenchBroadcastMAC: --mac adds a NATS case with a MAC on every
+// message, after tcp and nats for each follower count; every message
+// arrives and verifies (a follower that refused one fails the run).
+func TestBenchBroadcastMAC(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "30", "--interval", "1ms", "--rounds", "2", "--mac", "--json")
+	if err != nil {
+		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r fanout.Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		got = append(got, fmt.Sprintf("%s/%v", r.Transport, r.MAC))
+		if r.Lost != 0 || r.Samples != 2*(30-fanout.Warmup(30)) || r.P50RatioNATSTCP <= 0 || r.FollowerCPUUS <= 0 {
+			t.Errorf("%s mac=%v: lost %d, samples %d, p50/tcp %v, follower CPU %v", r.Transport, r.MAC, r.Lost, r.Samples, r.P50RatioNATSTCP, r.FollowerCPUUS)
+		}
+	}
+	if want := "tcp/false nats/false nats/true"; strings.Join(got, " ") != want {
+		t.Fatalf("cases %v, want %s:\n%s", got, want, out)
+	}
+	table, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms", "--rounds", "1", "--mac")
+	if lines := strings.Split(strings.TrimSpace(table), "\n"); err != nil || len(lines) != 5 || !strings.HasPrefix(lines[4], "nats+mac ") {
+		t.Fatalf("table: %v\n%s", err, table)
 	}
 }
 

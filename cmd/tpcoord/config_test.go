@@ -96,6 +96,7 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"agent", "--rank", "1", "--world-size", "2", "--join", "x:1", "--nats-serve"}, "nats-serve: only rank 0"},
 		{[]string{"agent", "--nats-serve", "--on-peer-loss", "wait"}, "nats-serve: not with on-peer-loss wait"},
 		{[]string{"launch", "--nats-serve"}, "nats-serve: launch decides"},
+		{[]string{"launch", "--job-key-file", "/etc/tpcoord/job.key"}, "job-key-file: launch makes a new key"},
 		{[]string{"launch", "--nats-in-rank0", "--nats", "nats://127.0.0.1:4222"}, "nats-in-rank0: not with a NATS server"},
 		{[]string{"agent", "--eos", "100352"}, "eos:"},
 		{[]string{"agent", "--log-format", "xml"}, "log-format:"},
@@ -164,4 +165,50 @@ func TestByteBudgetFlags(t *testing.T) {
 			t.Fatalf("example config: replay-window-bytes %d, step-queue-bytes %d", cfg.ReplayWindowBytes, cfg.StepQueueBytes)
 		}
 	})
+}
+
+// TestJobKeyFileErrors: a job key file that is open to others, holds a key
+// of another length or no base64, or is missing stops the agent at once
+// with exit 2, naming the flag and the file, whether the flag or
+// TPC_JOB_KEY_FILE gives it.
+func TestJobKeyFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n" // 32 bytes
+	for _, c := range []struct {
+		name, file, want string
+		env              bool
+	}{
+		{"readable by others", write("open.key", key, 0o644), "chmod 600", false},
+		{"readable by the group, from the environment", write("group.key", key, 0o640), "chmod 600", true},
+		{"16 bytes", write("short.key", "AAECAwQFBgcICQoLDA0ODw==\n", 0o600), "holds 16 bytes, want 32", false},
+		{"not base64", write("text.key", "secret\n", 0o600), "not base64", false},
+		{"missing", filepath.Join(dir, "missing.key"), "no such file", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"agent", "--job-key-file", c.file}
+			if c.env {
+				t.Setenv("TPC_JOB_KEY_FILE", c.file)
+				args = []string{"agent"}
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(args, &stdout, &stderr)
+			out := stderr.String()
+			if code != exitConfig || !strings.Contains(out, "job-key-file: ") || !strings.Contains(out, c.file) || !strings.Contains(out, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d naming job-key-file, %s and %q", code, out, exitConfig, c.file, c.want)
+			}
+			if strings.Contains(out, strings.TrimSpace(key)) {
+				t.Fatalf("the key was printed: %q", out)
+			}
+		})
+	}
 }

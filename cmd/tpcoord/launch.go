@@ -40,7 +40,9 @@ rank 0 hosts that server instead (agent --nats-serve) and publishes its steps
 to it in-process: a faster fan-out, but rank 0 then does the server's work
 for all of the job's traffic (see docs/benchmarks-broadcast.md). Once every
 rank reports ready, launch writes {"nats_url","job","pids"} to --ready-file
-and logs it; the URL carries the token.
+and logs it; the URL carries the token. Every job gets a new random message
+key (the ranks' --job-key-file, in a private directory removed at the end):
+a client holding the URL cannot forge the ranks' steps or heartbeats.
 
 With --tune-runtime (the default) each rank's Go runtime, and launch's own
 (it re-executes itself once), is set for a host they share: GOMAXPROCS =
@@ -87,6 +89,9 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	a.WorldSize, a.Rank, a.Join = o.NProc, 0, nil
 	if a.NATSServe {
 		return configError("nats-serve: launch decides where the server runs; use --nats-in-rank0")
+	}
+	if a.JobKeyFile != "" {
+		return configError("job-key-file: launch makes a new key for every job it starts and gives it to its ranks")
 	}
 	natsURL := ""
 	if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {

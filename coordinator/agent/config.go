@@ -54,8 +54,14 @@ type Config struct {
 	HeartbeatTimeout  time.Duration // 0: rely on membership alone
 	OnPeerLoss        string        // "fail" or "wait"
 	GossipKeyFile     string
-	RankClaimWait     time.Duration
-	Gossip            GossipTuning
+	// JobKeyFile holds the job's message key in base64 (32 bytes; see
+	// broadcast.ReadKeyFile): every step, heartbeat and replay message is
+	// sealed and checked with it. Empty: the job has no key. Every rank
+	// of a job must agree on whether there is one (it is in the digest)
+	// and hold the same key.
+	JobKeyFile    string
+	RankClaimWait time.Duration
+	Gossip        GossipTuning
 
 	ReplayWindow      int
 	ReplayWindowBytes int
@@ -109,10 +115,12 @@ func DefaultConfig() Config {
 func (c *Config) Samples() bool { return c.Rank == 0 || c.SamplingRanks == "all" }
 
 // Digest is the configuration digest that every member of a job must
-// share: what must agree for lockstep to hold.
+// share: what must agree for lockstep to hold, and whether the job has a
+// key (a rank with one refuses every message of a rank without; the key
+// itself is not in it).
 func (c *Config) Digest() string {
-	h := sha256.Sum256(fmt.Appendf(nil, "world=%d vocab=%d eos=%d executor=%s proto=%d prefix=%s on-peer-loss=%s sampling-ranks=%s",
-		c.WorldSize, c.Vocab, c.EOS, c.Executor, broadcast.Version, c.Prefix, c.OnPeerLoss, c.SamplingRanks))
+	h := sha256.Sum256(fmt.Appendf(nil, "world=%d vocab=%d eos=%d executor=%s proto=%d prefix=%s on-peer-loss=%s sampling-ranks=%s job-key=%t",
+		c.WorldSize, c.Vocab, c.EOS, c.Executor, broadcast.Version, c.Prefix, c.OnPeerLoss, c.SamplingRanks, c.JobKeyFile != ""))
 	return fmt.Sprintf("%x", h[:8])
 }
 

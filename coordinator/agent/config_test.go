@@ -69,4 +69,13 @@ func TestDigest(t *testing.T) {
 	if a.Digest() != b.Digest() {
 		t.Error("settings that need not agree change the digest")
 	}
+	// Whether there is a job key must agree, not where each rank keeps it.
+	b.JobKeyFile = "/etc/tpcoord/job.key"
+	if a.Digest() == b.Digest() {
+		t.Error("a job key does not change the config digest")
+	}
+	a.JobKeyFile = "/run/credentials/job.key"
+	if a.Digest() != b.Digest() {
+		t.Error("the job key file's path changes the config digest")
+	}
 }

@@ -31,8 +31,9 @@ type run struct {
 	tel    *telemetry.Telemetry
 	bus    *Bus
 	cl     *membership.Cluster
-	leader uint32 // rank 0: the publisher ID it stamps on its steps
-	clean  bool   // the agent stops cleanly: leave announcing it
+	leader uint32        // rank 0: the publisher ID it stamps on its steps
+	key    broadcast.Key // the job's message key (nil: none)
+	clean  bool          // the agent stops cleanly: leave announcing it
 }
 
 func newRun(a *Agent) *run {
@@ -43,7 +44,12 @@ func newRun(a *Agent) *run {
 // decode loop across epochs.
 func (r *run) run(ctx context.Context) error {
 	cfg := &r.a.cfg
-	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS))
+	var err error
+	if r.key, err = readJobKey(cfg.JobKeyFile); err != nil {
+		return err
+	}
+	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS),
+		"job_key_file", cfg.JobKeyFile)
 	if err := r.startTelemetry(ctx); err != nil {
 		return err
 	}
@@ -193,6 +199,18 @@ func readGossipKey(path string) ([]byte, error) {
 	}
 	if n := len(key); n != 16 && n != 24 && n != 32 {
 		return nil, fielderr.New("GossipKeyFile", "%s holds a %d-byte key, want 16, 24 or 32 bytes", path, n)
+	}
+	return key, nil
+}
+
+// readJobKey reads the job's message key; "" means the job has none.
+func readJobKey(path string) (broadcast.Key, error) {
+	if path == "" {
+		return nil, nil
+	}
+	key, err := broadcast.ReadKeyFile(path)
+	if err != nil {
+		return nil, fielderr.New("JobKeyFile", "%w", err)
 	}
 	return key, nil
 }

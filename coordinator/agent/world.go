@@ -116,7 +116,7 @@ func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (peerLeft boo
 func (w *world) driverConfig() rank.DriverConfig {
 	cfg, r := &w.r.a.cfg, w.r
 	dcfg := rank.DriverConfig{
-		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize, Epoch: w.epoch, Leader: w.leader,
+		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize, Epoch: w.epoch, Leader: w.leader, Key: r.key,
 		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag, MaxBatchTokens: cfg.MaxBatchTokens,
 		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		EOS: int32(cfg.EOS), Version: r.a.o.version, Member: r.cl.Name(), Logger: r.log,

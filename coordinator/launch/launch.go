@@ -189,7 +189,8 @@ func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.cfg.Self, args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
-	c.Env = append(withoutVar(withoutVar(s.cfg.Env, natsEnv), serveClientsEnv), natsEnv+"="+s.natsURL)
+	c.Env = append(withoutVar(withoutVar(withoutVar(s.cfg.Env, natsEnv), serveClientsEnv), jobKeyEnv),
+		natsEnv+"="+s.natsURL, jobKeyEnv+"="+s.keyFile())
 	if r == 0 && s.serve {
 		c.Env = append(c.Env, serveClientsEnv+"="+s.clientURL)
 	}

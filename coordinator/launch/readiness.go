@@ -11,19 +11,19 @@ import (
 
 // readiness tracks which ranks have reported ready on their heartbeat.
 type readiness struct {
-	job     uint64
+	codec   *broadcast.Codec
 	mu      sync.Mutex
 	seen    []bool
 	changed chan struct{}
 }
 
-func newReadiness(n int, job uint64) *readiness {
-	return &readiness{job: job, seen: make([]bool, n), changed: make(chan struct{}, 1)}
+func newReadiness(n int, codec *broadcast.Codec) *readiness {
+	return &readiness{codec: codec, seen: make([]bool, n), changed: make(chan struct{}, 1)}
 }
 
 func (r *readiness) observe(m *broadcast.Msg) {
 	var hb broadcast.Heartbeat
-	if broadcast.DecodeHeartbeat(m.Data, r.job, &hb) != nil || hb.Phase < broadcast.PhaseReady || hb.Phase > broadcast.PhaseRunning {
+	if r.codec.DecodeHeartbeat(m.Data, &hb) != nil || hb.Phase < broadcast.PhaseReady || hb.Phase > broadcast.PhaseRunning {
 		return
 	}
 	r.mu.Lock()

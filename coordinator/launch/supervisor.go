@@ -48,10 +48,15 @@ type Supervisor struct {
 	nc        *natsbus.Conn // launch's own connection, once made
 	unsubs    []func() error
 	cause     *firstCause // what rank 0 said stopped the job
+	key       broadcast.Key
+	keyDir    string // holds the key's file (makeJobKey)
 }
 
 // run is everything up to the stop: it returns why the job stops.
 func (s *Supervisor) run(ctx context.Context, use func(context.Context, *Job) error) error {
+	if err := s.makeJobKey(); err != nil {
+		return err
+	}
 	if err := s.startNATS(); err != nil {
 		return err
 	}
@@ -162,7 +167,7 @@ func (s *Supervisor) connect(ctx context.Context) error {
 // writes the ready file.
 func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 	subj := broadcast.Subjects{Prefix: s.cfg.Prefix, Job: s.cfg.Job}
-	ready := newReadiness(s.cfg.NProc, broadcast.JobHash(s.cfg.Job))
+	ready := newReadiness(s.cfg.NProc, broadcast.NewCodec(broadcast.JobHash(s.cfg.Job), s.key))
 	unsub, err := s.nc.Subscribe(subj.Heartbeats(), ready.observe)
 	if err != nil {
 		return nil, err
@@ -290,6 +295,7 @@ func (s *Supervisor) stop(cause error) error {
 		s.srv.Close()
 	}
 	s.wg.Wait()
+	s.removeJobKey()
 	return err
 }
 

@@ -594,7 +594,7 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	case m.World != own.World:
 		return c.refuse(peer, fmt.Errorf("world size mismatch: %s has world size %d, this member (rank %d) has %d", peer.Name, m.World, own.Rank, own.World))
 	case m.Digest != own.Digest:
-		return c.refuse(peer, fmt.Errorf("config digest mismatch: %s (rank %d) has %s, this member (rank %d) has %s; compare vocab, executor and world size", peer.Name, m.Rank, m.Digest, own.Rank, own.Digest))
+		return c.refuse(peer, fmt.Errorf("config digest mismatch: %s (rank %d) has %s, this member (rank %d) has %s; compare vocab, executor and world size, and whether each has a job key file", peer.Name, m.Rank, m.Digest, own.Rank, own.Digest))
 	case m.Rank < 0 || m.Rank >= own.World:
 		return c.refuse(peer, fmt.Errorf("rank %d is outside world size %d", m.Rank, own.World))
 	}

@@ -13,17 +13,17 @@ import (
 	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
-// fanoutCase runs one (transport, followers) case of one round: it starts
+// fanoutCase runs one (transport, MAC, followers) case of one round: it starts
 // the processes (a NATS server of its own when the case needs one, the
 // publisher, n followers), starts the publisher once every follower is
 // ready, and collects their reports.
 type fanoutCase struct {
-	o         Options
-	n         int
-	transport string
-	round     int
-	subject   string
-	progress  io.Writer
+	o        Options
+	n        int
+	kind     caseKind
+	round    int
+	subject  string
+	progress io.Writer
 }
 
 // publisherReport is the publisher's report line (the server's has only
@@ -39,10 +39,13 @@ type publisherReport struct {
 type followerReport struct {
 	LatNS []int64 `json:"lat_ns"`
 	CPUNS int64   `json:"cpu_ns"`
+	// BadMAC counts messages whose MAC did not verify (with a key): not
+	// recorded, and an error of the case.
+	BadMAC int `json:"bad_mac,omitempty"`
 }
 
 func (c *fanoutCase) run(ctx context.Context) (round, error) {
-	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: starting\n", c.round+1, c.transport, c.n)
+	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: starting\n", c.round+1, c.kind, c.n)
 	var ps procs
 	defer ps.stop()
 	readyBy := time.Now().Add(readyTimeout)
@@ -66,8 +69,16 @@ func (c *fanoutCase) run(ctx context.Context) (round, error) {
 		return round{}, err
 	}
 	fmt.Fprintf(c.progress, "bench broadcast: round %d, %s, %d followers: p50 %.0f µs, p99 %.0f µs, lost %d, CPU per message: followers %.1f µs, publisher %.1f µs, server %.1f µs\n",
-		c.round+1, c.transport, c.n, res.p50, res.p99, res.lost, res.fcpu, res.pcpu, res.scpu)
+		c.round+1, c.kind, c.n, res.p50, res.p99, res.lost, res.fcpu, res.pcpu, res.scpu)
 	return res, nil
+}
+
+// keyArgs give a process of a MAC case the key file.
+func (c *fanoutCase) keyArgs() []string {
+	if !c.kind.mac {
+		return nil
+	}
+	return []string{"--job-key-file", c.o.keyFile}
 }
 
 // life bounds the life of the case's processes.
@@ -83,7 +94,7 @@ func (c *fanoutCase) env(procs int) []string {
 // case needs one, and returns it and the URL to publish to (o's --nats,
 // or empty for the publisher to embed one).
 func (c *fanoutCase) startServer(ctx context.Context, ps *procs, readyBy time.Time) (*proc, string, error) {
-	if c.transport != "nats" || c.o.NATSURL != "" || c.o.ServerInPublisher {
+	if c.kind.transport != "nats" || c.o.NATSURL != "" || c.o.ServerInPublisher {
 		return nil, c.o.NATSURL, nil
 	}
 	// Tuned as launch tunes itself: one process more than the ranks share
@@ -99,9 +110,10 @@ func (c *fanoutCase) startServer(ctx context.Context, ps *procs, readyBy time.Ti
 // startPublisher starts the publisher and returns it and the address its
 // followers connect to.
 func (c *fanoutCase) startPublisher(ctx context.Context, ps *procs, natsURL string, readyBy time.Time) (*proc, string, error) {
-	args := []string{"bench", "broadcast-publisher", "--transport", c.transport, "--followers", strconv.Itoa(c.n),
+	args := []string{"bench", "broadcast-publisher", "--transport", c.kind.transport, "--followers", strconv.Itoa(c.n),
 		"--payload", strconv.Itoa(c.o.Payload), "--interval", c.o.Interval.String(), "--messages", strconv.Itoa(c.o.Messages),
 		"--subject", c.subject, "--nats", natsURL}
+	args = append(args, c.keyArgs()...)
 	pub, err := ps.start(c.o.Self, "publisher", args, c.env(c.n+1), true)
 	if err != nil {
 		return nil, "", err
@@ -114,8 +126,9 @@ func (c *fanoutCase) startPublisher(ctx context.Context, ps *procs, natsURL stri
 func (c *fanoutCase) startFollowers(ctx context.Context, ps *procs, addr string, readyBy time.Time) ([]*proc, error) {
 	var followers []*proc
 	for id := range c.n {
-		args := []string{"bench", "broadcast-follower", "--transport", c.transport, "--addr", addr,
+		args := []string{"bench", "broadcast-follower", "--transport", c.kind.transport, "--addr", addr,
 			"--subject", c.subject, "--messages", strconv.Itoa(c.o.Messages), "--deadline", c.life().String()}
+		args = append(args, c.keyArgs()...)
 		f, err := ps.start(c.o.Self, fmt.Sprintf("follower %d", id), args, c.env(c.n+1), false)
 		if err != nil {
 			return nil, err
@@ -183,6 +196,9 @@ func (c *fanoutCase) followerReports(ctx context.Context, followers []*proc, don
 		}
 		if len(rep.LatNS) != c.o.Messages {
 			return nil, 0, fmt.Errorf("%s reported %d latencies, want %d", f.name, len(rep.LatNS), c.o.Messages)
+		}
+		if rep.BadMAC > 0 {
+			return nil, 0, fmt.Errorf("%s refused %d messages whose MAC did not verify", f.name, rep.BadMAC)
 		}
 		cpu += time.Duration(rep.CPUNS)
 		for seq, l := range rep.LatNS {

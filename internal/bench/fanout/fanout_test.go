@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -21,6 +23,7 @@ func TestOptionsValidate(t *testing.T) {
 		{func(o *Options) { o.Followers = []int{1, 65} }, "--followers"},
 		{func(o *Options) { o.Payload = 15 }, "--payload"},
 		{func(o *Options) { o.Payload = 1<<20 + 1 }, "--payload"},
+		{func(o *Options) { o.Payload, o.MAC = 31, true }, "--payload"},
 		{func(o *Options) { o.Interval = 0 }, "--interval"},
 		{func(o *Options) { o.Messages = 9 }, "--messages"},
 		{func(o *Options) { o.Rounds = 0 }, "--rounds"},
@@ -75,6 +78,7 @@ func TestPublisherBadFlags(t *testing.T) {
 		{func(o *PublisherOptions) { o.Followers = 0 }, "--followers"},
 		{func(o *PublisherOptions) { o.Transport, o.Subject = "nats", "" }, "--subject"},
 		{func(o *PublisherOptions) { o.Payload = 8 }, "--payload"},
+		{func(o *PublisherOptions) { o.Payload, o.JobKeyFile = 31, "/k" }, "--payload"},
 		{func(o *PublisherOptions) { o.Interval = 0 }, "--interval"},
 		{func(o *PublisherOptions) { o.Messages = 0 }, "--messages"},
 	} {
@@ -114,7 +118,7 @@ func TestResultsPairRatiosWithinRounds(t *testing.T) {
 	nats := []round{{p50: 20, p99: 20}, {p50: 40, p99: 80}}
 	// Ratios per round: p50 2 and 1, p99 1 and 2; medians 1.5 and 1.5.
 	// A ratio of the medians would give p50 30/25.
-	for _, r := range results(o, 4, [2][]round{tcp, nats}) {
+	for _, r := range results(o, 4, [][]round{tcp, nats}) {
 		if r.P50RatioNATSTCP != 1.5 || r.P99RatioNATSTCP != 1.5 || !r.TargetsMet {
 			t.Errorf("%s: ratios %v %v, targets met %v", r.Transport, r.P50RatioNATSTCP, r.P99RatioNATSTCP, r.TargetsMet)
 		}
@@ -123,8 +127,43 @@ func TestResultsPairRatiosWithinRounds(t *testing.T) {
 		}
 	}
 	nats[1].lost = 1
-	if r := results(o, 4, [2][]round{tcp, nats}); r[0].TargetsMet || r[1].TargetsMet {
+	if r := results(o, 4, [][]round{tcp, nats}); r[0].TargetsMet || r[1].TargetsMet {
 		t.Error("targets met with a lost message")
+	}
+
+	// With --mac a third line, its ratios over tcp within each round; the
+	// tcp line keeps NATS's without a MAC.
+	o.MAC = true
+	nats[1].lost = 0
+	mac := []round{{p50: 30, p99: 20}, {p50: 40, p99: 120}} // p50 3 and 1, p99 1 and 3
+	rs := results(o, 4, [][]round{tcp, nats, mac})
+	if len(rs) != 3 || rs[2].Transport != "nats" || !rs[2].MAC || rs[1].MAC || rs[0].MAC {
+		t.Fatalf("cases %+v", rs)
+	}
+	if rs[2].P50RatioNATSTCP != 2 || rs[2].P99RatioNATSTCP != 2 || rs[0].P50RatioNATSTCP != 1.5 || rs[1].P50RatioNATSTCP != 1.5 {
+		t.Errorf("ratios: tcp %v, nats %v, nats+mac %v %v", rs[0].P50RatioNATSTCP, rs[1].P50RatioNATSTCP, rs[2].P50RatioNATSTCP, rs[2].P99RatioNATSTCP)
+	}
+}
+
+// TestRecorderVerifiesMAC: with a key the recorder records a message
+// sealed under it and counts, without recording, one sealed under another
+// key or none.
+func TestRecorderVerifiesMAC(t *testing.T) {
+	key, other := broadcast.Key(bytes.Repeat([]byte{1}, broadcast.KeySize)), broadcast.Key(bytes.Repeat([]byte{2}, broadcast.KeySize))
+	r := newRecorder(3)
+	r.verify = broadcast.NewCodec(0, key)
+	msg := func(seq uint64, k broadcast.Key) []byte {
+		m := make([]byte, headerLen+broadcast.MACSize)
+		putHeader(m, seq, time.Now().UnixNano())
+		broadcast.NewCodec(0, k).SealMAC(m)
+		return m
+	}
+	r.receive(msg(0, key))
+	r.receive(msg(1, other))
+	r.receive(msg(2, nil))
+	lat, bad := r.snapshot()
+	if lat[0] < 0 || lat[1] != -1 || lat[2] != -1 || bad != 2 {
+		t.Fatalf("latencies %v, %d refused; want only message 0 and 2 refused", lat, bad)
 	}
 }
 
@@ -147,7 +186,7 @@ func TestRecorder(t *testing.T) {
 	if !r.record(400, put(endSeq, 390)) {
 		t.Fatal("end marker did not end the run")
 	}
-	if got := r.snapshot(); !slices.Equal(got, []int64{50, -1, -1}) {
+	if got, bad := r.snapshot(); !slices.Equal(got, []int64{50, -1, -1}) || bad != 0 {
 		t.Fatalf("latencies %v", got)
 	}
 	select {

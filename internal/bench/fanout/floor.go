@@ -15,7 +15,7 @@ func Floor(ctx context.Context, o Options, followers int, progress io.Writer) (p
 	if err := o.Validate(); err != nil {
 		return 0, 0, err
 	}
-	c := fanoutCase{o: o, n: followers, transport: "tcp", progress: progress}
+	c := fanoutCase{o: o, n: followers, kind: caseKind{transport: "tcp"}, progress: progress}
 	r, err := c.run(ctx)
 	return r.p50, r.p99, err
 }

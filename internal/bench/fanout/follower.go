@@ -23,6 +23,10 @@ type FollowerOptions struct {
 	Subject   string        // --subject: NATS subject
 	Messages  int           // --messages: the publisher sends
 	Deadline  time.Duration // --deadline: give up and report after this long
+	// JobKeyFile (--job-key-file): verify every message's MAC under this
+	// key before taking its receive time; one that does not verify is
+	// not recorded but counted.
+	JobKeyFile string
 }
 
 // Validate checks o; its errors name the flag.
@@ -50,7 +54,12 @@ func RunFollower(ctx context.Context, stdout io.Writer, o FollowerOptions) error
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	verify, err := macCodec(o.JobKeyFile)
+	if err != nil {
+		return err
+	}
 	rec := newRecorder(o.Messages)
+	rec.verify = verify
 	deadline := time.Now().Add(o.Deadline)
 	var cpu0 time.Duration
 	ready := func() error {
@@ -58,7 +67,6 @@ func RunFollower(ctx context.Context, stdout io.Writer, o FollowerOptions) error
 		_, err := fmt.Fprintln(stdout, "ready")
 		return err
 	}
-	var err error
 	if o.Transport == "nats" {
 		err = followNATS(ctx, o, rec, deadline, ready)
 	} else {
@@ -67,7 +75,8 @@ func RunFollower(ctx context.Context, stdout io.Writer, o FollowerOptions) error
 	if err != nil {
 		return err
 	}
-	return stats.WriteJSONLine(stdout, followerReport{LatNS: rec.snapshot(), CPUNS: int64(selfCPU() - cpu0)})
+	lat, bad := rec.snapshot()
+	return stats.WriteJSONLine(stdout, followerReport{LatNS: lat, CPUNS: int64(selfCPU() - cpu0), BadMAC: bad})
 }
 
 // followNATS subscribes as an agent does (natsbus: its options and
@@ -78,9 +87,7 @@ func followNATS(ctx context.Context, o FollowerOptions, rec *recorder, deadline 
 		return err
 	}
 	defer nc.Close()
-	unsub, err := nc.Subscribe(o.Subject, func(m *broadcast.Msg) {
-		rec.record(time.Now().UnixNano(), m.Data)
-	})
+	unsub, err := nc.Subscribe(o.Subject, func(m *broadcast.Msg) { rec.receive(m.Data) })
 	if err != nil {
 		return err
 	}
@@ -134,7 +141,7 @@ func followTCP(o FollowerOptions, rec *recorder, deadline time.Time, ready func(
 		if _, err := io.ReadFull(br, buf); err != nil {
 			return nil
 		}
-		if rec.record(time.Now().UnixNano(), buf) {
+		if rec.receive(buf) {
 			if seq, _, _ := header(buf); seq == endSeq {
 				return nil
 			}

@@ -2,14 +2,19 @@ package fanout
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
+
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 // Wire format of one benchmark message, shared by both transports: the
 // sequence number and the publisher's wall-clock send time
 // (time.Now().UnixNano(), comparable across processes on one machine),
-// little-endian, then zero padding up to the payload size. Over TCP each
-// message is preceded by its length as a little-endian uint32.
+// little-endian, then zero padding up to the payload size. With a key
+// (--mac) the last broadcast.MACSize bytes are the MAC of the bytes before
+// them, as the job's messages carry one. Over TCP each message is preceded
+// by its length as a little-endian uint32.
 const (
 	headerLen  = 16
 	minPayload = headerLen
@@ -17,6 +22,19 @@ const (
 	// endSeq marks the message that tells a follower the run is over.
 	endSeq = math.MaxUint64
 )
+
+// macCodec is what seals (publisher) or verifies (follower) the messages'
+// MAC under the key in keyFile; nil without one.
+func macCodec(keyFile string) (*broadcast.Codec, error) {
+	if keyFile == "" {
+		return nil, nil
+	}
+	key, err := broadcast.ReadKeyFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--job-key-file: %w", err)
+	}
+	return broadcast.NewCodec(0, key), nil
+}
 
 // putHeader writes seq and the send time sentAt (Unix ns) into msg, which
 // holds at least headerLen bytes.

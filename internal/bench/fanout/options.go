@@ -3,7 +3,11 @@ package fanout
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 const (
@@ -36,6 +40,9 @@ type Options struct {
 	NATSURL           string        // --nats: an external server instead of the embedded one
 	ServerInPublisher bool          // --server-in-publisher: as launch --nats-in-rank0
 	TuneRuntime       bool          // --tune-runtime: the runtime settings launch gives ranks
+	MAC               bool          // --mac: also a NATS case with a keyed MAC on every message
+
+	keyFile string // with MAC: the job key the case's processes share (writeKey)
 }
 
 // Validate checks o; its errors name the flag.
@@ -50,6 +57,9 @@ func (o Options) Validate() error {
 	}
 	if o.Payload < minPayload || o.Payload > maxPayload {
 		return fmt.Errorf("--payload: %d is outside %d..%d bytes", o.Payload, minPayload, maxPayload)
+	}
+	if o.MAC && o.Payload < minPayload+broadcast.MACSize {
+		return fmt.Errorf("--payload: %d bytes leave no room for the MAC with --mac (at least %d)", o.Payload, minPayload+broadcast.MACSize)
 	}
 	if o.Interval <= 0 {
 		return fmt.Errorf("--interval: must be > 0, got %v", o.Interval)
@@ -78,6 +88,26 @@ func (o Options) server() string {
 		return "in-publisher"
 	}
 	return "own-process"
+}
+
+// writeKey makes a new key for the MAC cases and writes it, as launch
+// does, to a 0600 file in a new 0700 directory, which it returns for the
+// caller to remove.
+func (o *Options) writeKey() (string, error) {
+	key, err := broadcast.NewKey()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "tpcoord-bench-key-")
+	if err != nil {
+		return "", err
+	}
+	o.keyFile = filepath.Join(dir, "job.key")
+	if err := broadcast.WriteKeyFile(o.keyFile, key); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // Warmup is the number of leading messages not counted: 5%, at least 1.

@@ -3,17 +3,23 @@ package fanout
 import (
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 // recorder keeps a follower's receive-minus-send per sequence number.
 // record may run on a NATS callback goroutine while the owner waits on
 // done.
 type recorder struct {
-	mu    sync.Mutex
-	lat   []int64 // -1: not received
-	got   int
-	done  chan struct{} // closed once the run is over for this follower
-	ended bool
+	verify *broadcast.Codec // with a key: checks each message's MAC first
+
+	mu     sync.Mutex
+	lat    []int64 // -1: not received
+	got    int
+	badMAC int
+	done   chan struct{} // closed once the run is over for this follower
+	ended  bool
 }
 
 func newRecorder(n int) *recorder {
@@ -22,6 +28,20 @@ func newRecorder(n int) *recorder {
 		r.lat[i] = -1
 	}
 	return r
+}
+
+// receive records msg as received now, after verifying its MAC when
+// the recorder has a key (the verification's cost is in the latency): a
+// message whose MAC does not verify is counted, not recorded. It reports
+// what record does.
+func (r *recorder) receive(msg []byte) bool {
+	if r.verify != nil && r.verify.VerifyMAC(msg) != nil {
+		r.mu.Lock()
+		r.badMAC++
+		r.mu.Unlock()
+		return false
+	}
+	return r.record(time.Now().UnixNano(), msg)
 }
 
 // record takes the receive time (Unix ns) and a message; it reports
@@ -48,10 +68,11 @@ func (r *recorder) record(now int64, msg []byte) bool {
 	return r.ended
 }
 
-// snapshot is the latencies so far; late records change nothing after it.
-func (r *recorder) snapshot() []int64 {
+// snapshot is the latencies so far and the messages refused for their
+// MAC; late records change nothing after it.
+func (r *recorder) snapshot() ([]int64, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ended = true
-	return slices.Clone(r.lat)
+	return slices.Clone(r.lat), r.badMAC
 }

@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/tpcoord/tpcoord/internal/bench/stats"
 )
 
 // Result is one JSON line of `tpcoord bench broadcast`: one (transport,
-// followers) case. Latencies are publish-to-receive over all followers'
-// messages after the warm-up; each figure is the median over the rounds
-// of that round's figure (max: the largest).
+// MAC, followers) case. Latencies are publish-to-receive over all
+// followers' messages after the warm-up; each figure is the median over
+// the rounds of that round's figure (max: the largest).
 type Result struct {
-	Transport      string  `json:"transport"`
+	Transport string `json:"transport"`
+	// MAC: the publisher sealed every message with a keyed MAC and every
+	// follower verified it before taking the receive time (--mac).
+	MAC            bool    `json:"mac"`
 	Followers      int     `json:"followers"`
 	Payload        int     `json:"payload"`
 	IntervalUS     float64 `json:"interval_us"`
@@ -36,8 +40,8 @@ type Result struct {
 	// (from its start to the end of the case; 0 otherwise).
 	ServerCPUUS float64 `json:"server_cpu_us_per_msg"`
 	// NATS over raw TCP for this follower count: the median over rounds of
-	// the ratio within the round (the two cases run back to back). On both
-	// lines.
+	// the ratio within the round (the cases run back to back). On the tcp
+	// line, the ratio of NATS without a MAC.
 	P50RatioNATSTCP float64 `json:"p50_ratio_nats_tcp"`
 	P99RatioNATSTCP float64 `json:"p99_ratio_nats_tcp"`
 	TargetP50Ratio  float64 `json:"target_p50_ratio"`
@@ -50,8 +54,29 @@ type Result struct {
 	stats.Machine
 }
 
-// transports are the two cases of a round, in the order of their index.
-var transports = [2]string{"tcp", "nats"}
+// caseKind is one case of a round: a transport, with or without a MAC.
+type caseKind struct {
+	transport string
+	mac       bool
+}
+
+func (k caseKind) String() string {
+	if k.mac {
+		return k.transport + "+mac"
+	}
+	return k.transport
+}
+
+// kinds are the cases of each round, in the order of their index: the raw
+// TCP floor first (the others' ratios divide by it), NATS, and with --mac
+// NATS with a MAC on every message.
+func (o Options) kinds() []caseKind {
+	k := []caseKind{{transport: "tcp"}, {transport: "nats"}}
+	if o.MAC {
+		k = append(k, caseKind{transport: "nats", mac: true})
+	}
+	return k
+}
 
 // Run runs the benchmark o (see Options) and writes one line per
 // (follower count, transport) to stdout, a table or JSON lines, and its
@@ -59,6 +84,13 @@ var transports = [2]string{"tcp", "nats"}
 func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
+	}
+	if o.MAC {
+		dir, err := o.writeKey()
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
 	}
 	m := stats.ThisMachine()
 	if !o.JSON {
@@ -82,22 +114,21 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	return nil
 }
 
-// runRounds runs o.Rounds rounds of both cases for n followers, their
-// order alternating from round to round. i numbers the follower count, to
-// give every case a NATS subject of its own.
-func runRounds(ctx context.Context, o Options, i, n int, progress io.Writer) ([2][]round, error) {
-	var rounds [2][]round // indexed like transports
+// runRounds runs o.Rounds rounds of every case for n followers, their
+// order rotating from round to round (with two cases: alternating). i
+// numbers the follower count, to give every case a NATS subject of its
+// own.
+func runRounds(ctx context.Context, o Options, i, n int, progress io.Writer) ([][]round, error) {
+	kinds := o.kinds()
+	rounds := make([][]round, len(kinds)) // indexed like kinds
 	for r := range o.Rounds {
-		order := []int{0, 1}
-		if r%2 == 1 {
-			order = []int{1, 0}
-		}
-		for _, t := range order {
-			c := fanoutCase{o: o, n: n, transport: transports[t], round: r,
-				subject: fmt.Sprintf("tpcoord.bench.broadcast.%d.%d", i, r), progress: progress}
+		for j := range kinds {
+			t := (j + r) % len(kinds)
+			c := fanoutCase{o: o, n: n, kind: kinds[t], round: r,
+				subject: fmt.Sprintf("tpcoord.bench.broadcast.%d.%d.%d", i, r, t), progress: progress}
 			res, err := c.run(ctx)
 			if err != nil {
-				return rounds, fmt.Errorf("%s, %d followers, round %d: %w", c.transport, n, r+1, err)
+				return rounds, fmt.Errorf("%s, %d followers, round %d: %w", c.kind, n, r+1, err)
 			}
 			rounds[t] = append(rounds[t], res)
 		}
@@ -105,24 +136,30 @@ func runRounds(ctx context.Context, o Options, i, n int, progress io.Writer) ([2
 	return rounds, nil
 }
 
-// results are the two lines of n followers, from their rounds.
-func results(o Options, n int, rounds [2][]round) [2]Result {
+// ratios are the medians over rounds of case's p50 and p99 over tcp's in
+// the same round, and the messages either lost.
+func ratios(tcp, other []round) (p50, p99 float64, lost int) {
 	var p50r, p99r []float64
-	lost := 0
-	for r := range rounds[0] {
-		t, nr := rounds[0][r], rounds[1][r]
+	for r := range tcp {
+		t, nr := tcp[r], other[r]
 		lost += t.lost + nr.lost
 		if t.p50 > 0 && t.p99 > 0 && nr.p50 > 0 && nr.p99 > 0 { // 0: nothing received
 			p50r = append(p50r, nr.p50/t.p50)
 			p99r = append(p99r, nr.p99/t.p99)
 		}
 	}
-	var out [2]Result
-	for t, name := range transports {
+	return stats.Median(p50r), stats.Median(p99r), lost
+}
+
+// results are the lines of n followers, one per case, from their rounds.
+func results(o Options, n int, rounds [][]round) []Result {
+	out := make([]Result, len(rounds))
+	for t, kind := range o.kinds() {
 		r := summarize(rounds[t])
-		r.Transport, r.Followers, r.Payload = name, n, o.Payload
+		r.Transport, r.MAC, r.Followers, r.Payload = kind.transport, kind.mac, n, o.Payload
 		r.IntervalUS, r.Messages, r.Warmup, r.Rounds = stats.US(o.Interval.Nanoseconds()), o.Messages, Warmup(o.Messages), o.Rounds
-		r.P50RatioNATSTCP, r.P99RatioNATSTCP = stats.Median(p50r), stats.Median(p99r)
+		p50, p99, lost := ratios(rounds[0], rounds[max(t, 1)])
+		r.P50RatioNATSTCP, r.P99RatioNATSTCP = p50, p99
 		r.TargetP50Ratio, r.TargetP99Ratio = TargetP50Ratio, TargetP99Ratio
 		r.TargetsMet = lost == 0 && r.P50RatioNATSTCP > 0 && r.P50RatioNATSTCP <= TargetP50Ratio && r.P99RatioNATSTCP <= TargetP99Ratio
 		r.NATSServer, r.TuneRuntime = o.server(), o.TuneRuntime
@@ -173,7 +210,7 @@ func printResult(w io.Writer, r Result, asJSON bool) error {
 		return stats.WriteJSONLine(w, r)
 	}
 	_, err := fmt.Fprintf(w, "%-9s %9d %9.0f %9.0f %9.0f %9.0f %6d %9.0f %9.1f %9.1f %9.1f %8.2fx %8.2fx\n",
-		r.Transport, r.Followers, r.P50US, r.P90US, r.P99US, r.MaxUS, r.Lost, r.SentIntervalUS,
+		caseKind{r.Transport, r.MAC}, r.Followers, r.P50US, r.P90US, r.P99US, r.MaxUS, r.Lost, r.SentIntervalUS,
 		r.FollowerCPUUS, r.PublisherCPUUS, r.ServerCPUUS, r.P50RatioNATSTCP, r.P99RatioNATSTCP)
 	return err
 }

@@ -435,16 +435,23 @@ func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
 	var syncErr error
 	if len(peers) > 0 {
 		n, err := c.ml.Join(peers)
-		switch {
-		case err != nil:
-			syncErr = fmt.Errorf("state exchange with %d of %d members failed: %w", len(peers)-n, len(peers), err)
-		case n < len(peers):
-			// memberlist counts the members it reached, not the addresses
-			// tried, and may say so without an error.
-			syncErr = fmt.Errorf("state exchange reached %d of %d members", n, len(peers))
-		}
+		syncErr = exchangeErr(n, len(peers), err)
 	}
 	return errors.Join(gossipErr, syncErr)
+}
+
+// exchangeErr says how a state exchange with total members went, when
+// memberlist's Join reached only n of them: with its error, or without one
+// (it counts the members it reached, not the addresses tried, and may fall
+// short without an error). Nil when all were reached.
+func exchangeErr(n, total int, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("state exchange with %d of %d members failed: %w", total-n, total, err)
+	case n < total:
+		return fmt.Errorf("state exchange reached %d of %d members", n, total)
+	}
+	return nil
 }
 
 // claimedTwice lists the ranks two live members claim: a process restarted

@@ -2,6 +2,8 @@ package membership
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -62,4 +64,19 @@ func TestNetworkCutAndRestart(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestExchangeErr: a state exchange that falls short without an error from
+// memberlist is told plainly (it once printed "%!w(<nil>)").
+func TestExchangeErr(t *testing.T) {
+	if err := exchangeErr(2, 2, nil); err != nil {
+		t.Fatalf("all reached: %v", err)
+	}
+	if err := exchangeErr(1, 2, nil); err == nil || err.Error() != "state exchange reached 1 of 2 members" {
+		t.Fatalf("short without an error: %v", err)
+	}
+	cause := errors.New("dial tcp: refused")
+	if err := exchangeErr(0, 2, cause); !errors.Is(err, cause) || strings.Contains(err.Error(), "%!") {
+		t.Fatalf("short with an error: %v", err)
+	}
 }

@@ -214,15 +214,55 @@ func TestNATSAuthPermissions(t *testing.T) {
 
 // startAuthAgents starts rank 0 and rank 1 of a two-rank job on srv, each
 // as its own NATS user.
-func startAuthAgents(t *testing.T, srv *authServer) []*agent {
+func startAuthAgents(t *testing.T, srv *authServer, extra ...string) []*agent {
 	t.Helper()
 	memberPort := freeTCPPort(t)
-	common := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
-	r0 := startAgent(t, 0, append(common, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort),
-		"--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])...)
-	r1 := startAgent(t, 1, append(common, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
-		"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])...)
-	return []*agent{r0, r1}
+	return []*agent{startAuthAgent(t, srv, memberPort, 0, extra...), startAuthAgent(t, srv, memberPort, 1, extra...)}
+}
+
+// startAuthAgent starts one rank of startAuthAgents' job; rank 0 binds
+// memberlist to memberPort, rank 1 joins it.
+func startAuthAgent(t *testing.T, srv *authServer, memberPort, rank int, extra ...string) *agent {
+	t.Helper()
+	args := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
+	if rank == 0 {
+		args = append(args, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort), "--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])
+	} else {
+		args = append(args, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
+			"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])
+	}
+	return startAgent(t, rank, append(args, extra...)...)
+}
+
+// TestNATSAuthWaitReforms: under --on-peer-loss wait with the shipped
+// configuration, a follower killed and started again rejoins the job.
+// Rank 0 asks every rank for its status before it re-forms the world, so
+// its NATS user must be allowed to publish on the status subject; without
+// that it waits forever (the soak run of docs/reliability.md found it).
+func TestNATSAuthWaitReforms(t *testing.T) {
+	srv := startAuthNATSServer(t)
+	memberPort := freeTCPPort(t)
+	wait := []string{"--on-peer-loss", "wait"}
+	agents := []*agent{startAuthAgent(t, srv, memberPort, 0, wait...), startAuthAgent(t, srv, memberPort, 1, wait...)}
+	authLockstep(t, srv, agents, "both ranks running")
+	if err := agents[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-agents[1].exited
+	agents[1] = startAuthAgent(t, srv, memberPort, 1, wait...)
+	waitFor(t, 90*time.Second, "both ranks serving in epoch 1", func() (bool, string) {
+		ranks, err := authStatus(srv)
+		ok := err == nil && len(ranks) == 2
+		for _, r := range ranks {
+			ok = ok && r.Epoch == 1 && (r.State == "ready" || r.State == "running")
+		}
+		return ok, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	if strings.Contains(agents[0].log.String(), "Permissions Violation") {
+		t.Errorf("rank 0 was refused a publish:\n%s", tail(agents[0].log.String(), 10))
+	}
+	checkAuthGenerated(t, authGenerate(t, srv, "--prompt", "1,2,3", "--max-tokens", "8"))
+	stopAuthAgents(t, agents)
 }
 
 // authLockstep waits until both ranks answer status, are up ("ready"

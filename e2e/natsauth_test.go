@@ -27,15 +27,16 @@ const (
 // authServer is Debian's nats-server running the shipped config, moved to
 // a free loopback port.
 type authServer struct {
-	url string
-	pw  map[string]string // user → password file
+	url  string
+	pw   map[string]string // user → password file
+	conf string            // the configuration file
+	kill func()            // kills the running server process
 }
 
 func startAuthNATSServer(t *testing.T) *authServer {
 	t.Helper()
-	const bin = "/usr/sbin/nats-server"
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("%s is missing (Debian's nats-server package; scripts/deps.sh installs it): %v", bin, err)
+	if _, err := os.Stat("/usr/sbin/nats-server"); err != nil {
+		t.Skipf("/usr/sbin/nats-server is missing (Debian's nats-server package; scripts/deps.sh installs it): %v", err)
 	}
 	conf, err := os.ReadFile("../configs/nats/nats-server.conf")
 	if err != nil {
@@ -52,7 +53,7 @@ func startAuthNATSServer(t *testing.T) *authServer {
 	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &authServer{url: fmt.Sprintf("nats://127.0.0.1:%d", port), pw: map[string]string{}}
+	s := &authServer{url: fmt.Sprintf("nats://127.0.0.1:%d", port), pw: map[string]string{}, conf: confPath}
 	for _, user := range []string{"rank0", "rank", "client"} {
 		p := filepath.Join(dir, user+".pw")
 		if err := os.WriteFile(p, []byte("CHANGE-ME-"+user+"\n"), 0o600); err != nil {
@@ -60,18 +61,28 @@ func startAuthNATSServer(t *testing.T) *authServer {
 		}
 		s.pw[user] = p
 	}
+	s.run(t)
+	return s
+}
 
+// run starts the server process (again, after kill) and waits until it
+// accepts the clients' user.
+func (s *authServer) run(t *testing.T) {
+	t.Helper()
 	log := &syncBuffer{}
-	cmd := exec.Command(bin, "-c", confPath)
+	cmd := exec.Command("/usr/sbin/nats-server", "-c", s.conf)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	s.kill = func() {
 		_ = cmd.Process.Kill()
 		<-exited
+	}
+	t.Cleanup(func() {
+		s.kill()
 		if t.Failed() {
 			t.Logf("nats-server output:\n%s", log.String())
 		}
@@ -89,7 +100,6 @@ func startAuthNATSServer(t *testing.T) *authServer {
 		nc.Close()
 		return true, ""
 	})
-	return s
 }
 
 // connect dials as user, reporting the server's asynchronous errors (such
@@ -319,4 +329,53 @@ func stopAuthAgents(t *testing.T, agents []*agent) {
 			t.Fatalf("rank %d did not exit within 60s of SIGTERM", a.rank)
 		}
 	}
+}
+
+// TestNATSAuthServerRestartKeepsRequests: with the shipped configuration,
+// a request in flight while the NATS server is restarted still gets its
+// tokens. Rank 0 answers clients on their reply inboxes; a server that
+// only allowed it the replies to requests it delivered (allow_responses)
+// forgets them when it restarts and refuses every later token of the
+// requests in flight, which then end as lost (the soak run of
+// docs/reliability.md found it).
+func TestNATSAuthServerRestartKeepsRequests(t *testing.T) {
+	srv := startAuthNATSServer(t)
+	agents := startAuthAgents(t, srv, "--forward-time", "10ms")
+	authLockstep(t, srv, agents, "both ranks running")
+	type result struct {
+		out    []byte
+		err    error
+		stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, tpcoordBin, append([]string{"generate", "--json"},
+			append(srv.clientArgs(), "--prompt", "5,6,7", "--max-tokens", "600", "--ignore-eos", "--seed", "3")...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		done <- result{out, err, stderr.String()}
+	}()
+	waitFor(t, 60*time.Second, "the request decoding", func() (bool, string) {
+		ranks, err := authStatus(srv)
+		return err == nil && len(ranks) == 2 && ranks[0].Rows == 1 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	srv.kill()
+	srv.run(t)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the request did not end")
+	}
+	if r.err != nil {
+		t.Fatalf("the request in flight across the restart: %v: %s\nrank 0:\n%s", r.err, r.stderr, tail(agents[0].log.String(), 10))
+	}
+	var g generated
+	if err := json.Unmarshal(r.out, &g); err != nil || len(g.Tokens) != 600 {
+		t.Fatalf("generate output %q (%v): want 600 tokens", r.out, err)
+	}
+	stopAuthAgents(t, agents)
 }

@@ -189,21 +189,26 @@ func (f *faulter) freeze(ctx context.Context, p *proc) faultRecord {
 	return rec
 }
 
-// flood runs a hostile flood and adds what the ranks counted as refused
-// meanwhile (status a second after the flood against status before it).
+// flood runs a hostile flood, notes what the ranks counted as refused
+// (status a second after the flood against status before it), then
+// publishes the forged steps.
 func (f *faulter) flood(ctx context.Context) faultRecord {
 	bus := f.job.client("soak-flood-status")
 	defer bus.close()
 	_, before := pollStatus(ctx, bus, f.job.subj, f.job.spec.world)
 	at, detail, err := f.hostile.flood(ctx)
-	rec := faultRecord{Kind: faultFlood, Target: "bus", At: at, End: time.Now(), Detail: detail}
+	rec := faultRecord{Kind: faultFlood, Target: "bus", At: at, Detail: detail}
 	if err != nil {
-		rec.Skipped = err.Error()
+		rec.End, rec.Skipped = time.Now(), err.Error()
 		return rec
 	}
 	_ = sleepCtx(ctx, time.Second)
 	_, after := pollStatus(ctx, bus, f.job.subj, f.job.spec.world)
-	rec.Detail += "; refused by the ranks meanwhile: " + rejectedDiff(before, after)
+	rec.Detail += "; refused by the ranks a second later: " + rejectedDiff(before, after)
+	if f.hostile.forged > 0 {
+		rec.Detail += "; then " + f.hostile.forgeSteps(ctx)
+	}
+	rec.End = time.Now()
 	return rec
 }
 

@@ -94,7 +94,8 @@ func (c *capture) counts() (steps, hbs int) {
 	return len(c.steps), len(c.hbs)
 }
 
-// flood runs one flood; at is when its first message went out.
+// flood sends one flood of hostile messages (not the forged steps); at is
+// when its first message went out.
 func (h *hostile) flood(ctx context.Context) (at time.Time, detail string, err error) {
 	conns, err := h.connect()
 	if err != nil {
@@ -122,15 +123,28 @@ func (h *hostile) flood(ctx context.Context) (at time.Time, detail string, err e
 	}
 	at = time.Now()
 	sent := h.send(conns, capt)
-	forged := h.forge(ctx, conns)
 	for _, nc := range []*nats.Conn{conns.r0, conns.rank, conns.client} {
 		if err := nc.Flush(); err != nil {
 			return at, "", fmt.Errorf("flush the hostile messages: %w", err)
 		}
 	}
 	steps, hbs := capt.counts()
-	return at, fmt.Sprintf("%d messages (%s) from %d captured steps and %d heartbeats; %s; %d asynchronous errors from the server",
-		h.messages, sent, steps, hbs, forged, conns.asyncErrs.Load()), nil
+	return at, fmt.Sprintf("%d messages (%s) from %d captured steps and %d heartbeats; %d asynchronous errors from the server",
+		h.messages, sent, steps, hbs, conns.asyncErrs.Load()), nil
+}
+
+// forgeSteps connects and publishes the forged steps (forge).
+func (h *hostile) forgeSteps(ctx context.Context) string {
+	conns, err := h.connect()
+	if err != nil {
+		return "forging: " + err.Error()
+	}
+	defer conns.close()
+	out := h.forge(ctx, conns)
+	if err := conns.r0.Flush(); err != nil {
+		out += "; flush: " + err.Error()
+	}
+	return out
 }
 
 // hostileKinds are the flood's messages, sent in rotation.

@@ -150,7 +150,7 @@ func exitText(e *exitInfo) string {
 }
 
 func writeRecoveries(b *strings.Builder, sum *summary) {
-	fmt.Fprintf(b, "\n## Faults and recoveries\n\nTimes from the fault: to the next request that finished normally (any; sent after the fault), and to every rank serving (in a new world for kills and freezes). —: not before the next fault.\n\n")
+	fmt.Fprintf(b, "\n## Faults and recoveries\n\nTimes from the fault: to the next request that finished normally (any; sent after the fault), and to every rank serving once the injection ended (in a new world for kills and freezes). —: not before the next fault.\n\n")
 	fmt.Fprintf(b, "| at | fault | target | next ok | next ok sent after | all ranks serving | world before → after | detail |\n|---|---|---|---|---|---|---|---|\n")
 	next := 0
 	for _, f := range sum.Faults {

@@ -78,8 +78,8 @@ func (p *statusPoll) serving(world int) (worldKey, bool) {
 type recovery struct {
 	Fault faultRecord `json:"fault"`
 	// NextOK: until any request finished normally; NextNewOK: until one
-	// sent after the fault did; World: until every rank was serving, in a
-	// new world if the fault re-forms it.
+	// sent after the fault did; World: until every rank was serving, once
+	// the injection ended, in a new world if the fault re-forms it.
 	NextOKMs    float64  `json:"next_ok_ms"`
 	NextNewOKMs float64  `json:"next_new_ok_ms"`
 	WorldMs     float64  `json:"world_ms"`
@@ -130,18 +130,22 @@ func nextOK(recs []reqRecord, at, limit time.Time) (anyMs, newMs float64) {
 	return anyMs, newMs
 }
 
-// worldBack finds the world before the fault and the first poll after it
-// (before limit) where every rank serves, in another world if the fault
-// re-forms it.
+// worldBack finds the world before the fault and the first poll after
+// the injection ended (before limit) where every rank serves, in another
+// world if the fault re-forms it; the time is counted from the fault.
 func worldBack(polls []statusPoll, f faultRecord, world int, limit time.Time) (before, after worldKey, ms float64) {
 	for i := range polls {
 		if k, ok := polls[i].serving(world); ok && polls[i].T.Before(f.At) {
 			before = k
 		}
 	}
+	from := f.At
+	if f.End.After(from) {
+		from = f.End
+	}
 	for i := range polls {
 		p := &polls[i]
-		if !p.T.After(f.At) || !p.T.Before(limit) {
+		if !p.T.After(from) || !p.T.Before(limit) {
 			continue
 		}
 		k, ok := p.serving(world)

@@ -28,13 +28,14 @@ func TestRecoveries(t *testing.T) {
 		{T: at(11), Ranks: world4(at(11), "a", 0, "reforming").Ranks[:3]},
 		world4(at(12), "a", 0, "running"), // stale answer of the old world: not the new one
 		world4(at(14), "a", 1, "ready"),
-		world4(at(21), "a", 1, "running"), // after the flood at 20
-		world4(at(31), "b", 0, "running"), // rank 0 replaced; the kill at 30 has no later fault
+		world4(at(20.25), "a", 1, "running"), // during the flood: too early
+		world4(at(21), "a", 1, "running"),    // after the flood, 20 to 20.5
+		world4(at(31), "b", 0, "running"),    // rank 0 replaced; the kill at 30 has no later fault
 	}
 	faults := []faultRecord{
 		{Kind: faultFollowerKill, At: at(10)},
 		{Kind: faultNATSRestart, At: at(15), Skipped: "not serving"},
-		{Kind: faultFlood, At: at(20)},
+		{Kind: faultFlood, At: at(20), End: at(20.5)},
 		{Kind: faultRank0Kill, At: at(30)},
 		{Kind: faultFollowerStop, At: at(40)},
 	}

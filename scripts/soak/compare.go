@@ -11,7 +11,9 @@ type replayRecord struct {
 	Tokens   []int32 `json:"tokens"`
 	Finish   string  `json:"finish,omitempty"`
 	Logprobs string  `json:"logprobs_fnv,omitempty"`
-	Error    string  `json:"error,omitempty"`
+	// TokenLogprob: as in reqRecord.
+	TokenLogprob []*float32 `json:"token_logprob,omitempty"`
+	Error        string     `json:"error,omitempty"`
 }
 
 // mismatch is one request whose replay differs, and how.
@@ -93,10 +95,11 @@ func (c *comparison) judge(r *reqRecord, rep *replayRecord) {
 	}
 	switch {
 	case r.Logprobs == rep.Logprobs || !slices.Equal(r.Tokens, rep.Tokens):
-	case r.Stream.Missing > 0:
-		c.LogprobsIncomplete = append(c.LogprobsIncomplete, mismatch{r.ID, fmt.Sprintf("%d of %d streamed replies lost", r.Stream.Missing, len(r.Tokens))})
+	case r.Stream.Missing > 0 || r.LogprobsMissing > 0:
+		c.LogprobsIncomplete = append(c.LogprobsIncomplete, mismatch{r.ID,
+			fmt.Sprintf("of %d tokens, %d token replies and %d logprobs replies lost", len(r.Tokens), r.Stream.Missing, r.LogprobsMissing)})
 	default:
-		c.LogprobMismatches = append(c.LogprobMismatches, mismatch{r.ID, "same tokens, different logprobs"})
+		c.LogprobMismatches = append(c.LogprobMismatches, mismatch{r.ID, "same tokens, different logprobs" + logprobDiff(r.TokenLogprob, rep.TokenLogprob)})
 	}
 }
 
@@ -109,4 +112,22 @@ func tokenDiff(got, want []int32) string {
 		}
 	}
 	return fmt.Sprintf("lengths differ: soak %d tokens, replay %d (equal up to %d)", len(got), len(want), n)
+}
+
+// logprobDiff says where two tokens' logprob lists first differ ("" if
+// their tokens' own logprobs agree: the difference is in the top lists).
+func logprobDiff(got, want []*float32) string {
+	for i := range min(len(got), len(want)) {
+		if (got[i] == nil) != (want[i] == nil) || got[i] != nil && *got[i] != *want[i] {
+			return fmt.Sprintf(": token %d: soak %s, replay %s", i, fmtLogprob(got[i]), fmtLogprob(want[i]))
+		}
+	}
+	return ""
+}
+
+func fmtLogprob(v *float32) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprint(*v)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // maxTokensChoices are the requests' lengths, short ones more often.
@@ -89,6 +90,7 @@ func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id i
 		rec.Tokens, rec.Finish = rep.Tokens, rep.FinishReason
 		if req.Logprobs != nil {
 			rec.Logprobs = hashJSON(rep.TokenLogprobs)
+			rec.TokenLogprob, rec.LogprobsMissing = tokenLogprobs(len(rep.Tokens), rep.TokenLogprobs)
 		}
 	}
 	if err != nil {
@@ -100,6 +102,22 @@ func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id i
 		rec.Stream = checkStream(idx, toks, rec.Tokens)
 	}
 	return rec
+}
+
+// tokenLogprobs is each of n tokens' own logprob from the client's list
+// (in which a token whose logprobs never came has Token -1), and how many
+// are missing.
+func tokenLogprobs(n int, lps []sampler.Logprobs) (out []*float32, missing int) {
+	out = make([]*float32, n)
+	for i := range out {
+		if i < len(lps) && lps[i].Token >= 0 {
+			v := lps[i].Logprob
+			out[i] = &v
+		} else {
+			missing++
+		}
+	}
+	return out, missing
 }
 
 func hashJSON(v any) string {
@@ -182,7 +200,7 @@ func replayAll(ctx context.Context, bus *clientBus, subj broadcast.Subjects, rec
 		wg.Go(func() {
 			for r := range work {
 				g := generate(ctx, bus, subj, r.ID, r.Request, timeout)
-				rep := replayRecord{ID: r.ID, Tokens: g.Tokens, Finish: g.Finish, Logprobs: g.Logprobs, Error: g.Error}
+				rep := replayRecord{ID: r.ID, Tokens: g.Tokens, Finish: g.Finish, Logprobs: g.Logprobs, TokenLogprob: g.TokenLogprob, Error: g.Error}
 				out.write(&rep)
 				mu.Lock()
 				res[r.ID] = rep

@@ -40,8 +40,8 @@ func writeLoad(b *strings.Builder, sum *summary, o *options) {
 		o.rate, o.maxInFlight, o.requestTimeout, l.Greedy, l.Seeded, l.Logprobs)
 	fmt.Fprintf(b, "| sent | finished | errored | of which timed out | skipped (in-flight cap) | tokens (finished) |\n|---|---|---|---|---|---|\n")
 	fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d |\n", l.Sent, l.Finished, l.Errored, l.TimedOut, l.Skipped, l.Tokens)
-	fmt.Fprintf(b, "\nStreamed tokens against the final reply: %d requests missed some (NATS delivers at most once), %d got a token twice, %d a conflicting one.\n",
-		l.StreamMissing, l.StreamDuplicates, l.StreamConflicting)
+	fmt.Fprintf(b, "\nStreamed tokens against the final reply: %d requests missed some (NATS delivers at most once), %d got a token twice, %d a conflicting one; %d finished requests lack the logprobs of some tokens (they come only in replies of their own).\n",
+		l.StreamMissing, l.StreamDuplicates, l.StreamConflicting, l.LogprobsMissing)
 }
 
 func writeErrors(b *strings.Builder, groups []errorGroup) {

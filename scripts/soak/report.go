@@ -21,9 +21,14 @@ type reqRecord struct {
 	Tokens   []int32                `json:"tokens"`
 	Finish   string                 `json:"finish,omitempty"`
 	Logprobs string                 `json:"logprobs_fnv,omitempty"` // FNV-1a of the logprobs' JSON
-	Stream   streamCheck            `json:"stream"`
-	Error    string                 `json:"error,omitempty"`
-	TimedOut bool                   `json:"timed_out,omitempty"` // the soak's own deadline ended it
+	// TokenLogprob is each token's own logprob (null: none came), and
+	// LogprobsMissing how many tokens have none: logprobs come in replies
+	// of their own, after each token's, and are not repeated at the end.
+	TokenLogprob    []*float32  `json:"token_logprob,omitempty"`
+	LogprobsMissing int         `json:"logprobs_missing,omitempty"`
+	Stream          streamCheck `json:"stream"`
+	Error           string      `json:"error,omitempty"`
+	TimedOut        bool        `json:"timed_out,omitempty"` // the soak's own deadline ended it
 }
 
 // ok reports whether the request finished normally.
@@ -192,6 +197,7 @@ type loadCounts struct {
 	Greedy, Seeded, Logprobs int
 	// Streams whose streamed tokens did not match the final list.
 	StreamMissing, StreamDuplicates, StreamConflicting int
+	LogprobsMissing                                    int // finished requests that lack some logprobs
 }
 
 func countLoad(recs []reqRecord, skipped int) loadCounts {
@@ -210,6 +216,9 @@ func countLoad(recs []reqRecord, skipped int) loadCounts {
 		c.mix(&r.Request)
 		if r.Stream.Missing > 0 {
 			c.StreamMissing++
+		}
+		if r.LogprobsMissing > 0 && r.ok() {
+			c.LogprobsMissing++
 		}
 		if r.Stream.Duplicates > 0 {
 			c.StreamDuplicates++

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/sampler"
 )
 
 func TestGroupErrors(t *testing.T) {
@@ -111,6 +112,8 @@ func TestCompareReplay(t *testing.T) {
 	withLogprobs.Logprobs = "aaaa"
 	streamLost := seeded(9, []int32{7, 8}, client.FinishLength)
 	streamLost.Logprobs, streamLost.Stream = "cccc", streamCheck{Streamed: 1, Missing: 1}
+	lpLost := seeded(10, []int32{3}, client.FinishLength)
+	lpLost.Logprobs, lpLost.LogprobsMissing = "eeee", 1
 	errored := seeded(5, []int32{1}, client.FinishError)
 	errored.Error = "rank 0 is gone"
 	recs := []reqRecord{
@@ -123,19 +126,21 @@ func TestCompareReplay(t *testing.T) {
 		seeded(7, []int32{4}, client.FinishLength),
 		seeded(8, []int32{4}, client.FinishLength),
 		streamLost,
+		lpLost,
 	}
 	replays := map[int]replayRecord{
-		1: {ID: 1, Tokens: []int32{1, 2, 3}, Finish: client.FinishLength},
-		2: {ID: 2, Tokens: []int32{1, 9, 3}, Finish: client.FinishLength},
-		3: {ID: 3, Tokens: []int32{1, 2}, Finish: client.FinishLength},
-		4: {ID: 4, Tokens: []int32{7}, Finish: client.FinishLength, Logprobs: "bbbb"},
-		5: {ID: 5, Tokens: []int32{1, 2}, Finish: client.FinishLength},
-		7: {ID: 7, Error: "timeout"},
-		9: {ID: 9, Tokens: []int32{7, 8}, Finish: client.FinishLength, Logprobs: "dddd"},
+		1:  {ID: 1, Tokens: []int32{1, 2, 3}, Finish: client.FinishLength},
+		2:  {ID: 2, Tokens: []int32{1, 9, 3}, Finish: client.FinishLength},
+		3:  {ID: 3, Tokens: []int32{1, 2}, Finish: client.FinishLength},
+		4:  {ID: 4, Tokens: []int32{7}, Finish: client.FinishLength, Logprobs: "bbbb"},
+		5:  {ID: 5, Tokens: []int32{1, 2}, Finish: client.FinishLength},
+		7:  {ID: 7, Error: "timeout"},
+		9:  {ID: 9, Tokens: []int32{7, 8}, Finish: client.FinishLength, Logprobs: "dddd"},
+		10: {ID: 10, Tokens: []int32{3}, Finish: client.FinishLength, Logprobs: "ffff"},
 		// 8 missing
 	}
 	c := compareReplay(recs, replays)
-	if c.Seeded != 8 || c.Compared != 5 || c.Matched != 3 || c.ExcludedErrored != 1 || c.Unseeded != 1 {
+	if c.Seeded != 9 || c.Compared != 6 || c.Matched != 4 || c.ExcludedErrored != 1 || c.Unseeded != 1 {
 		t.Errorf("counts %+v", c)
 	}
 	wantMis := []mismatch{{2, "token 1: soak 2, replay 9 (lengths 3 and 3)"}, {3, `finish reason "stop", replay "length"`}}
@@ -145,14 +150,15 @@ func TestCompareReplay(t *testing.T) {
 	if len(c.LogprobMismatches) != 1 || c.LogprobMismatches[0].ID != 4 {
 		t.Errorf("logprob mismatches %+v", c.LogprobMismatches)
 	}
-	if len(c.LogprobsIncomplete) != 1 || c.LogprobsIncomplete[0].What != "1 of 2 streamed replies lost" {
+	if len(c.LogprobsIncomplete) != 2 || c.LogprobsIncomplete[0].What != "of 2 tokens, 1 token replies and 0 logprobs replies lost" ||
+		c.LogprobsIncomplete[1].What != "of 1 tokens, 0 token replies and 1 logprobs replies lost" {
 		t.Errorf("incomplete logprobs %+v", c.LogprobsIncomplete)
 	}
 	if len(c.ReplayFailed) != 2 || c.ReplayFailed[0].ID != 7 || c.ReplayFailed[1].What != "not replayed" {
 		t.Errorf("replay failures %+v", c.ReplayFailed)
 	}
-	if got := toReplay(recs); len(got) != 7 {
-		t.Errorf("toReplay chose %d requests, want the 7 seeded that finished", len(got))
+	if got := toReplay(recs); len(got) != 8 {
+		t.Errorf("toReplay chose %d requests, want the 8 seeded that finished", len(got))
 	}
 	if d := tokenDiff([]int32{1, 2}, []int32{1, 2, 3}); d != "lengths differ: soak 2 tokens, replay 3 (equal up to 2)" {
 		t.Errorf("tokenDiff: %s", d)
@@ -222,5 +228,20 @@ func TestFailureLine(t *testing.T) {
 	}
 	if got := failureLine(log[:4]); got != "" {
 		t.Errorf("an incarnation that logged nothing: %q", got)
+	}
+}
+
+func TestTokenLogprobs(t *testing.T) {
+	lps := []sampler.Logprobs{{Token: 5, Logprob: -0.5}, {Token: -1}, {Token: 7, Logprob: -2}}
+	got, missing := tokenLogprobs(4, lps)
+	if missing != 2 || got[1] != nil || got[3] != nil || *got[0] != -0.5 || *got[2] != -2 {
+		t.Errorf("tokenLogprobs: %v, %d missing", got, missing)
+	}
+	other, _ := tokenLogprobs(4, []sampler.Logprobs{{Token: 5, Logprob: -0.5}, {Token: 6, Logprob: -1}})
+	if d := logprobDiff(got, other); d != ": token 1: soak none, replay -1" {
+		t.Errorf("logprobDiff: %q", d)
+	}
+	if d := logprobDiff(got[:1], other[:1]); d != "" {
+		t.Errorf("equal lists differ: %q", d)
 	}
 }

@@ -27,15 +27,16 @@ const (
 // authServer is Debian's nats-server running the shipped config, moved to
 // a free loopback port.
 type authServer struct {
-	url string
-	pw  map[string]string // user → password file
+	url  string
+	pw   map[string]string // user → password file
+	conf string            // the configuration file
+	kill func()            // kills the running server process
 }
 
 func startAuthNATSServer(t *testing.T) *authServer {
 	t.Helper()
-	const bin = "/usr/sbin/nats-server"
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("%s is missing (Debian's nats-server package; scripts/deps.sh installs it): %v", bin, err)
+	if _, err := os.Stat("/usr/sbin/nats-server"); err != nil {
+		t.Skipf("/usr/sbin/nats-server is missing (Debian's nats-server package; scripts/deps.sh installs it): %v", err)
 	}
 	conf, err := os.ReadFile("../configs/nats/nats-server.conf")
 	if err != nil {
@@ -52,7 +53,7 @@ func startAuthNATSServer(t *testing.T) *authServer {
 	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &authServer{url: fmt.Sprintf("nats://127.0.0.1:%d", port), pw: map[string]string{}}
+	s := &authServer{url: fmt.Sprintf("nats://127.0.0.1:%d", port), pw: map[string]string{}, conf: confPath}
 	for _, user := range []string{"rank0", "rank", "client"} {
 		p := filepath.Join(dir, user+".pw")
 		if err := os.WriteFile(p, []byte("CHANGE-ME-"+user+"\n"), 0o600); err != nil {
@@ -60,18 +61,28 @@ func startAuthNATSServer(t *testing.T) *authServer {
 		}
 		s.pw[user] = p
 	}
+	s.run(t)
+	return s
+}
 
+// run starts the server process (again, after kill) and waits until it
+// accepts the clients' user.
+func (s *authServer) run(t *testing.T) {
+	t.Helper()
 	log := &syncBuffer{}
-	cmd := exec.Command(bin, "-c", confPath)
+	cmd := exec.Command("/usr/sbin/nats-server", "-c", s.conf)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	s.kill = func() {
 		_ = cmd.Process.Kill()
 		<-exited
+	}
+	t.Cleanup(func() {
+		s.kill()
 		if t.Failed() {
 			t.Logf("nats-server output:\n%s", log.String())
 		}
@@ -89,7 +100,6 @@ func startAuthNATSServer(t *testing.T) *authServer {
 		nc.Close()
 		return true, ""
 	})
-	return s
 }
 
 // connect dials as user, reporting the server's asynchronous errors (such
@@ -214,15 +224,55 @@ func TestNATSAuthPermissions(t *testing.T) {
 
 // startAuthAgents starts rank 0 and rank 1 of a two-rank job on srv, each
 // as its own NATS user.
-func startAuthAgents(t *testing.T, srv *authServer) []*agent {
+func startAuthAgents(t *testing.T, srv *authServer, extra ...string) []*agent {
 	t.Helper()
 	memberPort := freeTCPPort(t)
-	common := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
-	r0 := startAgent(t, 0, append(common, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort),
-		"--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])...)
-	r1 := startAgent(t, 1, append(common, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
-		"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])...)
-	return []*agent{r0, r1}
+	return []*agent{startAuthAgent(t, srv, memberPort, 0, extra...), startAuthAgent(t, srv, memberPort, 1, extra...)}
+}
+
+// startAuthAgent starts one rank of startAuthAgents' job; rank 0 binds
+// memberlist to memberPort, rank 1 joins it.
+func startAuthAgent(t *testing.T, srv *authServer, memberPort, rank int, extra ...string) *agent {
+	t.Helper()
+	args := []string{"--job", authJob, "--world-size", "2", "--local", "--nats", srv.url, "--forward-time", "2ms"}
+	if rank == 0 {
+		args = append(args, "--bind", fmt.Sprintf("127.0.0.1:%d", memberPort), "--nats-user", "rank0", "--nats-password-file", srv.pw["rank0"])
+	} else {
+		args = append(args, "--bind", "127.0.0.1:0", "--join", fmt.Sprintf("127.0.0.1:%d", memberPort),
+			"--nats-user", "rank", "--nats-password-file", srv.pw["rank"])
+	}
+	return startAgent(t, rank, append(args, extra...)...)
+}
+
+// TestNATSAuthWaitReforms: under --on-peer-loss wait with the shipped
+// configuration, a follower killed and started again rejoins the job.
+// Rank 0 asks every rank for its status before it re-forms the world, so
+// its NATS user must be allowed to publish on the status subject; without
+// that it waits forever (the soak run of docs/reliability.md found it).
+func TestNATSAuthWaitReforms(t *testing.T) {
+	srv := startAuthNATSServer(t)
+	memberPort := freeTCPPort(t)
+	wait := []string{"--on-peer-loss", "wait"}
+	agents := []*agent{startAuthAgent(t, srv, memberPort, 0, wait...), startAuthAgent(t, srv, memberPort, 1, wait...)}
+	authLockstep(t, srv, agents, "both ranks running")
+	if err := agents[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-agents[1].exited
+	agents[1] = startAuthAgent(t, srv, memberPort, 1, wait...)
+	waitFor(t, 90*time.Second, "both ranks serving in epoch 1", func() (bool, string) {
+		ranks, err := authStatus(srv)
+		ok := err == nil && len(ranks) == 2
+		for _, r := range ranks {
+			ok = ok && r.Epoch == 1 && (r.State == "ready" || r.State == "running")
+		}
+		return ok, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	if strings.Contains(agents[0].log.String(), "Permissions Violation") {
+		t.Errorf("rank 0 was refused a publish:\n%s", tail(agents[0].log.String(), 10))
+	}
+	checkAuthGenerated(t, authGenerate(t, srv, "--prompt", "1,2,3", "--max-tokens", "8"))
+	stopAuthAgents(t, agents)
 }
 
 // authLockstep waits until both ranks answer status, are up ("ready"
@@ -279,4 +329,53 @@ func stopAuthAgents(t *testing.T, agents []*agent) {
 			t.Fatalf("rank %d did not exit within 60s of SIGTERM", a.rank)
 		}
 	}
+}
+
+// TestNATSAuthServerRestartKeepsRequests: with the shipped configuration,
+// a request in flight while the NATS server is restarted still gets its
+// tokens. Rank 0 answers clients on their reply inboxes; a server that
+// only allowed it the replies to requests it delivered (allow_responses)
+// forgets them when it restarts and refuses every later token of the
+// requests in flight, which then end as lost (the soak run of
+// docs/reliability.md found it).
+func TestNATSAuthServerRestartKeepsRequests(t *testing.T) {
+	srv := startAuthNATSServer(t)
+	agents := startAuthAgents(t, srv, "--forward-time", "10ms")
+	authLockstep(t, srv, agents, "both ranks running")
+	type result struct {
+		out    []byte
+		err    error
+		stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, tpcoordBin, append([]string{"generate", "--json"},
+			append(srv.clientArgs(), "--prompt", "5,6,7", "--max-tokens", "600", "--ignore-eos", "--seed", "3")...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		done <- result{out, err, stderr.String()}
+	}()
+	waitFor(t, 60*time.Second, "the request decoding", func() (bool, string) {
+		ranks, err := authStatus(srv)
+		return err == nil && len(ranks) == 2 && ranks[0].Rows == 1 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
+	})
+	srv.kill()
+	srv.run(t)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the request did not end")
+	}
+	if r.err != nil {
+		t.Fatalf("the request in flight across the restart: %v: %s\nrank 0:\n%s", r.err, r.stderr, tail(agents[0].log.String(), 10))
+	}
+	var g generated
+	if err := json.Unmarshal(r.out, &g); err != nil || len(g.Tokens) != 600 {
+		t.Fatalf("generate output %q (%v): want 600 tokens", r.out, err)
+	}
+	stopAuthAgents(t, agents)
 }

@@ -326,11 +326,13 @@ func (h *hostile) forge(ctx context.Context, c *hostileConns) string {
 }
 
 // decodeStep and encodeStep are the forger's only uses of the wire codec.
-// The forger holds the ranks' NATS credentials but not the job's key: once
-// the codec takes a key (--job-key-file), these decode without checking
-// and encode without one, and keyed ranks must refuse what they make.
+// The forger holds the ranks' NATS credentials but not the job's key: its
+// codec has none, so it decodes without checking MACs and encodes with a
+// zero one, and keyed ranks must refuse what it makes.
 func decodeStep(b []byte, job uint64, st *broadcast.Step) error {
-	return broadcast.DecodeStep(b, job, st)
+	return broadcast.NewCodec(job, nil).DecodeStep(b, st)
 }
 
-func encodeStep(job uint64, st *broadcast.Step) []byte { return broadcast.AppendStep(nil, job, st) }
+func encodeStep(job uint64, st *broadcast.Step) []byte {
+	return broadcast.NewCodec(job, nil).AppendStep(nil, st)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -51,6 +52,7 @@ func (r *run) run(ctx context.Context) error {
 	}
 	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS),
 		"job_key_file", cfg.JobKeyFile, "gossip_key_file", cfg.GossipKeyFile, "gossip_keys", len(r.gossip))
+	r.warnExposures()
 	if err := r.startTelemetry(ctx); err != nil {
 		return err
 	}
@@ -191,6 +193,20 @@ func readGossipKeys(path string) (membership.GossipKeys, error) {
 		return nil, fielderr.New("GossipKeyFile", "%w", err)
 	}
 	return keys, nil
+}
+
+// warnExposures logs, once at start, what an Insecure configuration
+// leaves open (Validate refused it otherwise).
+func (r *run) warnExposures() {
+	exp := r.a.cfg.Exposures()
+	if len(exp) == 0 {
+		return
+	}
+	what := make([]string, len(exp))
+	for i, e := range exp {
+		what[i] = e.String()
+	}
+	r.log.Warn("insecure configuration accepted: "+strings.Join(what, "; "), "insecure", true)
 }
 
 // readJobKey reads the job's message key; "" means the job has none.

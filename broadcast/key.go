@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/tpcoord/tpcoord/internal/secretfile"
 )
 
 // KeySize is the length of a job key.
@@ -65,31 +67,13 @@ func ParseKey(text []byte) (Key, error) {
 }
 
 // ReadKeyFile reads a key written as base64 in a regular file that only
-// its owner may read or write: a file open to the group or others is
-// refused, since anyone who can read it can forge the job's messages.
-// Errors name the path, never the key.
+// its owner may read or write (secretfile.Read): a file open to the group
+// or others is refused, since anyone who can read it can forge the job's
+// messages. Errors name the path, never the key.
 func ReadKeyFile(path string) (Key, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w (make one with: head -c 32 /dev/urandom | base64 > %s; chmod 600 %s)", err, path, path)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
+	text, err := secretfile.Read(path, maxKeyFile)
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s is open to its group or others (mode %04o): only its owner may read it; chmod 600 %s", path, perm, path)
-	}
-	text, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(text) > maxKeyFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes: not a key file", path, maxKeyFile)
 	}
 	k, err := ParseKey(text)
 	if err != nil {

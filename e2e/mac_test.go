@@ -32,11 +32,14 @@ func procEnv(t *testing.T, pid int) map[string]string {
 	return env
 }
 
-// checkKeyFile checks that launch's job key is a 0600 file in a 0700
-// directory of its own.
-func checkKeyFile(t *testing.T, path string) {
+// checkKeyFiles checks that launch's job key and gossip key are 0600
+// files in a 0700 directory of their own.
+func checkKeyFiles(t *testing.T, path, gossip string) {
 	t.Helper()
-	for p, want := range map[string]os.FileMode{path: 0o600, filepath.Dir(path): 0o700 | os.ModeDir} {
+	if filepath.Dir(gossip) != filepath.Dir(path) {
+		t.Fatalf("the gossip key %q is not beside the job key %s", gossip, path)
+	}
+	for p, want := range map[string]os.FileMode{path: 0o600, gossip: 0o600, filepath.Dir(path): 0o700 | os.ModeDir} {
 		fi, err := os.Stat(p)
 		if err != nil || fi.Mode() != want {
 			t.Fatalf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
@@ -45,7 +48,7 @@ func checkKeyFile(t *testing.T, path string) {
 }
 
 // TestForgedStepRefused: launch gives every job a key only its ranks
-// hold. A process that has the ranks' NATS URL (read from rank 1's
+// hold (and a gossip key beside it). A process that has the ranks' NATS URL (read from rank 1's
 // environment, as a stale rank of another job or an insider would have
 // it) but not the key captures real steps, then, with the job idle,
 // publishes the step after rank 0's last one with the captured leader ID
@@ -61,7 +64,7 @@ func TestForgedStepRefused(t *testing.T) {
 	if url == "" || keyFile == "" {
 		t.Fatalf("rank 1's environment has TPC_NATS %q, TPC_JOB_KEY_FILE %q", url, keyFile)
 	}
-	checkKeyFile(t, keyFile)
+	checkKeyFiles(t, keyFile, env["TPC_GOSSIP_KEY_FILE"])
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

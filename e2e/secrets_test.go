@@ -14,9 +14,9 @@ import (
 
 // TestNoSecretsInArgvOrLogs: the passwords of launch's NATS server (the
 // clients', in the ready file, and the ranks', in their environment) and
-// the job key are in no process's command line, which every local user can
-// read, and in no log line; the key is not in the ranks' environment
-// either (it holds the path of the key's 0600 file).
+// the job and gossip keys are in no process's command line, which every
+// local user can read, and in no log line; the keys are not in the ranks'
+// environment either (it holds the paths of the keys' 0600 files).
 func TestNoSecretsInArgvOrLogs(t *testing.T) {
 	j := launch(t, "--nproc", "2", "--job", "e2e-secrets", "--forward-time", "1ms")
 	var secrets []string
@@ -28,11 +28,14 @@ func TestNoSecretsInArgvOrLogs(t *testing.T) {
 		}
 		secrets = append(secrets, pw)
 	}
-	keyText, err := os.ReadFile(procEnv(t, j.info.PIDs[0])["TPC_JOB_KEY_FILE"])
-	if err != nil {
-		t.Fatal(err)
+	var keys []string // the job key and the gossip key
+	for _, v := range []string{"TPC_JOB_KEY_FILE", "TPC_GOSSIP_KEY_FILE"} {
+		text, err := os.ReadFile(procEnv(t, j.info.PIDs[0])[v])
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		keys = append(keys, strings.TrimSpace(string(text)))
 	}
-	key := strings.TrimSpace(string(keyText))
 	if _, err := j.generate(t.Context(), "--prompt", "1,2", "--max-tokens", "4"); err != nil {
 		t.Fatal(err)
 	}
@@ -41,19 +44,22 @@ func TestNoSecretsInArgvOrLogs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, secret := range append(secrets, key) {
+		for _, secret := range append(secrets, keys...) {
 			if strings.Contains(string(argv), secret) {
 				t.Errorf("pid %d's command line holds a secret: %q", pid, strings.ReplaceAll(string(argv), "\x00", " "))
 			}
 		}
-		if env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); strings.Contains(string(env), key) {
-			t.Errorf("pid %d's environment holds the job key", pid)
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		for _, key := range keys {
+			if strings.Contains(string(env), key) {
+				t.Errorf("pid %d's environment holds a key", pid)
+			}
 		}
 	}
 	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("launch exited with %v", err)
 	}
-	for _, secret := range append(secrets, key) {
+	for _, secret := range append(secrets, keys...) {
 		if strings.Contains(j.log.String(), secret) {
 			t.Errorf("the logs hold a secret:\n%s", tail(j.log.String(), 20))
 		}

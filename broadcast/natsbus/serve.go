@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/tpcoord/tpcoord/internal/loopback"
 )
 
 // MaxPayload is the largest message an embedded server accepts (8 MiB).
@@ -107,7 +109,7 @@ func serverOptions(rawURL string) (*url.URL, *server.Options, error) {
 	}
 	switch pw, hasPW := u.User.Password(); {
 	case u.User == nil:
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !loopback.Host(host) {
 			return nil, nil, fmt.Errorf("nats-serve: %s listens beyond loopback without credentials; put a token in the URL (nats://TOKEN@%s)", Redact(rawURL), u.Host)
 		}
 	case u.User.Username() == "" || (hasPW && pw == ""):

@@ -41,7 +41,7 @@ func (c *agentOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Job, f.name("Job", "job"), def.Job, "job ID: names the NATS subjects and the memberlist label")
 	fs.IntVar(&c.Rank, f.name("Rank", "rank"), def.Rank, "this agent's TP rank, 0..world-size-1 (rank 0 schedules and samples)")
 	fs.IntVar(&c.WorldSize, f.name("WorldSize", "world-size"), def.WorldSize, "number of TP ranks in the job")
-	fs.StringVar(&c.Bind, f.name("Bind", "bind"), def.Bind, "memberlist bind address host:port (port 0 picks a free one)")
+	fs.StringVar(&c.Bind, f.name("Bind", "bind"), def.Bind, "memberlist bind address host:port (port 0 picks a free one); beyond loopback (0.0.0.0 included) it needs --gossip-key-file, or --insecure")
 	fs.StringSliceVar(&c.Join, f.name("Join", "join"), def.Join, "comma-separated memberlist peers host:port to join")
 	fs.BoolVar(&c.Local, f.name("Local", "local"), def.Local, "use memberlist's fast loopback timings (all ranks on one host)")
 	fs.StringVar(&c.NATS, f.name("NATS", "nats"), def.NATS, "NATS server URL")
@@ -81,7 +81,8 @@ func (c *agentOptions) membershipFlags(fs *pflag.FlagSet, def agent.Config) {
 	fs.DurationVar(&c.Gossip.ProbeTimeout, f.name("Gossip.ProbeTimeout", "gossip-probe-timeout"), def.Gossip.ProbeTimeout, "memberlist probe timeout (0: LAN default 500ms, or the --local default)")
 	fs.DurationVar(&c.Gossip.GossipInterval, f.name("Gossip.GossipInterval", "gossip-interval"), def.Gossip.GossipInterval, "memberlist gossip interval (0: LAN default 200ms, or the --local default)")
 	fs.IntVar(&c.Gossip.SuspicionMult, f.name("Gossip.SuspicionMult", "gossip-suspicion-mult"), def.Gossip.SuspicionMult, "memberlist suspicion multiplier (0: LAN default 4, or the --local default)")
-	fs.StringVar(&c.GossipKeyFile, f.name("GossipKeyFile", "gossip-key-file"), def.GossipKeyFile, "file with a base64 16, 24 or 32-byte key: encrypts and authenticates memberlist gossip")
+	fs.StringVar(&c.GossipKeyFile, f.name("GossipKeyFile", "gossip-key-file"), def.GossipKeyFile, "file of base64 16, 24 or 32-byte keys, one a line, readable by its owner only (head -c 32 /dev/urandom | base64; chmod 600): memberlist gossip is encrypted and authenticated with the first and accepted under any (rotation: docs/operations.md); launch makes one per job if not given")
+	fs.BoolVar(&c.Insecure, f.name("Insecure", "insecure"), def.Insecure, "allow memberlist beyond loopback without --gossip-key-file and NATS servers beyond loopback without credentials (refused otherwise); logs a warning naming what is exposed")
 	fs.StringVar(&c.JobKeyFile, f.name("JobKeyFile", "job-key-file"), def.JobKeyFile, "file with the job's base64 32-byte key, readable by its owner only (head -c 32 /dev/urandom | base64; chmod 600): every step, heartbeat and replay message is sealed with it and refused without it; the same file on every rank (launch makes one)")
 }
 

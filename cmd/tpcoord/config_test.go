@@ -212,3 +212,91 @@ func TestJobKeyFileErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestGossipKeyFileErrors: a gossip keyring file open to others, with a
+// bad line, or missing stops agent and launch at once with exit 2, naming
+// the flag, the file (and the line), whether the flag or
+// TPC_GOSSIP_KEY_FILE gives it.
+func TestGossipKeyFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n" // 32 bytes
+	for _, c := range []struct {
+		name, file, want string
+		env              bool
+	}{
+		{"readable by others", write("open.key", key, 0o644), "chmod 600", false},
+		{"readable by the group, from the environment", write("group.key", key, 0o640), "chmod 600", true},
+		{"20 bytes on line 2", write("short.key", key+"AAECAwQFBgcICQoLDA0ODxAREhM=\n", 0o600), "line 2: holds 20 bytes", false},
+		{"missing", filepath.Join(dir, "missing.key"), "no such file", false},
+	} {
+		for _, cmd := range []string{"agent", "launch"} {
+			t.Run(cmd+" "+c.name, func(t *testing.T) {
+				args := []string{cmd, "--gossip-key-file", c.file}
+				if c.env {
+					t.Setenv("TPC_GOSSIP_KEY_FILE", c.file)
+					args = []string{cmd}
+				}
+				var stdout, stderr bytes.Buffer
+				code := run(args, &stdout, &stderr)
+				out := stderr.String()
+				if code != exitConfig || !strings.Contains(out, "gossip-key-file: ") || !strings.Contains(out, c.file) || !strings.Contains(out, c.want) {
+					t.Fatalf("exit %d, stderr %q; want exit %d naming gossip-key-file, %s and %q", code, out, exitConfig, c.file, c.want)
+				}
+				if strings.Contains(out, strings.TrimSpace(key)) {
+					t.Fatalf("the key was printed: %q", out)
+				}
+			})
+		}
+	}
+}
+
+// TestInsecureRefusals: memberlist beyond loopback without a gossip key,
+// and a NATS server beyond loopback without credentials, exit 2 naming the
+// flag, what is open, the flags that would fix it and --insecure; never a
+// password. launch binds its ranks on loopback itself, but refuses the same
+// NATS servers.
+func TestInsecureRefusals(t *testing.T) {
+	gossip := []string{"unencrypted", "(give --gossip-key-file; or --insecure to accept the risk)"}
+	nats := []string{"not on loopback, and this rank would connect without credentials",
+		"(give --nats-user, --nats-creds, --nats-nkey-seed or --nats-tls-cert; or --insecure to accept the risk)"}
+	for _, c := range []struct {
+		args []string
+		env  string // TPC_BIND, if set
+		want []string
+	}{
+		{[]string{"agent", "--bind", "192.0.2.1:7946"}, "", append([]string{"bind: 192.0.2.1:7946 is not a loopback address"}, gossip...)},
+		{[]string{"agent", "--bind", "0.0.0.0:7946"}, "", append([]string{"bind: 0.0.0.0:7946 is not a loopback"}, gossip...)},
+		{[]string{"agent"}, "[::]:7946", append([]string{"bind: [::]:7946 is not a loopback"}, gossip...)},
+		{[]string{"agent", "--bind", "tpc-node-a:7946"}, "", append([]string{"bind: tpc-node-a:7946 is not a loopback"}, gossip...)},
+		{[]string{"agent", "--nats", "nats://u:s3cret@192.0.2.1:4222,nats://192.0.2.2:4222"}, "", append([]string{"nats: nats://192.0.2.2:4222: not on loopback"}, nats...)},
+		{[]string{"launch", "--nats", "nats://nats.example:4222"}, "", append([]string{"nats: nats://nats.example:4222: not on loopback"}, nats...)},
+		{[]string{"agent", "--bind", "7946"}, "", []string{`bind: "7946" is not host:port`}},
+	} {
+		t.Run(strings.Join(c.args, " ")+" "+c.env, func(t *testing.T) {
+			if c.env != "" {
+				t.Setenv("TPC_BIND", c.env)
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(c.args, &stdout, &stderr)
+			out := stderr.String()
+			for _, w := range c.want {
+				if code != exitConfig || !strings.Contains(out, w) {
+					t.Errorf("exit %d, stderr %q; want exit %d saying %q", code, out, exitConfig, w)
+				}
+			}
+			if strings.Contains(out, "s3cret") {
+				t.Errorf("the password was printed: %q", out)
+			}
+		})
+	}
+}

@@ -22,13 +22,24 @@ func (f fieldFlags) name(field, flag string) string {
 	return flag
 }
 
-// flagError is a field error as the CLI shows it: naming the flag.
-type flagError struct {
-	flag string
-	fe   *fielderr.Error
+// flagOf is the flag that sets field (or, with none for it, the field in
+// flag style).
+func (f fieldFlags) flagOf(field string) string {
+	if flag, ok := f[field]; ok {
+		return flag
+	}
+	return strings.ToLower(strings.ReplaceAll(field, ".", "-"))
 }
 
-func (e *flagError) Error() string { return e.flag + ": " + e.fe.Err.Error() }
+// flagError is a field error as the CLI shows it: naming the flag, and
+// the flags that would fix it.
+type flagError struct {
+	flag   string
+	remedy string
+	fe     *fielderr.Error
+}
+
+func (e *flagError) Error() string { return e.flag + ": " + e.fe.Err.Error() + e.remedy }
 func (e *flagError) Unwrap() error { return e.fe }
 
 // configErr turns err into an exit-2 error: a field error names its flag
@@ -37,11 +48,8 @@ func (e *flagError) Unwrap() error { return e.fe }
 func (f fieldFlags) configErr(err error) error {
 	var fe *fielderr.Error
 	if errors.As(err, &fe) {
-		flag, ok := f[fe.Field]
-		if !ok {
-			flag = strings.ToLower(strings.ReplaceAll(fe.Field, ".", "-"))
-		}
-		return &exitError{code: exitConfig, err: &flagError{flag: flag, fe: fe}}
+		remedy := fe.Remedy(func(field string) string { return "--" + f.flagOf(field) })
+		return &exitError{code: exitConfig, err: &flagError{flag: f.flagOf(fe.Field), remedy: remedy, fe: fe}}
 	}
 	return &exitError{code: exitConfig, err: err}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/coordinator/launch"
+	"github.com/tpcoord/tpcoord/coordinator/membership"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
@@ -42,7 +44,9 @@ for all of the job's traffic (see docs/benchmarks-broadcast.md). Once every
 rank reports ready, launch writes {"nats_url","job","pids"} to --ready-file
 and logs it; the URL carries the token. Every job gets a new random message
 key (the ranks' --job-key-file, in a private directory removed at the end):
-a client holding the URL cannot forge the ranks' steps or heartbeats.
+a client holding the URL cannot forge the ranks' steps or heartbeats. Their
+memberlist gossip is encrypted with --gossip-key-file if given, else with a
+new key of the job's, kept with the message key.
 
 With --tune-runtime (the default) each rank's Go runtime, and launch's own
 (it re-executes itself once), is set for a host they share: GOMAXPROCS =
@@ -77,7 +81,7 @@ tokens/s, and exits.`,
 
 // launchOwnFlags are launch's flags that are not passed on to the ranks
 // (with the agent flags launch sets itself).
-var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local",
+var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local", "gossip-key-file",
 	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0"}
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
@@ -86,7 +90,8 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		return err
 	}
 	a := &o.agent
-	a.WorldSize, a.Rank, a.Join = o.NProc, 0, nil
+	// What launch gives every rank: it binds memberlist on loopback.
+	a.WorldSize, a.Rank, a.Join, a.Bind = o.NProc, 0, nil, "127.0.0.1:0"
 	if a.NATSServe {
 		return configError("nats-serve: launch decides where the server runs; use --nats-in-rank0")
 	}
@@ -97,7 +102,13 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
 		natsURL = a.NATS
 	}
-	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0,
+	if a.GossipKeyFile != "" {
+		// Checked here, or every rank would fail on it alike.
+		if _, err := membership.ReadKeyring(a.GossipKeyFile); err != nil {
+			return a.fields.configErr(fielderr.New("GossipKeyFile", "%w", err))
+		}
+	}
+	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
 		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile,
 		ReadyTimeout: a.RendezvousTimeout + 30*time.Second, StopGrace: o.StopGrace, Output: cmd.ErrOrStderr()}
 	self, err := os.Executable()

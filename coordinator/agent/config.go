@@ -26,7 +26,7 @@ type Config struct {
 	Job       string   // names the NATS subjects and the memberlist label
 	Rank      int      // this agent's TP rank; rank 0 schedules and samples
 	WorldSize int      // TP ranks in the job
-	Bind      string   // memberlist host:port (port 0: a free one)
+	Bind      string   // memberlist host:port (port 0: a free one); beyond loopback it needs GossipKeyFile or Insecure
 	Join      []string // memberlist peers to join
 	Local     bool     // memberlist's fast loopback timings
 
@@ -53,7 +53,11 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration // 0: rely on membership alone
 	OnPeerLoss        string        // "fail" or "wait"
-	GossipKeyFile     string
+	// GossipKeyFile holds the gossip keyring (membership.ReadKeyring: one
+	// base64 key per line, the first encrypts), readable by its owner only.
+	// Empty: gossip in the clear, which Validate refuses beyond loopback
+	// unless Insecure is set.
+	GossipKeyFile string
 	// JobKeyFile holds the job's message key in base64 (32 bytes; see
 	// broadcast.ReadKeyFile): every step, heartbeat and replay message is
 	// sealed and checked with it. Empty: the job has no key. Every rank
@@ -62,6 +66,10 @@ type Config struct {
 	JobKeyFile    string
 	RankClaimWait time.Duration
 	Gossip        GossipTuning
+	// Insecure accepts Exposures: memberlist beyond loopback without a
+	// gossip key, NATS servers beyond loopback without credentials. Run
+	// logs what is exposed once, as a warning.
+	Insecure bool
 
 	ReplayWindow      int
 	ReplayWindowBytes int
@@ -95,7 +103,7 @@ type GossipTuning struct {
 // executor, the settings of a card at batch 32 and vocab 100352.
 func DefaultConfig() Config {
 	return Config{
-		Job: "default", WorldSize: 1, Bind: "0.0.0.0:7946",
+		Job: "default", WorldSize: 1, Bind: "127.0.0.1:7946",
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
 		Executor: "synthetic", ForwardTime: 20 * time.Millisecond,
 		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
@@ -127,7 +135,7 @@ func (c *Config) Digest() string {
 // Validate reports the first invalid field. It also sets NoisePool.Vocab
 // to Vocab.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validateIdentity, c.validateModel, c.validateTiming, c.validateBuffers, c.validateModes} {
+	for _, check := range []func() error{c.validateIdentity, c.validateExposure, c.validateModel, c.validateTiming, c.validateBuffers, c.validateModes} {
 		if err := check(); err != nil {
 			return err
 		}

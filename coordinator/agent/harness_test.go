@@ -33,6 +33,7 @@ type job struct {
 	world int
 	edit  func(*Config)
 	subj  broadcast.Subjects
+	log   *slog.Logger // every agent's, if set
 
 	mu     sync.Mutex
 	agents map[int]*member // the live agent of each rank
@@ -83,7 +84,10 @@ func (j *job) start(r int, addr string, join []string) *member {
 	}
 	m := &member{rank: r, addr: tr.Addr(), bus: j.hub.Connect(), closed: make(chan struct{}), done: make(chan error, 1)}
 	log := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
+	switch {
+	case j.log != nil:
+		log = j.log.With("test_rank", r)
+	case testing.Verbose():
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test_rank", r)
 	}
 	a, err := New(j.config(r, join), WithBus(Bus{Main: m.bus, Closed: m.closed, MaxPayload: 1 << 20}),

@@ -3,12 +3,10 @@ package agent
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -31,9 +29,10 @@ type run struct {
 	tel    *telemetry.Telemetry
 	bus    *Bus
 	cl     *membership.Cluster
-	leader uint32        // rank 0: the publisher ID it stamps on its steps
-	key    broadcast.Key // the job's message key (nil: none)
-	clean  bool          // the agent stops cleanly: leave announcing it
+	leader uint32                // rank 0: the publisher ID it stamps on its steps
+	key    broadcast.Key         // the job's message key (nil: none)
+	gossip membership.GossipKeys // the gossip keyring (nil: none)
+	clean  bool                  // the agent stops cleanly: leave announcing it
 }
 
 func newRun(a *Agent) *run {
@@ -48,8 +47,12 @@ func (r *run) run(ctx context.Context) error {
 	if r.key, err = readJobKey(cfg.JobKeyFile); err != nil {
 		return err
 	}
+	if r.gossip, err = readGossipKeys(cfg.GossipKeyFile); err != nil {
+		return err
+	}
 	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS),
-		"job_key_file", cfg.JobKeyFile)
+		"job_key_file", cfg.JobKeyFile, "gossip_key_file", cfg.GossipKeyFile, "gossip_keys", len(r.gossip))
+	r.warnExposures()
 	if err := r.startTelemetry(ctx); err != nil {
 		return err
 	}
@@ -114,15 +117,11 @@ const leaveTimeout = 3 * time.Second
 // and apply OnPeerLoss.
 func (r *run) join(ctx context.Context) ([]membership.Member, error) {
 	cfg := &r.a.cfg
+	var err error
 	if cfg.Rank == 0 {
-		var err error
 		if r.leader, err = newLeaderID(); err != nil {
 			return nil, err
 		}
-	}
-	key, err := readGossipKey(cfg.GossipKeyFile)
-	if err != nil {
-		return nil, err
 	}
 	masterPort := 0
 	if cfg.Rank == 0 && cfg.needsMasterPort() {
@@ -131,7 +130,7 @@ func (r *run) join(ctx context.Context) ([]membership.Member, error) {
 		}
 	}
 	cl, err := membership.Start(membership.Config{
-		GossipKey: key, ClaimWait: cfg.RankClaimWait, Transport: r.a.o.transport,
+		GossipKeys: r.gossip, ClaimWait: cfg.RankClaimWait, Transport: r.a.o.transport,
 		ProbeInterval: cfg.Gossip.ProbeInterval, ProbeTimeout: cfg.Gossip.ProbeTimeout,
 		GossipInterval: cfg.Gossip.GossipInterval, SuspicionMult: cfg.Gossip.SuspicionMult,
 		Meta: membership.Meta{Job: cfg.Job, Rank: cfg.Rank, World: cfg.WorldSize, Digest: cfg.Digest(), NATS: natsbus.Redact(cfg.NATS),
@@ -184,23 +183,30 @@ func (r *run) sampling() (*rank.Sampling, error) {
 	}), nil
 }
 
-// readGossipKey reads a base64 memberlist key; "" means no encryption.
-func readGossipKey(path string) ([]byte, error) {
+// readGossipKeys reads the gossip keyring; "" means gossip in the clear.
+func readGossipKeys(path string) (membership.GossipKeys, error) {
 	if path == "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile(path)
+	keys, err := membership.ReadKeyring(path)
 	if err != nil {
 		return nil, fielderr.New("GossipKeyFile", "%w", err)
 	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
-	if err != nil {
-		return nil, fielderr.New("GossipKeyFile", "%s is not base64: %v", path, err)
+	return keys, nil
+}
+
+// warnExposures logs, once at start, what an Insecure configuration
+// leaves open (Validate refused it otherwise).
+func (r *run) warnExposures() {
+	exp := r.a.cfg.Exposures()
+	if len(exp) == 0 {
+		return
 	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fielderr.New("GossipKeyFile", "%s holds a %d-byte key, want 16, 24 or 32 bytes", path, n)
+	what := make([]string, len(exp))
+	for i, e := range exp {
+		what[i] = e.String()
 	}
-	return key, nil
+	r.log.Warn("insecure configuration accepted: "+strings.Join(what, "; "), "insecure", true)
 }
 
 // readJobKey reads the job's message key; "" means the job has none.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,10 @@ type Config struct {
 	NATS        string
 	NATSAuth    natsbus.Auth
 	NATSInRank0 bool
-	Job, Prefix string
+	// GossipKeyFile is the ranks' gossip keyring; "" makes a new key for
+	// the job, as its message key always is.
+	GossipKeyFile string
+	Job, Prefix   string
 	// MetricsAddr, if its port is not 0, gives rank r port+r.
 	MetricsAddr string
 	ReadyFile   string
@@ -189,8 +193,8 @@ func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.cfg.Self, args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
-	c.Env = append(withoutVar(withoutVar(withoutVar(s.cfg.Env, natsEnv), serveClientsEnv), jobKeyEnv),
-		natsEnv+"="+s.natsURL, jobKeyEnv+"="+s.keyFile())
+	c.Env = append(withoutVars(s.cfg.Env, natsEnv, serveClientsEnv, jobKeyEnv, gossipKeyEnv),
+		natsEnv+"="+s.natsURL, jobKeyEnv+"="+s.keyFile(), gossipKeyEnv+"="+s.gossipKeyFile())
 	if r == 0 && s.serve {
 		c.Env = append(c.Env, serveClientsEnv+"="+s.clientURL)
 	}
@@ -214,11 +218,12 @@ const (
 	serveClientsEnv = "TPC_NATS_SERVE_CLIENTS"
 )
 
-// withoutVar returns env without the variable name.
-func withoutVar(env []string, name string) []string {
-	out := make([]string, 0, len(env)+1)
+// withoutVars returns env without the variables names.
+func withoutVars(env []string, names ...string) []string {
+	out := make([]string, 0, len(env)+len(names))
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(names, name) {
 			out = append(out, kv)
 		}
 	}

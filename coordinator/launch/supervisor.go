@@ -49,12 +49,12 @@ type Supervisor struct {
 	unsubs    []func() error
 	cause     *firstCause // what rank 0 said stopped the job
 	key       broadcast.Key
-	keyDir    string // holds the key's file (makeJobKey)
+	keyDir    string // holds the keys' files (makeKeys)
 }
 
 // run is everything up to the stop: it returns why the job stops.
 func (s *Supervisor) run(ctx context.Context, use func(context.Context, *Job) error) error {
-	if err := s.makeJobKey(); err != nil {
+	if err := s.makeKeys(); err != nil {
 		return err
 	}
 	if err := s.startNATS(); err != nil {
@@ -295,7 +295,7 @@ func (s *Supervisor) stop(cause error) error {
 		s.srv.Close()
 	}
 	s.wg.Wait()
-	s.removeJobKey()
+	s.removeKeys()
 	return err
 }
 

@@ -48,10 +48,12 @@ type Config struct {
 	// dead process that membership has not declared dead yet (a rank
 	// restarted quickly after a crash). Default 15s.
 	ClaimWait time.Duration
-	// GossipKey (16, 24 or 32 bytes) encrypts and authenticates gossip;
-	// members without the same key cannot join.
-	GossipKey []byte
-	Logger    *slog.Logger
+	// GossipKeys encrypts and authenticates gossip: the first key seals
+	// what this member sends, any of them opens what it receives, and
+	// unsealed messages are dropped. Members that share no key cannot
+	// join each other. Empty: gossip in the clear.
+	GossipKeys GossipKeys
+	Logger     *slog.Logger
 }
 
 // Member is one member as this agent sees it.
@@ -169,14 +171,8 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	mc.Alive = (*delegate)(c)
 	mc.Logger = log.New(levelWriter{c.log}, "", 0)
 	mc.DeadNodeReclaimTime = time.Second
-	if len(cfg.GossipKey) > 0 {
-		switch len(cfg.GossipKey) {
-		case 16, 24, 32:
-		default:
-			return nil, fielderr.New("GossipKey", "key is %d bytes, want 16, 24 or 32", len(cfg.GossipKey))
-		}
-		mc.SecretKey = cfg.GossipKey
-		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	if err := c.setKeyring(mc); err != nil {
+		return nil, err
 	}
 	if cfg.Transport != nil {
 		mc.Transport = cfg.Transport
@@ -189,6 +185,25 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		mc.AdvertisePort = port
 	}
 	return mc, nil
+}
+
+// setKeyring gives memberlist the gossip keys, if any, and makes it drop
+// every message that is not sealed with one (both directions).
+func (c *Cluster) setKeyring(mc *memberlist.Config) error {
+	keys := c.cfg.GossipKeys
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := keys.validate(); err != nil {
+		return err
+	}
+	ring, err := memberlist.NewKeyring(keys, keys[0])
+	if err != nil {
+		return fielderr.New("GossipKeys", "%w", err)
+	}
+	mc.Keyring = ring
+	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	return nil
 }
 
 func splitHostPort(s string) (string, int, error) {

@@ -25,3 +25,30 @@ func TestError(t *testing.T) {
 		t.Fatal("Within changed an error that names no field")
 	}
 }
+
+// TestRemedy: the fields that would fix an error, and the one that
+// accepts the risk, are named the front end's way, nested ones too.
+func TestRemedy(t *testing.T) {
+	flag := func(f string) string { return "--" + f }
+	for _, tc := range []struct {
+		err  *Error
+		want string
+	}{
+		{&Error{Field: "A", Err: errors.New("x")}, ""},
+		{&Error{Field: "A", Err: errors.New("x"), Fix: []string{"B"}}, " (give --B)"},
+		{&Error{Field: "A", Err: errors.New("x"), Fix: []string{"B", "C", "D"}, Override: "E"}, " (give --B, --C or --D; or --E to accept the risk)"},
+		{&Error{Field: "A", Err: errors.New("x"), Override: "E"}, " (--E accepts the risk)"},
+	} {
+		if got := tc.err.Remedy(flag); got != tc.want {
+			t.Errorf("Remedy = %q, want %q", got, tc.want)
+		}
+	}
+	err := &Error{Field: "Bind", Err: errors.New("open"), Fix: []string{"Key"}, Override: "Insecure"}
+	if got := err.Error(); got != "Bind: open (give Key; or Insecure to accept the risk)" {
+		t.Errorf("Error() = %q", got)
+	}
+	var fe *Error
+	if !errors.As(Within("Agent", err), &fe) || fe.Error() != "Agent.Bind: open (give Agent.Key; or Agent.Insecure to accept the risk)" {
+		t.Errorf("Within: %v", fe)
+	}
+}

@@ -12,163 +12,49 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
 
-// The two-node example (configs/systemd/examples/two-node) names its hosts
-// 10.0.0.1 and 10.0.0.2 and its files /etc/tpcoord/…; the test moves them to
-// addresses that exist only inside its namespaces and to a temp directory.
+// The three-node example (configs/systemd/examples/three-node) names its
+// hosts 10.0.0.1-3 and its files /etc/tpcoord/…; the test moves them to
+// addresses that exist only inside its namespaces (nsSubnet) and to a
+// directory per host.
 const (
-	exampleDir    = "../configs/systemd/examples/two-node"
+	exampleDir    = "../configs/systemd/examples/three-node"
 	exampleSubnet = "10.0.0."
-	nsSubnet      = "10.77.0."
+	natsServerBin = "/usr/sbin/nats-server"
 )
 
-// host is one network namespace standing in for a machine.
-type host struct {
-	ns, addr string
+// clusterLayout is where the test runs each rank of its 4-rank job on the
+// example's three hosts, and the example's rank-N.env that configures it
+// (its bind address): host C's one rank takes the bind address of the
+// example's rank 4.
+var clusterLayout = []struct {
+	host    int
+	rankEnv string
+}{
+	{0, "host-a/rank-0.env"},
+	{0, "host-a/rank-1.env"},
+	{1, "host-b/rank-2.env"},
+	{2, "host-c/rank-4.env"},
 }
 
-func (h host) cmd(name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", h.ns, name}, args...)...)
-}
-
-func (h host) natsURL() string { return "nats://" + h.addr + ":4222" }
-
-// ipRun runs ip(8) and returns its combined output as the error's text.
-func ipRun(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// twoHosts makes two network namespaces joined by a veth pair, with
-// nsSubnet.1 and nsSubnet.2 on its ends and loopback up. Both ends are
-// created inside the namespaces, so nothing is added to the test's own
-// network namespace. It skips the test where namespaces cannot be made.
-func twoHosts(t *testing.T) (a, b host) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("multi-node test needs root to create network namespaces")
-	}
-	if out, err := exec.Command("ip", "-V").CombinedOutput(); err != nil {
-		t.Skipf("iproute2 is not usable (ip -V: %v: %s)", err, out)
-	}
-	id := os.Getpid() % 100000
-	a = host{ns: fmt.Sprintf("tpc-e2e-%d-a", id), addr: nsSubnet + "1"}
-	b = host{ns: fmt.Sprintf("tpc-e2e-%d-b", id), addr: nsSubnet + "2"}
-	if err := ipRun("netns", "add", a.ns); err != nil {
-		t.Skipf("cannot create a network namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := ipRun("netns", "del", a.ns); err != nil {
-			t.Log(err)
-		}
-	})
-	if err := ipRun("netns", "add", b.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ipRun("netns", "del", b.ns); err != nil {
-			t.Log(err)
-		}
-	})
-	veth := fmt.Sprintf("tpv%d", id) // interface names: at most 15 bytes
-	if err := ipRun("link", "add", veth+"a", "netns", a.ns, "type", "veth", "peer", "name", veth+"b", "netns", b.ns); err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range []struct {
-		host
-		dev string
-	}{{a, veth + "a"}, {b, veth + "b"}} {
-		for _, args := range [][]string{
-			{"-n", h.ns, "link", "set", "lo", "up"},
-			{"-n", h.ns, "addr", "add", h.addr + "/24", "dev", h.dev},
-			{"-n", h.ns, "link", "set", h.dev, "up"},
-		} {
-			if err := ipRun(args...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return a, b
-}
-
-// proc is a process started in a namespace; exec keeps its PID (ip netns
-// exec execs the command), so signals and exit codes are the program's.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	log    *syncBuffer
-	exited chan struct{}
-	err    error // valid after exited is closed
-}
-
-func startIn(t *testing.T, h host, name string, env []string, prog string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: name, log: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = h.cmd(prog, args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	// Registered after the namespaces' cleanups, so it runs before them.
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.log.String())
-		}
-	})
-	return p
-}
-
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// exitCode waits up to limit for p to exit and returns its exit code.
-func (p *proc) exitCode(t *testing.T, limit time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(limit):
-		t.Fatalf("%s did not exit within %v", p.name, limit)
-	}
-	var ee *exec.ExitError
-	if p.err == nil {
-		return 0
-	}
-	if !errors.As(p.err, &ee) {
-		t.Fatalf("%s: %v", p.name, p.err)
-	}
-	return ee.ExitCode()
-}
-
-// exampleFile reads a file of the two-node example with its addresses and
-// /etc/tpcoord paths moved to the test's.
-func exampleFile(t *testing.T, rel, confDir string) string {
+// exampleFile reads a file of the three-node example with its addresses
+// and /etc/tpcoord paths moved to the test's, for host h.
+func exampleFile(t *testing.T, rel string, h *host) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(exampleDir, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := strings.ReplaceAll(string(data), exampleSubnet, nsSubnet)
-	return strings.ReplaceAll(s, "/etc/tpcoord/", confDir+"/")
+	return strings.ReplaceAll(s, "/etc/tpcoord/", h.conf+"/")
 }
 
 // envFile parses a systemd EnvironmentFile= of the simple KEY=VALUE kind
@@ -190,60 +76,27 @@ func envFile(t *testing.T, text string) []string {
 	return env
 }
 
-// TestMultiNodeNamespaces runs the two-node example with two ranks per
-// host: two network namespaces joined by a veth pair, a clustered
-// nats-server in each (the example's nats-cluster.conf with the shipped
-// users and permissions), ranks 0,1 on host A and 2,3 on host B configured
-// as the units configure them (agent.yaml, tpcoord.env, rank-N.env). The
-// ranks decode in lockstep across hosts; when host B's agents are killed,
-// host A's exit 3 (peer lost).
-func TestMultiNodeNamespaces(t *testing.T) {
-	const natsBin = "/usr/sbin/nats-server"
-	if _, err := os.Stat(natsBin); err != nil {
-		t.Skipf("%s is missing (Debian's nats-server package): %v", natsBin, err)
-	}
-	a, b := twoHosts(t)
-	conf := writeExampleConf(t)
-	startRoutedNATS(t, natsBin, conf, a, b)
-	c := &twoNodeJob{t: t, conf: conf, agents: startExampleAgents(t, conf, a, b)}
-	waitFor(t, 120*time.Second, "all 4 ranks up, seen from host A", c.inLockstep(a, 0, "ready", "running"))
-
-	// Requests from host B go through B's server to rank 0 on host A.
-	reqs := workload(4)
-	got := c.generateAll(b, reqs)
-	checkResults(t, reqs, got)
-	var steps uint64
-	for _, g := range got {
-		steps = max(steps, uint64(len(g.Tokens)))
-	}
-	// Both servers see the same four ranks at the same step and digest.
-	waitFor(t, 90*time.Second, "all 4 ranks at the same step and digest, seen from host B", c.inLockstep(b, steps, "running"))
-	waitFor(t, 90*time.Second, "all 4 ranks at the same step and digest, seen from host A", c.inLockstep(a, steps, "running"))
-	if ranks, err := c.status(a); err == nil {
-		t.Logf("in lockstep across hosts: %+v", ranks)
-	}
-
-	// Host B goes down hard: host A's ranks must notice and exit 3.
-	for _, p := range c.agents[2:] {
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+// envValue is key's value in env (the last one wins, as in systemd).
+func envValue(t *testing.T, env []string, key string) string {
+	t.Helper()
+	v, found := "", false
+	for _, kv := range env {
+		if k, val, _ := strings.Cut(kv, "="); k == key {
+			v, found = val, true
 		}
 	}
-	for _, p := range c.agents[:2] {
-		if code := p.exitCode(t, 120*time.Second); code != 3 {
-			t.Errorf("%s exited with code %d after host B's ranks were killed, want 3 (peer lost)", p.name, code)
-		}
+	if !found {
+		t.Fatalf("no %s in %q", key, env)
 	}
+	return v
 }
 
-// writeExampleConf writes /etc/tpcoord of both hosts into a temp
-// directory, the same files on each as in the example, and returns it.
-func writeExampleConf(t *testing.T) string {
+// writeHostConf writes each host's /etc/tpcoord into its own directory:
+// the same configuration and secrets on every host, as the example says,
+// and each host's TLS files from scripts/nats-certs.sh (which the test
+// thereby checks).
+func writeHostConf(t *testing.T, hosts []*host) {
 	t.Helper()
-	conf := t.TempDir()
-	if err := os.Chmod(conf, 0o755); err != nil { // readable by nats-server inside the namespace
-		t.Fatal(err)
-	}
 	natsConf, err := os.ReadFile("../configs/nats/nats-server.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -254,106 +107,144 @@ func writeExampleConf(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	files := map[string]string{
-		"nats-server.conf":  string(natsConf),
-		"nats-cluster.conf": exampleFile(t, "nats-cluster.conf", conf),
-		"nats-rank0.pw":     "CHANGE-ME-rank0\n",
-		"nats-rank.pw":      "CHANGE-ME-rank\n",
-		"nats-client.pw":    "CHANGE-ME-client\n",
-		"gossip.key":        base64.StdEncoding.EncodeToString(key) + "\n",
-		"job.key":           base64.StdEncoding.EncodeToString(jobKey) + "\n",
+	certs := t.TempDir()
+	args := []string{certs}
+	for _, h := range hosts {
+		args = append(args, "host-"+h.name+"="+h.addr)
 	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(conf, name), []byte(data), 0o600); err != nil {
-			t.Fatal(err)
+	if out, err := exec.Command("../scripts/nats-certs.sh", args...).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/nats-certs.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, h := range hosts {
+		h.conf = t.TempDir()
+		files := map[string]string{
+			"nats-server.conf":  string(natsConf),
+			"nats-cluster.conf": exampleFile(t, "nats-cluster.conf", h),
+			"nats-rank0.pw":     "CHANGE-ME-rank0\n",
+			"nats-rank.pw":      "CHANGE-ME-rank\n",
+			"nats-client.pw":    "CHANGE-ME-client\n",
+			"gossip.key":        base64.StdEncoding.EncodeToString(key) + "\n",
+			"job.key":           base64.StdEncoding.EncodeToString(jobKey) + "\n",
+		}
+		for _, f := range []string{"ca.pem", "server.pem", "server-key.pem"} {
+			data, err := os.ReadFile(filepath.Join(certs, "host-"+h.name, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files["nats/"+f] = string(data)
+		}
+		for name, data := range files {
+			p := filepath.Join(h.conf, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	return conf
 }
 
-// startRoutedNATS starts one NATS server per host with the example's
-// cluster configuration and waits until each is routed to the other.
-func startRoutedNATS(t *testing.T, natsBin, conf string, a, b host) {
-	t.Helper()
-	servers := map[string]*proc{}
-	for _, h := range []host{a, b} {
-		servers[h.ns] = startIn(t, h, "nats-server on "+h.addr, os.Environ(), natsBin, "-c", filepath.Join(conf, "nats-cluster.conf"))
-	}
-	for _, h := range []host{a, b} {
-		s := servers[h.ns]
-		waitFor(t, 60*time.Second, "nats-server on "+h.addr+" ready and routed to the other", func() (bool, string) {
-			select {
-			case <-s.exited:
-				t.Fatalf("nats-server on %s exited: %v\n%s", h.addr, s.err, s.log.String())
-			default:
-			}
-			// A route line names the peer's address (a server also routes
-			// to itself once, through its own address, and drops it).
-			other := a.addr
-			if h == a {
-				other = b.addr
-			}
-			out := s.log.String()
-			for _, line := range strings.Split(out, "\n") {
-				if strings.Contains(line, other+":") && strings.Contains(line, "Route connection created") {
-					return true, ""
-				}
-			}
-			return false, out
-		})
-	}
+// cluster is the example on three hosts: a clustered nats-server on each
+// and a 4-rank job across them (clusterLayout), every process started as
+// its unit starts it (tpcoord-nats.service, tpcoord@N.service) and
+// restarted by the test where systemd would restart the unit.
+type cluster struct {
+	t       *testing.T
+	hosts   []*host
+	servers []*proc // by host
+	agents  []*proc // by rank; nil while the test holds a rank down
+	started []*proc // every agent process the test started
 }
 
-// startExampleAgents starts ranks 0,1 on host A and 2,3 on host B, each
-// configured from agent.yaml, its host's tpcoord.env and a rank-N.env of
-// the example. Overrides: a world of 4, each host's own NATS server (so
-// steps cross the route), a small vocabulary for two shared cores.
-func startExampleAgents(t *testing.T, conf string, a, b host) []*proc {
+// startCluster makes the hosts, their configuration, the NATS cluster and
+// the job, and waits until every rank is up, seen from every host.
+func startCluster(t *testing.T) *cluster {
 	t.Helper()
+	if _, err := os.Stat(natsServerBin); err != nil {
+		t.Skipf("%s is missing (Debian's nats-server package; scripts/deps.sh installs it): %v", natsServerBin, err)
+	}
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl, which scripts/nats-certs.sh runs, is missing (scripts/deps.sh installs it)")
+	}
+	c := &cluster{t: t, hosts: makeHosts(t, "a", "b", "c")}
+	writeHostConf(t, c.hosts)
+	c.servers = make([]*proc, len(c.hosts))
+	for i := range c.hosts {
+		c.startServer(i)
+	}
+	for i := range c.hosts {
+		c.waitRouted(i)
+	}
+	c.agents = make([]*proc, len(clusterLayout))
+	for r := range clusterLayout {
+		c.startAgent(r)
+	}
+	for _, h := range c.hosts {
+		waitFor(t, 2*time.Minute, "all 4 ranks up, seen from host "+h.name, c.inLockstep(h, 0, "ready", "running"))
+	}
+	return c
+}
+
+// startServer starts host i's nats-server as tpcoord-nats.service does:
+// nats-server -c $TPC_NATS_CONFIG, from the example's nats.env.
+func (c *cluster) startServer(i int) {
+	h := c.hosts[i]
+	conf := envValue(c.t, envFile(c.t, exampleFile(c.t, "nats.env", h)), "TPC_NATS_CONFIG")
+	c.servers[i] = startIn(c.t, h, "nats-server on "+h.addr, os.Environ(), natsServerBin, "-c", conf)
+}
+
+// waitRouted waits until host i's server has made or accepted a route to
+// every other host's. (A server also routes to itself once, through its
+// own address, and drops it.) Whether the routes carry the job's messages
+// is checked by the job: status through each server sees every rank.
+func (c *cluster) waitRouted(i int) {
+	s := c.servers[i]
+	waitFor(c.t, time.Minute, s.name+" routed to the others", func() (bool, string) {
+		if !s.alive() {
+			c.t.Fatalf("%s exited: %v\n%s", s.name, s.err, s.log.String())
+		}
+		out := s.log.String()
+		for j, other := range c.hosts {
+			routed := regexp.MustCompile(`(?m)` + regexp.QuoteMeta(other.addr) + `:\d+ - rid:\d+ - Route connection created`)
+			if j != i && !routed.MatchString(out) {
+				return false, out
+			}
+		}
+		return true, ""
+	})
+}
+
+// startAgent starts rank r as tpcoord@r.service does (agent.yaml,
+// tpcoord.env, then rank-N.env; tpcoord agent --rank r), on its host. The
+// test's own settings: a world of 4, a small vocabulary and a short
+// forward pass for two shared cores, text logs to read.
+func (c *cluster) startAgent(r int) {
+	l := clusterLayout[r]
+	h := c.hosts[l.host]
 	yaml, err := filepath.Abs("../configs/agent.example.yaml")
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	layout := []struct {
-		rank     int
-		host     host
-		node     string
-		rankFile string // the example rank whose bind address it takes
-	}{
-		{0, a, "node-a", "rank-0.env"},
-		{1, a, "node-a", "rank-1.env"},
-		{2, b, "node-b", "rank-4.env"},
-		{3, b, "node-b", "rank-5.env"},
-	}
-	agents := make([]*proc, len(layout))
-	for i, l := range layout {
-		env := append(os.Environ(), "TPC_CONFIG="+yaml, "GOTRACEBACK=crash")
-		env = append(env, envFile(t, exampleFile(t, l.node+"/tpcoord.env", conf))...)
-		env = append(env, envFile(t, exampleFile(t, l.node+"/"+l.rankFile, conf))...)
-		env = append(env, "TPC_WORLD_SIZE=4", "TPC_NATS="+l.host.natsURL(), "TPC_VOCAB=4096",
-			"TPC_FORWARD_TIME=5ms", "TPC_LOG_FORMAT=text")
-		agents[i] = startIn(t, l.host, fmt.Sprintf("rank %d on %s", l.rank, l.host.addr), env,
-			tpcoordBin, "agent", "--rank", strconv.Itoa(l.rank))
-	}
-	return agents
+	env := append(os.Environ(), "TPC_CONFIG="+yaml, "GOTRACEBACK=crash")
+	env = append(env, envFile(c.t, exampleFile(c.t, "tpcoord.env", h))...)
+	env = append(env, envFile(c.t, exampleFile(c.t, l.rankEnv, h))...)
+	env = append(env, "TPC_WORLD_SIZE=4", "TPC_VOCAB=4096", "TPC_FORWARD_TIME=5ms", "TPC_LOG_FORMAT=text")
+	c.agents[r] = startIn(c.t, h, fmt.Sprintf("rank %d on %s", r, h.addr), env, tpcoordBin, "agent", "--rank", strconv.Itoa(r))
+	c.started = append(c.started, c.agents[r])
 }
 
-// twoNodeJob is the example's job of four agents on two hosts, reached
-// as the example's client user through either host's NATS server.
-type twoNodeJob struct {
-	t      *testing.T
-	conf   string
-	agents []*proc
+// client returns the connection flags of a client on host h: the example's
+// client user, through h's server only, over TLS.
+func (c *cluster) client(h *host) []string {
+	return []string{"--nats", "tls://" + h.addr + ":4222", "--nats-tls-ca", filepath.Join(h.conf, "nats/ca.pem"),
+		"--nats-user", "client", "--nats-password-file", filepath.Join(h.conf, "nats-client.pw"), "--job", authJob}
 }
 
-// client returns the connection flags of a client on host h.
-func (c *twoNodeJob) client(h host) []string {
-	return []string{"--nats", h.natsURL(), "--nats-user", "client", "--nats-password-file", filepath.Join(c.conf, "nats-client.pw"), "--job", authJob}
-}
-
-// status asks every rank for its status through h's server.
-func (c *twoNodeJob) status(h host) ([]rankStatus, error) {
-	cmd := h.cmd(tpcoordBin, append([]string{"status", "--json"}, c.client(h)...)...)
+// status asks every rank for its status through h's server, waiting up to
+// 1 s for all four to answer.
+func (c *cluster) status(h *host) ([]rankStatus, error) {
+	cmd := h.cmd(tpcoordBin, append([]string{"status", "--json", "--wait", "1s"}, c.client(h)...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -369,30 +260,32 @@ func (c *twoNodeJob) status(h host) ([]rankStatus, error) {
 	return st.Ranks, nil
 }
 
-// running returns an error naming the first agent that exited.
-func (c *twoNodeJob) running() error {
+// running fails the test if an agent the test did not stop has exited, or
+// if the shipped NATS permissions refused any agent a message: a refused
+// message is lost, and the job would stall or fail later for a reason its
+// logs hide among others.
+func (c *cluster) running() {
 	for _, p := range c.agents {
-		select {
-		case <-p.exited:
-			if p.err == nil {
-				return fmt.Errorf("%s exited (status 0)", p.name)
-			}
-			return fmt.Errorf("%s exited: %w", p.name, p.err)
-		default:
+		if p != nil && !p.alive() {
+			c.t.Fatalf("%s exited: %v", p.name, p.err)
 		}
 	}
-	return nil
+	for _, p := range c.started {
+		log := p.log.String()
+		if i := strings.Index(log, "ermissions violation"); i >= 0 {
+			line, _, _ := strings.Cut(log[strings.LastIndexByte(log[:i], '\n')+1:], "\n")
+			c.t.Fatalf("the NATS permissions refused %s a message: %s", p.name, line)
+		}
+	}
 }
 
 // inLockstep: every rank answers through h's server, in one of states,
 // at the same step (at least minStep) with the same digest.
-func (c *twoNodeJob) inLockstep(h host, minStep uint64, states ...string) func() (bool, string) {
+func (c *cluster) inLockstep(h *host, minStep uint64, states ...string) func() (bool, string) {
 	return func() (bool, string) {
-		if err := c.running(); err != nil {
-			c.t.Fatal(err)
-		}
+		c.running()
 		ranks, err := c.status(h)
-		if err != nil || len(ranks) != 4 {
+		if err != nil || len(ranks) != len(c.agents) {
 			return false, fmt.Sprintf("%+v %v", ranks, err)
 		}
 		for _, r := range ranks {
@@ -405,18 +298,18 @@ func (c *twoNodeJob) inLockstep(h host, minStep uint64, states ...string) func()
 }
 
 // generateAll runs reqs at once from host h and returns their results in
-// order; any failed request fails the test.
-func (c *twoNodeJob) generateAll(h host, reqs []request) []generated {
-	c.t.Helper()
+// order, or every request's error. The processes end with the test.
+func (c *cluster) generateAll(h *host, reqs []request) ([]generated, error) {
 	got := make([]generated, len(reqs))
 	errs := make([]error, len(reqs))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(c.t.Context(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		wg.Go(func() {
 			args := append([]string{"generate", "--json"}, c.client(h)...)
 			args = append(args, "--prompt", r.prompt, "--max-tokens", strconv.Itoa(r.maxTokens), "--seed", strconv.Itoa(r.seed), "--temperature", "0.8")
+			args = append(args, r.extra...)
 			cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.ns, tpcoordBin}, args...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
@@ -430,8 +323,5 @@ func (c *twoNodeJob) generateAll(h host, reqs []request) []generated {
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		c.t.Fatal(err)
-	}
-	return got
+	return got, errors.Join(errs...)
 }

@@ -36,17 +36,18 @@ func TestInstallPrefix(t *testing.T) {
 	dir := t.TempDir()
 	install(t, dir)
 	want := map[string]os.FileMode{
-		"usr/local/bin/tpcoord":                                        0o755,
-		"etc/systemd/system/tpcoord@.service":                          0o644,
-		"etc/systemd/system/tpcoord.target":                            0o644,
-		"etc/systemd/system/tpcoord-nats.service":                      0o644,
-		"etc/tpcoord/agent.yaml":                                       0o640,
-		"etc/tpcoord/tpcoord.env":                                      0o640,
-		"etc/tpcoord/nats-server.conf":                                 0o640,
-		"usr/local/share/tpcoord/README.md":                            0o644,
-		"usr/local/share/tpcoord/examples/two-node/nats-cluster.conf":  0o644,
-		"usr/local/share/tpcoord/examples/two-node/node-a/rank-0.env":  0o644,
-		"usr/local/share/tpcoord/examples/two-node/node-b/tpcoord.env": 0o644,
+		"usr/local/bin/tpcoord":                                         0o755,
+		"etc/systemd/system/tpcoord@.service":                           0o644,
+		"etc/systemd/system/tpcoord.target":                             0o644,
+		"etc/systemd/system/tpcoord-nats.service":                       0o644,
+		"etc/tpcoord/agent.yaml":                                        0o640,
+		"etc/tpcoord/tpcoord.env":                                       0o640,
+		"etc/tpcoord/nats-server.conf":                                  0o640,
+		"usr/local/share/tpcoord/README.md":                             0o644,
+		"usr/local/share/tpcoord/examples/three-node/nats-cluster.conf": 0o644,
+		"usr/local/share/tpcoord/examples/three-node/tpcoord.env":       0o644,
+		"usr/local/share/tpcoord/examples/three-node/host-a/rank-0.env": 0o644,
+		"usr/local/share/tpcoord/examples/three-node/host-c/rank-5.env": 0o644,
 	}
 	for rel, mode := range want {
 		fi, err := os.Stat(filepath.Join(dir, rel))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: Debian's nats-server for the
 # e2e tests that need an external server, Debian's python3-torch for the
-# PyTorch worker, qemu-user-static to run the byte-level and numeric
+# PyTorch worker, openssl for the multi-node test's certificates
+# (scripts/nats-certs.sh), qemu-user-static to run the byte-level and numeric
 # packages' tests on s390x (big-endian), the pinned golangci-lint (see
 # lint.sh) and Jaeger (see jaeger.sh) for the tracing e2e tests.
 # Idempotent; needs root (or sudo) only when a package is missing. The
@@ -17,6 +18,8 @@ command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)
 # Debian's PyTorch (CPU, gloo) for the tensor-parallel model worker's tests
 # (examples/torch-worker) and the e2e tests that run it under tpcoord.
 /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
+# openssl: scripts/nats-certs.sh makes the multi-node e2e test's TLS files.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 apt_pid=""
 if [ ${#missing[@]} -gt 0 ]; then

@@ -15,7 +15,7 @@ Installs:
   /etc/systemd/system/tpcoord.target     every rank of this node
   /etc/systemd/system/tpcoord-nats.service
   /etc/tpcoord/{agent.yaml,tpcoord.env,nats-server.conf}   only if missing
-  /usr/local/share/tpcoord/              README.md and examples/ (the two-node layout)
+  /usr/local/share/tpcoord/              README.md and examples/ (the three-host layout)
 and creates the tpcoord system user and group if missing, then runs
 systemctl daemon-reload. Enabling and starting units is left to you.
 

@@ -176,6 +176,8 @@ func startCluster(t *testing.T) *cluster {
 	for i := range c.hosts {
 		c.waitRouted(i)
 	}
+	c.requireTLS(c.hosts[1], c.hosts[0].addr+":6222", "route")
+	c.requireTLS(c.hosts[1], c.hosts[0].addr+":4222", "client")
 	c.agents = make([]*proc, len(clusterLayout))
 	for r := range clusterLayout {
 		c.startAgent(r)
@@ -213,6 +215,26 @@ func (c *cluster) waitRouted(i int) {
 		}
 		return true, ""
 	})
+}
+
+// requireTLS connects from host from to a server's port in plain TCP and
+// checks that the server wants TLS: a client port's first line, its INFO,
+// demands it; a route port with TLS says nothing in plain text and waits
+// for a TLS handshake (it drops the connection after its TLS timeout),
+// where a route port without TLS would send its INFO at once.
+func (c *cluster) requireTLS(from *host, addr, what string) {
+	hostPort := strings.Replace(addr, ":", "/", 1)
+	out, err := from.cmd("timeout", "10", "bash", "-c", "exec 3<>/dev/tcp/"+hostPort+" && head -n 1 <&3").CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("reading the %s port at %s: %v: %s", what, addr, err, out)
+	}
+	info := string(out)
+	if what == "route" && info != "" {
+		c.t.Fatalf("the route port at %s spoke plain text to a plain connection (no TLS first): %s", addr, info)
+	}
+	if what != "route" && (!strings.HasPrefix(info, "INFO ") || !strings.Contains(info, `"tls_required":true`)) {
+		c.t.Fatalf("the %s port at %s does not require TLS; its INFO: %s", what, addr, info)
+	}
 }
 
 // startAgent starts rank r as tpcoord@r.service does (agent.yaml,

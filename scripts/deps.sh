@@ -3,8 +3,9 @@
 # e2e tests that need an external server, Debian's python3-torch for the
 # PyTorch worker, openssl for the multi-node test's certificates
 # (scripts/nats-certs.sh), qemu-user-static to run the byte-level and numeric
-# packages' tests on s390x (big-endian), the pinned golangci-lint (see
-# lint.sh) and Jaeger (see jaeger.sh) for the tracing e2e tests.
+# packages' tests on s390x (big-endian), systemd-analyze, rpm and nfpm for
+# the package test, the pinned golangci-lint (see lint.sh) and Jaeger (see
+# jaeger.sh) for the tracing e2e tests.
 # Idempotent; needs root (or sudo) only when a package is missing. The
 # packages download while the two Go builds compile (the builds are
 # CPU-bound, the downloads are not).
@@ -20,6 +21,10 @@ command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)
 /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
 # openssl: scripts/nats-certs.sh makes the multi-node e2e test's TLS files.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The package test (e2e/package_test.go): systemd-analyze verifies the
+# packaged units and rpm reads the .rpm (dpkg-deb comes with dpkg).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v rpm >/dev/null 2>&1 || missing+=(rpm)
 
 apt_pid=""
 if [ ${#missing[@]} -gt 0 ]; then
@@ -37,6 +42,16 @@ fi
 # golangci-lint, built from the Go module proxy when the pinned version is
 # not installed yet, so the lint step of test.sh only runs it.
 "$here/lint.sh" --install
+
+# nfpm for scripts/package.sh (pinned in scripts/package/go.mod) and the
+# packaged binary's compiled dependencies (-trimpath, CGO_ENABLED=0: no
+# other build shares them), built here rather than inside the package e2e
+# test, where they would compete with the other tests for the cores: about
+# 160 and 210 CPU-seconds with empty caches, nothing once cached.
+goarch=$(go env GOARCH)
+case "$goarch" in # the architectures package.sh (and so the test) packages for
+  amd64|arm64|s390x|ppc64le) "$here/package.sh" --prepare --arch "$goarch" ;;
+esac
 
 # The Jaeger e2e tests' all-in-one binary: built from the Go module proxy
 # once (about 7 minutes on 2 cores), then cached under $HOME/.cache/tpcoord.

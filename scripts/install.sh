@@ -94,8 +94,14 @@ trap 'rm -rf "$tmp"' EXIT
 if [ -z "$binary" ]; then
   command -v go >/dev/null 2>&1 || { echo "install.sh: go is not installed; build tpcoord elsewhere and pass --binary" >&2; exit 1; }
   ver=$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo dev)
+  # The version and commit `tpcoord version` prints (internal/buildinfo).
+  bi=github.com/tpcoord/tpcoord/internal/buildinfo
+  ldflags="-X $bi.version=$ver"
+  if commit=$(git -C "$root" rev-parse HEAD 2>/dev/null); then
+    ldflags+=" -X $bi.commit=$commit -X $bi.modified=$([[ $ver == *-dirty ]] && echo true || echo false)"
+  fi
   say "building tpcoord $ver"
-  (cd "$root" && go build -trimpath -ldflags "-X main.version=$ver" -o "$tmp/tpcoord" ./cmd/tpcoord)
+  (cd "$root" && go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/tpcoord" ./cmd/tpcoord)
   binary=$tmp/tpcoord
 fi
 [ -x "$binary" ] || { echo "install.sh: $binary is not an executable" >&2; exit 1; }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/coordinator/agent"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/internal/sdnotify"
 	"github.com/tpcoord/tpcoord/internal/telemetry"
@@ -162,7 +163,7 @@ func runAgent(ctx context.Context, o *agentOptions, log *slog.Logger) error {
 	stopWatchdog := sd.StartWatchdog()
 	defer stopWatchdog()
 	otel.SetErrorHandler(telemetry.ErrorHandler(log))
-	a, err := agent.New(o.Config, agent.WithLogger(log), agent.WithNotifier(sd), agent.WithVersion(version))
+	a, err := agent.New(o.Config, agent.WithLogger(log), agent.WithNotifier(sd), agent.WithVersion(buildinfo.Get().Version))
 	if err != nil {
 		return o.fields.configErr(err)
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/rank"
 )
 
@@ -116,8 +120,20 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "tpcoord ") {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	want := fmt.Sprintf("tpcoord %s, wire protocol %d\n", buildinfo.Get(), broadcast.Version)
+	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || stdout.String() != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want stdout %q", code, stdout.String(), stderr.String(), want)
+	}
+	stdout.Reset()
+	if code := run([]string{"version", "--json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("version --json: exit %d, stderr %q", code, stderr.String())
+	}
+	var got struct {
+		buildinfo.Info
+		WireProtocol int `json:"wire_protocol"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || got.Info != buildinfo.Get() || got.WireProtocol != broadcast.Version {
+		t.Fatalf("version --json: %v, got %+v from %q", err, got, stdout.String())
 	}
 }
 

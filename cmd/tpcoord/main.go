@@ -4,6 +4,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 )
 
 // Exit codes. systemd's Restart=on-failure restarts on all but exitConfig
@@ -25,9 +27,6 @@ const (
 	exitPeerLost = 3 // another rank of the world died
 	exitAborted  = 4 // lockstep could not be kept (gap, divergence, abort by rank 0)
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 // exitError carries an exit code through cobra.
 type exitError struct {
@@ -98,12 +97,27 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 }
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s (wire protocol %d)\n", version, broadcast.Version)
+		Short: "Print the version, the commit, the Go version and the wire protocol",
+		Long: "Print the version, the commit it was built from (\"modified\" if the tree had\n" +
+			"uncommitted changes), the Go version and platform, and the wire protocol.\n" +
+			"Packages stamp the version at build time (scripts/package.sh); a plain go build\n" +
+			"takes what the Go toolchain recorded from the checkout.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			i := buildinfo.Get()
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+					buildinfo.Info
+					WireProtocol int `json:"wire_protocol"`
+				}{i, broadcast.Version})
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s, wire protocol %d\n", i, broadcast.Version)
+			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

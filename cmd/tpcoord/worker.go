@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
@@ -84,7 +85,7 @@ func (cfg *workerCmdConfig) serveConfig(eosSet bool) (worker.ServeConfig, error)
 	if cfg.MaxVersion > worker.ProtocolVersion {
 		return worker.ServeConfig{}, configError("max-version: this worker speaks protocol versions 1 to %d, not %d", worker.ProtocolVersion, cfg.MaxVersion)
 	}
-	sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + version + " (synthetic model)"}
+	sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + buildinfo.Get().Version + " (synthetic model)"}
 	if eosSet {
 		eos := int32(cfg.EOS)
 		sc.EOS = &eos

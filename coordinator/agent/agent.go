@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/telemetry"
 	"github.com/tpcoord/tpcoord/rank"
 	"github.com/tpcoord/tpcoord/rank/client"
@@ -51,7 +52,8 @@ func WithExecutor(f ExecutorFactory) Option { return func(o *options) { o.execut
 // WithNotifier tells n of the agent's progress.
 func WithNotifier(n Notifier) Option { return func(o *options) { o.notifier = n } }
 
-// WithVersion is the version the agent advertises (default "dev").
+// WithVersion is the version the agent advertises (default: the running
+// binary's, from internal/buildinfo).
 func WithVersion(v string) Option { return func(o *options) { o.version = v } }
 
 // WithEnv reads the OTEL_* variables through getenv (default os.Getenv).
@@ -79,7 +81,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := options{version: "dev", getenv: os.Getenv, notifier: nopNotifier{}}
+	o := options{version: buildinfo.Get().Version, getenv: os.Getenv, notifier: nopNotifier{}}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank"
 )
@@ -25,9 +27,13 @@ type metricsServer struct {
 }
 
 // newMetricsRegistry is the agent's own registry (no global state): the
-// rank's metrics plus the Go runtime and process collectors.
+// rank's metrics, the build's info, and the Go runtime and process
+// collectors.
 func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
 	reg := prometheus.NewRegistry()
+	if err := reg.Register(buildInfoGauge(buildinfo.Get())); err != nil {
+		return nil, nil, err
+	}
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, nil, err
 	}
@@ -39,6 +45,17 @@ func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
 		return nil, nil, err
 	}
 	return reg, m, nil
+}
+
+// buildInfoGauge is the usual constant 1 whose labels say which build runs,
+// so a dashboard can tell ranks running different builds apart.
+func buildInfoGauge(i buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tpcoord_build_info",
+		Help: "1, labelled with the version, commit and Go version of the running binary.",
+	}, []string{"version", "commit", "modified", "go_version"})
+	g.WithLabelValues(i.Version, i.Commit, strconv.FormatBool(i.Modified), i.GoVersion).Set(1)
+	return g
 }
 
 // startMetricsServer listens on addr and serves reg; ready answers /readyz.

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 )
 
 func TestSetupTracingOffWithoutEndpoint(t *testing.T) {
@@ -192,8 +196,8 @@ func TestSetupTracingGRPCFlags(t *testing.T) {
 	if !ok {
 		t.Fatalf("receiver got no span named probe")
 	}
-	if res["service.name"] != "tpcoord" || res["tpc.job"] != "j2" || res["tpc.rank"] != "1" {
-		t.Errorf("resource %v, want service.name tpcoord, tpc.job j2, tpc.rank 1", res)
+	if res["service.name"] != "tpcoord" || res["service.version"] != buildinfo.Dev || res["tpc.job"] != "j2" || res["tpc.rank"] != "1" {
+		t.Errorf("resource %v, want service.name tpcoord, service.version dev, tpc.job j2, tpc.rank 1", res)
 	}
 }
 
@@ -224,7 +228,8 @@ func TestMetricsServer(t *testing.T) {
 		t.Errorf("/readyz before any decode loop: %d, want 503", code)
 	}
 	code, body := get("/metrics")
-	if code != 200 || !strings.Contains(body, `tpcoord_rank_state{state="joining"} 1`) || !strings.Contains(body, "go_goroutines") {
+	if code != 200 || !strings.Contains(body, `tpcoord_rank_state{state="joining"} 1`) || !strings.Contains(body, "go_goroutines") ||
+		!strings.Contains(body, fmt.Sprintf(`tpcoord_build_info{commit=%q,go_version=%q,modified="false",version=%q} 1`, "", runtime.Version(), buildinfo.Dev)) {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 	if err := s.Close(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
@@ -153,6 +154,7 @@ func newResource(ctx context.Context, l Labels, getenv func(string) string) (*re
 	res, err := resource.New(ctx,
 		resource.WithAttributes(
 			attribute.String("service.name", "tpcoord"),
+			attribute.String("service.version", buildinfo.Get().Version),
 			attribute.String("service.instance.id", fmt.Sprintf("%s/%d", l.Job, l.Rank)),
 			attribute.String("host.name", host),
 			attribute.String("tpc.job", l.Job),

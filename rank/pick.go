@@ -171,6 +171,13 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 	for i, res := range p.out {
 		tokens[i], errs[i] = res.Token, res.Err
 	}
+	// The rows point into the executor's logits and the requests' tokens.
+	// A Sampling outlives epochs, the executor does not: a row kept past
+	// the call would keep an ended epoch's logits buffer (MaxBatch rows of
+	// the vocabulary) reachable.
+	clear(p.rows)
+	clear(p.out)
+	clear(p.taken)
 }
 
 // Stats reports the noise pool's counters for status, or nil without one.

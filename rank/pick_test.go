@@ -2,12 +2,15 @@ package rank
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank/client"
 
 	"github.com/tpcoord/tpcoord/sampler"
@@ -125,4 +128,50 @@ func TestDriverFollowerPick(t *testing.T) {
 			t.Errorf("rank %d: %v", r.d.cfg.Rank, err)
 		}
 	}
+}
+
+// TestSamplingKeepsNoBatch: a Sampling outlives epochs (the agent gives
+// every epoch's driver the same one) while each epoch has its own executor,
+// whose buffer the logits are. Once Pick returns, nothing of the batch it
+// sampled (logits, requests) is reachable through the Sampling, in every
+// noise mode.
+func TestSamplingKeepsNoBatch(t *testing.T) {
+	const vocab = 512
+	pool, err := noisepool.New(noisepool.Config{Vocab: vocab, Rows: 8, Producers: 1, Lookahead: 2, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for name, mode := range map[string]NoiseMode{"inline": NoiseInline, "pool": NoisePool, "sync": NoiseSync} {
+		p := NewSamplingWith(SamplingConfig{Vocab: vocab, EOS: -1, Base: 7, Noise: mode, Pool: pool})
+		logits, req := pickOnce(t, p, vocab)
+		runtime.GC()
+		if logits.Value() != nil || req.Value() != nil {
+			t.Errorf("%s: after Pick, the Sampling keeps the batch reachable (logits %v, request %v)",
+				name, logits.Value() != nil, req.Value() != nil)
+		}
+		runtime.KeepAlive(p)
+	}
+}
+
+// pickOnce picks two rows on logits and requests of its own, and returns
+// weak pointers to them.
+func pickOnce(t *testing.T, p *Sampling, vocab int) (weak.Pointer[float32], weak.Pointer[Request]) {
+	t.Helper()
+	logits := make([]float32, 2*vocab)
+	for i := range logits {
+		logits[i] = float32(i%vocab) / float32(vocab)
+	}
+	seed := uint64(3)
+	req := &Request{Params: sampler.DefaultParams()}
+	req.Params.Seed = &seed
+	rows := []*Seq{{ID: 1, Prompt: []int32{5}}, {ID: 2, Prompt: []int32{6}, Output: []int32{7}}}
+	tokens, errs := make([]int32, 2), make([]error, 2)
+	p.Pick(rows, []*Request{req, nil}, logits, vocab, tokens, errs)
+	for i, err := range errs {
+		if err != nil || tokens[i] < 0 {
+			t.Fatalf("row %d: token %d, %v", i, tokens[i], err)
+		}
+	}
+	return weak.Make(&logits[0]), weak.Make(req)
 }

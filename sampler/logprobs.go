@@ -28,8 +28,11 @@ type Logprobs struct {
 // rows), before top-k, top-p and min-p truncation, in float64.
 //
 // It is meant to run after the token has been published, off the critical
-// path: it allocates the result and makes full passes over the row. It uses
-// the Sampler's scratch, so it must not run concurrently with Sample.
+// path: it makes full passes over the row, and allocates only the result
+// (and a set of allowed_token_ids when the row has them). Its buffers the
+// size of the vocabulary (384 KiB at 32768 tokens) are the Sampler's
+// scratch, kept between calls: rank 0 computes logprobs for every row that
+// asks, at every step. So it must not run concurrently with Sample.
 func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 	p := row.Params
 	if p == nil {
@@ -64,7 +67,7 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 			out.Rank++
 		}
 	}
-	out.Top = topLogprobs(lp, min(n, vocab))
+	out.Top = s.topLogprobs(lp, min(n, vocab))
 	return out, nil
 }
 
@@ -85,7 +88,10 @@ func (s *Sampler) logSoftmax(base []float32, nb int, p *Params) ([]float64, erro
 	if p.Temperature >= GreedyBelow {
 		invT = float64(float32(1 / float64(p.Temperature)))
 	}
-	lp := make([]float64, len(base))
+	if cap(s.lp) < len(base) {
+		s.lp = make([]float64, len(base))
+	}
+	lp := s.lp[:len(base)]
 	m := math.Inf(-1)
 	for b := range nb {
 		lo := b << blockShift
@@ -113,26 +119,26 @@ func (s *Sampler) logSoftmax(base []float32, nb int, p *Params) ([]float64, erro
 }
 
 // topLogprobs returns the n (<= len(lp)) most likely tokens of lp, most
-// likely first, ties by index; nil for n == 0.
-func topLogprobs(lp []float64, n int) []TokenLogprob {
+// likely first, ties by index; nil for n == 0. It uses s.sel and s.cands.
+func (s *Sampler) topLogprobs(lp []float64, n int) []TokenLogprob {
 	if n <= 0 {
 		return nil
 	}
 	// Threshold by selection, then order the few survivors.
-	sel := make([]float32, len(lp))
-	for i, v := range lp {
-		sel[i] = float32(v)
+	s.sel = s.sel[:0]
+	for _, v := range lp {
+		s.sel = append(s.sel, float32(v))
 	}
-	th := kthLargest(sel, n)
-	var c []cand
+	th := kthLargest(s.sel, n)
+	s.cands = s.cands[:0]
 	for i, v := range lp {
 		if float32(v) >= th {
-			c = append(c, cand{idx: int32(i), l: float32(v)})
+			s.cands = append(s.cands, cand{idx: int32(i), l: float32(v)})
 		}
 	}
-	sortCands(c)
+	sortCands(s.cands)
 	top := make([]TokenLogprob, 0, n)
-	for _, x := range c[:n] {
+	for _, x := range s.cands[:n] {
 		top = append(top, TokenLogprob{Token: x.idx, Logprob: float32(lp[x.idx])})
 	}
 	return top

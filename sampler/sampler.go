@@ -91,6 +91,7 @@ type Sampler struct {
 	idx      []int32
 	noise    []float32
 	sel      []float32
+	lp       []float64 // Logprobs: the row's log-softmax
 	mass     [massBuckets]float64
 	blockBuf [blockSize]float32
 }

@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -335,6 +336,32 @@ func TestLogprobs(t *testing.T) {
 	}
 	if _, err := s.Logprobs(row, 3000, 1); err == nil {
 		t.Fatal("out of range token accepted")
+	}
+}
+
+// TestLogprobsAllocations: in steady state Logprobs allocates its result
+// and nothing the size of the vocabulary. Rank 0 computes logprobs for
+// every row that asks, every step; three vocabulary rows of garbage per
+// token (384 KiB at 32768 tokens) made up most of what it allocated.
+func TestLogprobsAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	logits := gaussRow(32768, 2, 3, 7)
+	s := New(DefaultConfig())
+	p := Params{Temperature: 0.7, LogitBias: map[int32]float32{10: 3}, RepetitionPenalty: 1.3, PresencePenalty: 0.5}
+	row := Row{Logits: logits, Params: &p, EOS: -1, Prompt: []int32{1, 2, 3}, Output: []int32{10, 20}}
+	first, err := s.Logprobs(row, 10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(20, func() {
+		lp, err := s.Logprobs(row, 10, 20)
+		if err != nil || lp.Logprob != first.Logprob || lp.Rank != first.Rank || !slices.Equal(lp.Top, first.Top) {
+			t.Fatalf("repeated call: %+v, %v; first %+v", lp, err, first)
+		}
+	}); a > 1 {
+		t.Fatalf("%v allocations per call, want 1 (the top tokens)", a)
 	}
 }
 

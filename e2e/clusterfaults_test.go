@@ -34,8 +34,11 @@ func TestMultiNodeCluster(t *testing.T) {
 	reqs := workload(4)
 	for i := range reqs {
 		// Long enough to be decoding when the fault strikes and for a
-		// while after the job recovers; every one runs to its length.
-		reqs[i].maxTokens, reqs[i].extra = 300+40*i, []string{"--ignore-eos"}
+		// while after the job recovers, even when a status poll (a
+		// process in a namespace, over TLS) takes a second on a loaded
+		// machine: at 5 ms a step, 3 s at the least. Every one runs to
+		// its length.
+		reqs[i].maxTokens, reqs[i].extra = 600+40*i, []string{"--ignore-eos"}
 	}
 	want, err := c.generateAll(b, reqs)
 	if err != nil {

@@ -281,6 +281,21 @@ func runScript(t *testing.T, stubs, script string, args ...string) string {
 	return string(log)
 }
 
+// scriptCopy writes a copy of script with every from replaced by to, and
+// returns its path.
+func scriptCopy(t *testing.T, script, from, to string) string {
+	t.Helper()
+	text, err := os.ReadFile(script)
+	if err != nil || !strings.Contains(string(text), from) {
+		t.Fatalf("%s: %v, or it does not name %s", script, err, from)
+	}
+	p := filepath.Join(t.TempDir(), filepath.Base(script))
+	if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(text), from, to)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // checkMaintainerScripts: preinst creates the system user and group the
 // units run as, once; prerm stops units on removal only; every script
 // succeeds with deb's and rpm's arguments.
@@ -318,11 +333,20 @@ func checkMaintainerScripts(t *testing.T, control string) {
 			t.Errorf("prerm %v (an upgrade) stopped units:\n%s", args, log)
 		}
 	}
-	_, err := os.Stat("/run/systemd/system")
-	for _, args := range [][]string{{"remove"}, {"0"}} {
-		log := runScript(t, stubs, filepath.Join(control, "prerm"), args...)
-		if err == nil && !strings.Contains(log, "systemctl stop tpcoord@*.service") {
-			t.Errorf("prerm %v under systemd did not stop the units:\n%s", args, log)
+	// Whether systemd runs is prerm's test of /run/systemd/system: a copy
+	// of prerm tests a directory of the test's instead, there and gone.
+	booted := t.TempDir()
+	for _, systemd := range []bool{true, false} {
+		dir := booted
+		if !systemd {
+			dir = filepath.Join(booted, "absent")
+		}
+		prerm := scriptCopy(t, filepath.Join(control, "prerm"), "/run/systemd/system", dir)
+		for _, args := range [][]string{{"remove"}, {"0"}} {
+			stopped := strings.Contains(runScript(t, stubs, prerm, args...), "systemctl stop tpcoord@*.service")
+			if stopped != systemd {
+				t.Errorf("prerm %v, systemd running %v: stopped the units %v", args, systemd, stopped)
+			}
 		}
 	}
 	for _, args := range [][]string{{"remove"}, {"purge"}, {"upgrade", "0.0.2-1"}, {"0"}, {"1"}} {

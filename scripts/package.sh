@@ -108,8 +108,8 @@ stage() {
   install -D -m 0640 "$root/configs/systemd/tpcoord.env" "$s/etc/tpcoord/tpcoord.env"
   install -D -m 0640 "$root/configs/nats/nats-server.conf" "$s/etc/tpcoord/nats-server.conf"
   install -D -m 0644 "$root/configs/systemd/README.md" "$s/usr/share/tpcoord/README.md"
-  (cd "$root/configs/systemd" && find examples -type f) | while read -r f; do
-    install -D -m 0644 "$root/configs/systemd/$f" "$s/usr/share/tpcoord/$f"
+  tracked configs/systemd/examples | while read -r f; do
+    install -D -m 0644 "$root/$f" "$s/usr/share/tpcoord/${f#configs/systemd/}"
   done
   { tracked examples/worker; tracked examples/torch-worker; } | while read -r f; do
     install -D -m 0644 "$root/$f" "$s/usr/share/tpcoord/${f#examples/}"

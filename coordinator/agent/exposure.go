@@ -29,7 +29,8 @@ var natsCredentialFields = []string{"NATSAuth.User", "NATSAuth.CredsFile", "NATS
 // beyond it reached without credentials (a server that lets the rank in
 // without any lets anyone in, to publish steps and requests). Loopback is
 // loopback.Host's rule, judged from the text (no DNS): an IP literal,
-// or "localhost"; 0.0.0.0, :: and every other name reach the network.
+// or "localhost" (for NATS URLs; Bind takes IP addresses only); 0.0.0.0,
+// :: and every other name reach the network.
 // A hosted server (NATSServe) is not listed: natsbus.Serve refuses one
 // beyond loopback without credentials whatever Insecure says.
 //
@@ -47,16 +48,22 @@ func (c *Config) Exposures() []Exposure {
 	if open := natsbus.Unauthenticated(c.NATS, c.NATSAuth); len(open) > 0 {
 		out = append(out, Exposure{"NATS", fmt.Sprintf(
 			"%s: not on loopback, and this rank would connect without credentials (none in the URL as user:password@ or token@, "+
-				"nor given otherwise): a server that accepts that accepts anyone who can reach it, to publish steps and requests", strings.Join(open, ", "))})
+				"nor given otherwise): a server that accepts such a connection accepts anyone who can reach it, to publish steps and requests", strings.Join(open, ", "))})
 	}
 	return out
 }
 
 // validateExposure refuses an unparsable Bind and, unless Insecure is
-// set, the first exposure, naming what would protect it.
+// set, the first exposure, naming what would protect it. Bind's host must
+// be an IP address (or empty: every interface): memberlist does not
+// resolve names, and binds every interface for one, "localhost" included.
 func (c *Config) validateExposure() error {
-	if _, _, err := net.SplitHostPort(c.Bind); err != nil {
+	host, _, err := net.SplitHostPort(c.Bind)
+	if err != nil {
 		return fielderr.New("Bind", "%q is not host:port", c.Bind)
+	}
+	if host != "" && net.ParseIP(host) == nil {
+		return fielderr.New("Bind", "%q: memberlist binds an IP address, not a name (it would listen on every interface for %q); give 127.0.0.1 or this host's address", c.Bind, host)
 	}
 	exp := c.Exposures()
 	if c.Insecure || len(exp) == 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // MakeHint says how to make a key file at path; errors about a missing
@@ -20,7 +21,10 @@ func MakeHint(path string) string {
 // others is refused, since anyone who can read a key can use it. Errors
 // name the path, never the contents.
 func Read(path string, limit int) ([]byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer, forever; opened at once, it is refused as not regular. It
+	// does not change how a regular file reads.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, MakeHint(path))
 	}

@@ -223,9 +223,26 @@ func (d *Driver) requestReplay(ctx context.Context, from, to uint64, rep *broadc
 	case broadcast.ReplayOK:
 		return nil
 	case broadcast.ReplayBeyondWindow:
+		if d.mirror.Applied() == 0 {
+			return &replayError{d.notInEpoch(to, rep.Oldest)}
+		}
 		return &replayError{fmt.Errorf("%w: rank %d missed steps %d..%d but rank 0 keeps only steps from %d (--replay-window): this rank fell too far behind", ErrAborted, d.cfg.Rank, from, to, rep.Oldest)}
 	}
 	return &replayError{fmt.Errorf("%w: rank %d: replay refused: rank 0 is in epoch %d, this rank in %d", ErrAborted, d.cfg.Rank, rep.Epoch, d.mirror.Epoch())}
+}
+
+// notInEpoch is the error of a follower that has applied nothing in its
+// epoch and finds rank 0 at step to, no longer holding step 1: rank 0
+// formed this epoch with another member for this rank (one that has just
+// died, still listed by membership, and this process its restart), so
+// this member is not in it. Rank 0 waits for its followers from step 1
+// (MaxLag), so a member of the epoch cannot be this far behind. It wraps
+// ErrPeerLost: under --on-peer-loss wait the agent waits for the next
+// epoch, which rank 0 forms once it notices the member it lost.
+func (d *Driver) notInEpoch(to, oldest uint64) error {
+	return fmt.Errorf("%w: rank %d has no step of epoch %d, and rank 0 is at step %d keeping steps from %d: "+
+		"rank 0 formed this epoch with another member for rank %d (this process started after it); waiting for the next epoch",
+		ErrPeerLost, d.cfg.Rank, d.mirror.Epoch(), to, oldest, d.cfg.Rank)
 }
 
 // replayPause waits before replay attempt tries+1. "No responders" comes

@@ -450,6 +450,34 @@ func TestDriverFollowerGapAborts(t *testing.T) {
 	}
 }
 
+// TestDriverFollowerNotInEpoch: a follower that has applied nothing and
+// meets rank 0 far into the epoch, beyond its replay window (a restarted
+// process that adopted an epoch formed with its predecessor), is not in
+// that epoch: it stops with ErrPeerLost, so the agent waits for the next
+// epoch, not ErrAborted, which would end the process.
+func TestDriverFollowerNotInEpoch(t *testing.T) {
+	r, pub, _ := lone(t)
+	window := broadcast.NewWindow(4, 0)
+	for k := uint64(1); k <= 40; k++ {
+		window.Add(1, k, drvCodec.AppendStep(nil, &broadcast.Step{Epoch: 1, Step: k}))
+	}
+	if _, err := pub.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
+		var req broadcast.ReplayRequest
+		if err := drvCodec.DecodeReplayRequest(m.Data, &req); err != nil {
+			t.Errorf("replay request: %v", err)
+			return
+		}
+		_ = pub.Publish(&broadcast.Msg{Subject: m.Reply, Data: drvCodec.AppendReplayReply(nil, window.Serve(&req, 1<<20))})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 41})
+	err := r.wait(t)
+	if !errors.Is(err, ErrPeerLost) || errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "another member for rank") {
+		t.Fatalf("Run = %v, want ErrPeerLost saying rank 0 formed the epoch with another member", err)
+	}
+}
+
 // deliverySpy calls on with every message delivered to a subscription of
 // the connection it wraps, before the subscriber sees it. Set on before
 // traffic starts.

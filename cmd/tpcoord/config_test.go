@@ -183,22 +183,27 @@ func TestByteBudgetFlags(t *testing.T) {
 	})
 }
 
+// writeKeyFile writes content to dir/name with exactly mode, whatever the
+// umask, and returns its path.
+func writeKeyFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestJobKeyFileErrors: a job key file that is open to others, holds a key
 // of another length or no base64, or is missing stops the agent at once
 // with exit 2, naming the flag and the file, whether the flag or
 // TPC_JOB_KEY_FILE gives it.
 func TestJobKeyFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string, mode os.FileMode) string { return writeKeyFile(t, dir, name, content, mode) }
 	key := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n" // 32 bytes
 	for _, c := range []struct {
 		name, file, want string
@@ -235,16 +240,7 @@ func TestJobKeyFileErrors(t *testing.T) {
 // TPC_GOSSIP_KEY_FILE gives it.
 func TestGossipKeyFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string, mode os.FileMode) string { return writeKeyFile(t, dir, name, content, mode) }
 	key := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n" // 32 bytes
 	for _, c := range []struct {
 		name, file, want string

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,7 +155,7 @@ var hostileKinds = []string{
 
 // send publishes the flood's messages and counts them by kind.
 func (h *hostile) send(c *hostileConns, capt *capture) string {
-	counts := map[string]int{}
+	counts := map[string]uint64{}
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	for i := range h.messages {
 		kind := hostileKinds[i%len(hostileKinds)]
@@ -170,16 +169,7 @@ func (h *hostile) send(c *hostileConns, capt *capture) string {
 		}
 		counts[kind]++
 	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
-	}
-	return strings.Join(parts, ", ")
+	return counters(counts)
 }
 
 // message builds one hostile message of kind and the connection allowed

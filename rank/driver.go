@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -321,6 +322,7 @@ func (d *Driver) Status() client.RankStatus {
 		Rejected: rejected,
 	}
 	if d.cfg.Rank == 0 {
+		st.Vocab = d.ex.Vocab()
 		if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok {
 			st.Sampler = sp.Stats()
 		}
@@ -575,23 +577,23 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	}
 	req, err := client.ParseGenerateRequest(m.Data, d.ex.Vocab())
 	if err != nil {
-		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: err.Error()})
+		d.reply(m.Reply, client.FailedReply(err, client.CodeInvalid))
 		return
 	}
 	// A request may be re-admitted in a new epoch with all its tokens, so
 	// prompt + max_tokens must fit one step message and the decoder's bound.
 	total := len(req.PromptTokenIDs) + req.MaxTokens
 	if need := broadcast.StepSize(&broadcast.Step{}) + d.cfg.MaxBatch*20 + broadcast.AdmissionSize(total); need > d.cfg.stepBudget() || total > broadcast.MaxPromptLen {
-		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: fmt.Sprintf(
-			"max_tokens: prompt (%d tokens) plus max_tokens (%d) do not fit in one step message (%d bytes needed, %d available under the NATS max payload; at most %d tokens); lower max_tokens, shorten the prompt or raise max_payload",
-			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen)})
+		d.reply(m.Reply, client.FailedReply(fielderr.New("max_tokens",
+			"prompt (%d tokens) plus max_tokens (%d) do not fit in one step message (%d bytes needed, %d available under the NATS max payload; at most %d tokens); lower max_tokens, shorten the prompt or raise max_payload",
+			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen), client.CodeInvalid))
 		return
 	}
 	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive}
 	select {
 	case d.intake <- r:
 	default:
-		d.reply(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: overloaded(len(d.intake)).Error()})
+		d.reply(m.Reply, client.FailedReply(overloaded(len(d.intake)), client.CodeOverloaded))
 	}
 }
 
@@ -903,7 +905,11 @@ func (d *Driver) admit() {
 
 func (d *Driver) enqueue(r *Request) {
 	if err := d.sched.Submit(r); err != nil {
-		d.reply(r.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: err.Error()})
+		code := ""
+		if errors.Is(err, ErrOverloaded) {
+			code = client.CodeOverloaded
+		}
+		d.reply(r.Tag, client.FailedReply(err, code))
 		return
 	}
 	r.times.enqueued = time.Now()

@@ -115,7 +115,9 @@ func (h *Hold) onGenerate(m *broadcast.Msg) {
 	if m.Reply == "" || closed {
 		return
 	}
-	h.publish(m.Reply, client.GenerateReply{Done: true, FinishReason: client.FinishError, Error: ErrReforming.Error(), Tokens: []int32{}})
+	rep := client.FailedReply(ErrReforming, client.CodeUnavailable)
+	rep.Tokens = []int32{}
+	h.publish(m.Reply, rep)
 }
 
 func (h *Hold) onClient(m *broadcast.Msg) {

@@ -38,6 +38,12 @@ type clientConfig struct {
 }
 
 func (c *clientConfig) flags(fs *pflag.FlagSet) {
+	c.connFlags(fs)
+	fs.BoolVar(&c.JSON, "json", false, "print JSON")
+}
+
+// connFlags are the flags that say how to reach a job.
+func (c *clientConfig) connFlags(fs *pflag.FlagSet) {
 	def := agent.DefaultConfig()
 	c.fields = fieldFlags{}
 	fs.StringVar(&c.Config, "config", "", "YAML config file; keys are flag names")
@@ -45,7 +51,6 @@ func (c *clientConfig) flags(fs *pflag.FlagSet) {
 	natsAuthFlags(fs, &c.Auth, c.fields, "")
 	fs.StringVar(&c.Job, c.fields.name("Job", "job"), def.Job, "job ID")
 	fs.StringVar(&c.Prefix, c.fields.name("Prefix", "subject-prefix"), def.Prefix, "prefix of the job's NATS subjects")
-	fs.BoolVar(&c.JSON, "json", false, "print JSON")
 }
 
 func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tpcoord/tpcoord/coordinator/gateway"
 	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
@@ -28,6 +30,7 @@ type launchOptions struct {
 	StopGrace     time.Duration
 	TuneRuntime   bool
 	NATSInRank0   bool
+	gw            gatewayOptions
 }
 
 func newLaunchCmd() *cobra.Command {
@@ -58,7 +61,11 @@ SIGINT/SIGTERM are forwarded to the ranks; launch exits 0 once they stop.
 SIGUSR1 is relayed to every rank (flight recorder dumps).
 If a rank dies, launch stops the others and exits non-zero naming it.
 With --demo it submits a few requests, prints their tokens and the output
-tokens/s, and exits.`,
+tokens/s, and exits.
+
+With --http ADDR launch also serves the job's OpenAI-compatible API there
+(as 'tpcoord serve' does; a bare port binds loopback) and writes its URL to
+the ready file as http_url.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLaunchCmd(cmd, &o)
@@ -75,6 +82,7 @@ tokens/s, and exits.`,
 	fs.IntVar(&o.DemoMaxTokens, "demo-max-tokens", 64, "demo: max tokens per request")
 	fs.DurationVar(&o.StopGrace, o.agent.fields.name("StopGrace", "stop-grace"), 10*time.Second, "time ranks get to stop before they are killed")
 	fs.BoolVar(&o.NATSInRank0, "nats-in-rank0", false, "without --nats: rank 0 hosts the NATS server and publishes to it in-process (faster fan-out; rank 0 does the server's work)")
+	o.gw.flags(fs, "http", "")
 	fs.BoolVar(&o.TuneRuntime, "tune-runtime", true, "set each rank's Go runtime for a shared host: GOMAXPROCS = cores/nproc, sysmon kept from parking (GODEBUG=schedtrace=2147483647); variables already set win")
 	return cmd
 }
@@ -82,7 +90,8 @@ tokens/s, and exits.`,
 // launchOwnFlags are launch's flags that are not passed on to the ranks
 // (with the agent flags launch sets itself).
 var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local", "gossip-key-file",
-	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0"}
+	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0",
+	"http", "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "request-timeout", "default-max-tokens", "chat-max-tokens", "cors-origin"}
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	fs := cmd.Flags()
@@ -126,6 +135,10 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	if err != nil {
 		return err
 	}
+	gw, err := o.httpGateway(log)
+	if err != nil {
+		return err
+	}
 	if o.TuneRuntime {
 		// The new process reads --config again: only a regular file
 		// can be read twice (not a pipe such as <(...)).
@@ -138,12 +151,27 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)
 	cfg.AgentArgs = agentArgs(fs, launchOwnFlags...)
 	cfg.Logger = log
-	return runLaunch(cmd.Context(), cfg, o, cmd.OutOrStdout())
+	if gw != nil {
+		// Listening now gives the ready file its URL; requests wait in
+		// the backlog until the job is ready.
+		if gw.ln, err = gateway.Listen(gw.cfg); err != nil {
+			return err
+		}
+		cfg.HTTPURL = gateway.URL(gw.cfg, gw.ln)
+	}
+	return runLaunch(cmd.Context(), cfg, o, gw, cmd.OutOrStdout())
+}
+
+// launchGateway is launch --http's gateway, built before the job starts.
+type launchGateway struct {
+	cfg  gateway.Config
+	opts []gateway.Option
+	ln   net.Listener
 }
 
 // runLaunch runs the job until a signal, a rank's death or, with --demo,
 // the demo's end.
-func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, stdout io.Writer) error {
+func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, gw *launchGateway, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	usr1 := make(chan os.Signal, 1)
@@ -151,6 +179,9 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, stdout 
 	defer signal.Stop(usr1)
 	cfg.Forward = usr1
 	var use func(context.Context, *launch.Job) error
+	if gw != nil {
+		defer gw.ln.Close()
+	}
 	if o.Demo {
 		model := fmt.Sprintf("synthetic, forward %v", o.agent.ForwardTime)
 		if o.agent.Executor == "worker" {
@@ -164,7 +195,7 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, stdout 
 			return nil
 		}
 	}
-	return launch.Run(ctx, cfg, use)
+	return launch.Run(ctx, cfg, gw.beside(use))
 }
 
 // rereadable reports whether the config file, if any, can be read again by

@@ -44,6 +44,9 @@ type Config struct {
 	// MetricsAddr, if its port is not 0, gives rank r port+r.
 	MetricsAddr string
 	ReadyFile   string
+	// HTTPURL, if set, is written to the ready file: where the caller
+	// serves the job's HTTP API.
+	HTTPURL string
 	// ReadyTimeout bounds the wait for every rank's first heartbeat.
 	ReadyTimeout time.Duration
 	// StopGrace is how long ranks get to stop before they are killed.
@@ -78,6 +81,8 @@ type ReadyInfo struct {
 	NATSURL string `json:"nats_url"`
 	Job     string `json:"job"`
 	PIDs    []int  `json:"pids"`
+	// HTTPURL is the OpenAI-compatible API's base URL (launch --http).
+	HTTPURL string `json:"http_url,omitempty"`
 }
 
 // Job is what a running job offers the caller of Run: its ready

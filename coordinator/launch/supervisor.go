@@ -199,7 +199,7 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 			s.log.Info("waiting for ranks to be ready", "missing", ready.missing())
 		}
 	}
-	info := ReadyInfo{NATSURL: s.clientURL, Job: s.cfg.Job, PIDs: pids}
+	info := ReadyInfo{NATSURL: s.clientURL, Job: s.cfg.Job, PIDs: pids, HTTPURL: s.cfg.HTTPURL}
 	s.log.Info("job ready", "nats_url", natsbus.Redact(s.clientURL), "pids", pids, "ready_file", s.cfg.ReadyFile)
 	if s.cfg.ReadyFile != "" {
 		if err := writeReadyFile(s.cfg.ReadyFile, info); err != nil {

@@ -31,7 +31,7 @@ type metricsServer struct {
 // collectors.
 func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(buildInfoGauge(buildinfo.Get())); err != nil {
+	if err := reg.Register(BuildInfoGauge(buildinfo.Get())); err != nil {
 		return nil, nil, err
 	}
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
@@ -47,9 +47,9 @@ func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
 	return reg, m, nil
 }
 
-// buildInfoGauge is the usual constant 1 whose labels say which build runs,
+// BuildInfoGauge is the usual constant 1 whose labels say which build runs,
 // so a dashboard can tell ranks running different builds apart.
-func buildInfoGauge(i buildinfo.Info) prometheus.Collector {
+func BuildInfoGauge(i buildinfo.Info) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tpcoord_build_info",
 		Help: "1, labelled with the version, commit and Go version of the running binary.",

@@ -18,6 +18,8 @@ import (
 type Labels struct {
 	Job  string
 	Rank int
+	// Gateway marks an HTTP gateway's telemetry, which has no rank.
+	Gateway bool
 }
 
 // Telemetry is one agent's tracing export, metrics server and flight

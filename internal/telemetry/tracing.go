@@ -151,15 +151,20 @@ func httpExporter(ctx context.Context, c Config, t *tracing) (sdktrace.SpanExpor
 
 func newResource(ctx context.Context, l Labels, getenv func(string) string) (*resource.Resource, error) {
 	host, _ := os.Hostname()
+	attrs := []attribute.KeyValue{
+		attribute.String("service.name", "tpcoord"),
+		attribute.String("service.version", buildinfo.Get().Version),
+		attribute.String("service.instance.id", fmt.Sprintf("%s/%d", l.Job, l.Rank)),
+		attribute.String("host.name", host),
+		attribute.String("tpc.job", l.Job),
+		attribute.Int("tpc.rank", l.Rank),
+	}
+	if l.Gateway {
+		attrs = append(attrs[:2], attribute.String("service.instance.id", fmt.Sprintf("%s/gateway/%s/%d", l.Job, host, os.Getpid())),
+			attribute.String("host.name", host), attribute.String("tpc.job", l.Job), attribute.String("tpc.role", "gateway"))
+	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(
-			attribute.String("service.name", "tpcoord"),
-			attribute.String("service.version", buildinfo.Get().Version),
-			attribute.String("service.instance.id", fmt.Sprintf("%s/%d", l.Job, l.Rank)),
-			attribute.String("host.name", host),
-			attribute.String("tpc.job", l.Job),
-			attribute.Int("tpc.rank", l.Rank),
-		),
+		resource.WithAttributes(attrs...),
 		resource.WithTelemetrySDK(),
 		// Last, so the variables override the defaults above.
 		resource.WithDetectors(envDetector{getenv}),

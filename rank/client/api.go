@@ -3,11 +3,13 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -44,7 +46,7 @@ func ParseGenerateRequest(data []byte, vocab int) (*GenerateRequest, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return nil, fmt.Errorf("request: unknown field %s", f)
+			return nil, fielderr.New(strings.Trim(f, `"`), "unknown field (not a request field)")
 		}
 		return nil, fmt.Errorf("request: invalid JSON: %w", err)
 	}
@@ -61,17 +63,17 @@ func ParseGenerateRequest(data []byte, vocab int) (*GenerateRequest, error) {
 func (r *GenerateRequest) Validate(vocab int) error {
 	switch {
 	case len(r.PromptTokenIDs) == 0:
-		return fmt.Errorf("prompt_token_ids: must not be empty")
+		return fielderr.New("prompt_token_ids", "must not be empty")
 	case len(r.PromptTokenIDs) > MaxPromptTokens:
-		return fmt.Errorf("prompt_token_ids: %d tokens, at most %d allowed", len(r.PromptTokenIDs), MaxPromptTokens)
+		return fielderr.New("prompt_token_ids", "%d tokens, at most %d allowed", len(r.PromptTokenIDs), MaxPromptTokens)
 	case r.MaxTokens <= 0:
-		return fmt.Errorf("max_tokens: must be > 0, got %d", r.MaxTokens)
+		return fielderr.New("max_tokens", "must be > 0, got %d", r.MaxTokens)
 	case r.MaxTokens > MaxSequenceTokens-len(r.PromptTokenIDs): // both bounded: no overflow
-		return fmt.Errorf("max_tokens: %d, but the prompt (%d tokens) and its output may hold at most %d tokens", r.MaxTokens, len(r.PromptTokenIDs), MaxSequenceTokens)
+		return fielderr.New("max_tokens", "%d, but the prompt (%d tokens) and its output may hold at most %d tokens", r.MaxTokens, len(r.PromptTokenIDs), MaxSequenceTokens)
 	}
 	for i, t := range r.PromptTokenIDs {
 		if t < 0 || int(t) >= vocab {
-			return fmt.Errorf("prompt_token_ids[%d]: token %d out of range [0, %d)", i, t, vocab)
+			return fielderr.New(fmt.Sprintf("prompt_token_ids[%d]", i), "token %d out of range [0, %d)", t, vocab)
 		}
 	}
 	return r.Params.Validate(vocab)
@@ -86,13 +88,36 @@ type GenerateReply struct {
 	FinishReason string   `json:"finish_reason,omitempty"`
 	Tokens       []int32  `json:"tokens,omitempty"`
 	Error        string   `json:"error,omitempty"`
-	Timings      *Timings `json:"timings,omitempty"`
+	// ErrorCode says what kind of failure Error is (one of the Code*
+	// constants; empty for other failures), so that a front end can answer
+	// with the right status; ErrorParam names the request field at fault.
+	ErrorCode  string   `json:"error_code,omitempty"`
+	ErrorParam string   `json:"error_param,omitempty"`
+	Timings    *Timings `json:"timings,omitempty"`
 	// Logprobs of the token at Index, sent after the token's own message
 	// when the request asked for logprobs.
 	Logprobs *sampler.Logprobs `json:"logprobs,omitempty"`
 	// TokenLogprobs is filled by the Generate client on the final reply:
 	// every token's logprobs, in order. Rank 0 does not send it.
 	TokenLogprobs []sampler.Logprobs `json:"token_logprobs,omitempty"`
+}
+
+// Error codes of a failed reply.
+const (
+	CodeInvalid     = "invalid_request" // the request is wrong (ErrorParam names the field)
+	CodeOverloaded  = "overloaded"      // rank 0's queue is full: retry later
+	CodeUnavailable = "unavailable"     // rank 0 is re-forming the world: retry later
+)
+
+// FailedReply is the final reply of a request that failed with err, with
+// its code and the field at fault when err is a *fielderr.Error.
+func FailedReply(err error, code string) GenerateReply {
+	r := GenerateReply{Done: true, FinishReason: FinishError, Error: err.Error(), ErrorCode: code}
+	var fe *fielderr.Error
+	if errors.As(err, &fe) {
+		r.ErrorParam = fe.Field
+	}
+	return r
 }
 
 // Timings of a finished request, in milliseconds.
@@ -122,6 +147,8 @@ type RankStatus struct {
 	Step    uint64 `json:"step"`
 	Digest  string `json:"digest"`
 	Rows    int    `json:"rows"`
+	// Vocab is the executor's vocabulary size (rank 0; 0 if unknown).
+	Vocab   int    `json:"vocab,omitempty"`
 	Waiting int    `json:"waiting,omitempty"`
 	Version string `json:"version,omitempty"`
 	// Member is the agent's member name in the job's membership: which

@@ -61,7 +61,7 @@ func TestParseGenerateRequestRefusals(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{`{"prompt_token_ids":[1,2],"max_tokens":9223372036854775807,"ignore_eos":true}`, "max_tokens: 9223372036854775807"},
 		{`{"prompt_token_ids":[1,2],"max_tokens":1048575}`, "max_tokens: 1048575, but the prompt (2 tokens)"},
-		{`{"prompt_token_ids":[1],"max_tokens":3,"temprature":0.5}`, `request: unknown field "temprature"`},
+		{`{"prompt_token_ids":[1],"max_tokens":3,"temprature":0.5}`, `temprature: unknown field`},
 		{`{"prompt_token_ids":[1],"max_tokens":3}{}`, "more data after the request"},
 	} {
 		_, err := ParseGenerateRequest([]byte(tc.body), 100)

@@ -70,21 +70,35 @@ func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool,
 }
 
 // Generate submits req to rank 0 and calls onToken for each streamed token
-// (it may be nil). It returns the final reply; a reply carrying an error is
-// returned as an error too. While waiting it sends keepalives, so rank 0
-// drops the request if this client goes away, and rank 0's answers to them
-// end the wait with ErrRequestLost if rank 0 goes away or restarts without
-// the request; if ctx ends first it asks rank 0 to cancel the request and
-// returns the cancelled reply (or ctx's error if none comes within a few
-// seconds).
+// (it may be nil). It is Stream with only a token callback.
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
+	return Stream(ctx, tr, subj, req, Callbacks{Token: onToken})
+}
+
+// Callbacks receive a request's stream as it arrives, on the caller's
+// goroutine. Either may be nil.
+type Callbacks struct {
+	Token func(index int, token int32)
+	// Logprobs gets the logprobs of the token at index, after its Token
+	// call, when the request asked for logprobs.
+	Logprobs func(index int, lp *sampler.Logprobs)
+}
+
+// Stream submits req to rank 0 and calls cb for what streams back. It
+// returns the final reply; a reply carrying an error is returned as an
+// error too. While waiting it sends keepalives, so rank 0 drops the request
+// if this client goes away, and rank 0's answers to them end the wait with
+// ErrRequestLost if rank 0 goes away or restarts without the request; if
+// ctx ends first it asks rank 0 to cancel the request and returns the
+// cancelled reply (or ctx's error if none comes within a few seconds).
+func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks) (*GenerateReply, error) {
 	withKeepalive := *req
 	withKeepalive.Keepalive = true
 	data, err := json.Marshal(&withKeepalive)
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{tr: tr, subj: subj, req: req, onToken: onToken,
+	s := &stream{tr: tr, subj: subj, req: req, cb: cb,
 		replies: make(chan []byte, 1024), overflow: make(chan struct{}), noResponders: make(chan struct{}, 1),
 		acks: make(chan keepaliveAnswer, 8)}
 	unsub, err := s.subscribe(ctx)
@@ -103,7 +117,7 @@ type stream struct {
 	tr      broadcast.Transport
 	subj    broadcast.Subjects
 	req     *GenerateRequest
-	onToken func(int, int32)
+	cb      Callbacks
 
 	inbox, ackInbox string
 	replies         chan []byte
@@ -255,8 +269,8 @@ func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, true, fmt.Errorf("malformed reply from rank 0: %w", err)
 	}
-	if r.Token != nil && s.onToken != nil {
-		s.onToken(r.Index, *r.Token)
+	if r.Token != nil && s.cb.Token != nil {
+		s.cb.Token(r.Index, *r.Token)
 	}
 	if r.Logprobs != nil {
 		if r.Index < 0 || r.Index > s.req.MaxTokens {
@@ -266,6 +280,9 @@ func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
 			s.logprobs = append(s.logprobs, sampler.Logprobs{Token: -1})
 		}
 		s.logprobs[r.Index] = *r.Logprobs
+		if s.cb.Logprobs != nil {
+			s.cb.Logprobs(r.Index, r.Logprobs)
+		}
 	}
 	if !r.Done {
 		return nil, false, nil

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/tpcoord/tpcoord/coordinator/gateway"
+	"github.com/tpcoord/tpcoord/coordinator/launch"
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
+)
+
+// httpGateway checks launch --http's flags; nil without --http.
+func (o *launchOptions) httpGateway(log *slog.Logger) (*launchGateway, error) {
+	if o.gw.cfg.Listen == "" {
+		return nil, nil
+	}
+	cfg, opts, err := o.gw.build(o.agent.Job, o.agent.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, gateway.WithLogger(log), gateway.WithVersion(buildinfo.Get().Version))
+	return &launchGateway{cfg: cfg, opts: opts}, nil
+}
+
+// beside returns use with the gateway serving beside it, for as long as
+// the job runs (or use runs, if given).
+func (gw *launchGateway) beside(use func(context.Context, *launch.Job) error) func(context.Context, *launch.Job) error {
+	if gw == nil {
+		return use
+	}
+	return func(ctx context.Context, j *launch.Job) error {
+		g, err := gateway.New(gw.cfg, j.Bus, j.Subj, gw.opts...)
+		if err != nil {
+			return err
+		}
+		if use == nil {
+			return g.Serve(ctx, gw.ln)
+		}
+		sctx, stop := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() { served <- g.Serve(sctx, gw.ln) }() // owned: stopped and waited for below
+		err = use(ctx, j)
+		stop()
+		return errors.Join(err, <-served)
+	}
+}

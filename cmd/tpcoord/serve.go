@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/coordinator/gateway"
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/loopback"
+	"github.com/tpcoord/tpcoord/internal/secretfile"
+	"github.com/tpcoord/tpcoord/internal/telemetry"
+)
+
+// gatewayOptions are the HTTP gateway's flags, shared by serve and
+// launch --http.
+type gatewayOptions struct {
+	cfg        gateway.Config
+	fields     fieldFlags
+	tokenizer  string
+	apiKeyFile string
+	insecure   bool
+}
+
+// flags binds the gateway's flags; listen names the address flag
+// ("listen" for serve, "http" for launch).
+func (o *gatewayOptions) flags(fs *pflag.FlagSet, listen, listenDefault string) {
+	def := gateway.DefaultConfig()
+	o.cfg = def
+	o.fields = fieldFlags{}
+	f := o.fields
+	fs.StringVar(&o.cfg.Listen, f.name("Listen", listen), listenDefault, "HTTP address of the OpenAI-compatible API (host:port; an IP other than loopback needs --api-key-file and --tls-cert, or --insecure)")
+	fs.StringVar(&o.cfg.Model, f.name("Model", "served-model-name"), "", "model name /v1/models lists and requests must give (default: the job ID)")
+	fs.StringVar(&o.tokenizer, "tokenizer", "", `turn text into tokens and back: a Hugging Face tokenizer.json (or the directory holding it, with tokenizer_config.json for the chat template), or "tiktoken:<encoding>" (cl100k_base, o200k_base, ...); empty: token IDs only`)
+	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file of API keys, one a line, readable by its owner only: /v1 requests need Authorization: Bearer <key>")
+	fs.StringVar(&o.cfg.TLSCert, f.name("TLSCert", "tls-cert"), "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	fs.StringVar(&o.cfg.TLSKey, f.name("TLSKey", "tls-key"), "", "the certificate's private key (PEM)")
+	fs.Int64Var(&o.cfg.MaxBodyBytes, f.name("MaxBodyBytes", "max-body-bytes"), def.MaxBodyBytes, "largest request body accepted (413 beyond)")
+	fs.DurationVar(&o.cfg.RequestTimeout, f.name("RequestTimeout", "request-timeout"), def.RequestTimeout, "longest a request may take, arrival to last token (504 beyond; a stream ends with an error event)")
+	fs.IntVar(&o.cfg.DefaultMaxTokens, f.name("DefaultMaxTokens", "default-max-tokens"), def.DefaultMaxTokens, "max_tokens of a completion that leaves it out (OpenAI's default)")
+	fs.IntVar(&o.cfg.ChatMaxTokens, f.name("ChatMaxTokens", "chat-max-tokens"), def.ChatMaxTokens, "max_tokens of a chat completion that leaves it out")
+	fs.StringSliceVar(&o.cfg.CORSOrigins, f.name("CORSOrigins", "cors-origin"), nil, `origins browsers may call the API from ("*": any); none: CORS off`)
+}
+
+// build finishes the configuration for job and loads the tokenizer.
+func (o *gatewayOptions) build(job string, insecure bool) (gateway.Config, []gateway.Option, error) {
+	cfg := o.cfg
+	cfg.Listen = loopbackDefault(cfg.Listen)
+	if cfg.Model == "" {
+		cfg.Model = job
+	}
+	if o.apiKeyFile != "" {
+		keys, err := readAPIKeys(o.apiKeyFile)
+		if err != nil {
+			return cfg, nil, configError("api-key-file: %v", err)
+		}
+		cfg.APIKeys = keys
+	}
+	if err := o.exposure(cfg, insecure); err != nil {
+		return cfg, nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, o.fields.configErr(err)
+	}
+	var opts []gateway.Option
+	if o.tokenizer != "" {
+		t, err := loadTokenizer(o.tokenizer)
+		if err != nil {
+			return cfg, nil, configError("tokenizer: %v", err)
+		}
+		opts = append(opts, gateway.WithTokenizer(t))
+	}
+	return cfg, opts, nil
+}
+
+// exposure refuses an API reachable beyond loopback without keys and TLS,
+// unless the operator accepts the risk.
+func (o *gatewayOptions) exposure(cfg gateway.Config, insecure bool) error {
+	if loopback.HostPort(cfg.Listen) || insecure {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return o.fields.configErr(fielderr.New("Listen", "%q is not host:port", cfg.Listen))
+	}
+	if net.ParseIP(host) == nil {
+		return o.fields.configErr(fielderr.New("Listen", "%q: give an IP address (a name may resolve to every interface)", host))
+	}
+	if len(cfg.APIKeys) == 0 || cfg.TLSCert == "" {
+		return o.fields.configErr(&fielderr.Error{Field: "Listen", Err: fmt.Errorf("%s is reachable beyond this host: requests need API keys and TLS", cfg.Listen),
+			Fix: []string{"APIKeys"}, Override: "Insecure"})
+	}
+	return nil
+}
+
+// loopbackDefault binds a bare port (":8000" or "8000") to loopback, not
+// to every interface as Go would.
+func loopbackDefault(addr string) string {
+	if !strings.Contains(addr, ":") {
+		return "127.0.0.1:" + addr
+	}
+	if strings.HasPrefix(addr, ":") {
+		return "127.0.0.1" + addr
+	}
+	return addr
+}
+
+// readAPIKeys reads one key a line; blank lines and # comments are skipped.
+func readAPIKeys(path string) ([]string, error) {
+	b, err := secretfile.Read(path, 1<<16)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			keys = append(keys, l)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s holds no key", path)
+	}
+	return keys, nil
+}
+
+// serveOptions are serve's flags.
+type serveOptions struct {
+	cc        clientConfig
+	gw        gatewayOptions
+	telemetry telemetry.Config
+	logLevel  string
+	logFormat string
+}
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve --nats URL [--listen ADDR] [--tokenizer FILE]",
+		Short: "Serve the OpenAI-compatible HTTP API for a job (a gateway to its NATS requests)",
+		Long: `Serve /v1/completions, /v1/chat/completions and /v1/models for a job, with
+server-sent events for stream: true, and /health, /ready and /metrics.
+Each HTTP request becomes the job's NATS generate requests (one per prompt
+and choice); a client that disconnects cancels them at once. The gateway
+keeps no job state: run it on any host of the bus, and several for
+availability. See docs/http-api.md.
+
+With --tokenizer it takes and returns text; without, prompts are token IDs
+and answers carry token_ids only. Chat completions need a tokenizer with a
+chat template.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, &o) },
+	}
+	fs := cmd.Flags()
+	o.cc.connFlags(fs)
+	o.gw.flags(fs, "listen", gateway.DefaultConfig().Listen)
+	fs.BoolVar(&o.gw.insecure, "insecure", false, "allow --listen beyond loopback without API keys and TLS; logs a warning")
+	fs.StringVar(&o.telemetry.OTLPEndpoint, "otlp-endpoint", "", "export request spans over OTLP to this collector (as agent --otlp-endpoint); empty: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT if set")
+	fs.StringVar(&o.telemetry.OTLPProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http (as agent --otlp-protocol)")
+	fs.BoolVar(&o.telemetry.OTLPInsecure, "otlp-insecure", false, "OTLP without TLS")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	return cmd
+}
+
+func runServe(cmd *cobra.Command, o *serveOptions) error {
+	if err := layerConfig(cmd.Flags()); err != nil {
+		return err
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	cfg, opts, err := o.gw.build(o.cc.Job, o.gw.insecure)
+	if err != nil {
+		return err
+	}
+	if o.gw.insecure && !loopback.HostPort(cfg.Listen) {
+		log.Warn("the API is served beyond loopback without the protection --insecure waived", "listen", cfg.Listen, "api_keys", len(cfg.APIKeys) > 0, "tls", cfg.TLSCert != "")
+	}
+	nc, subj, err := o.cc.connect("tpcoord-serve")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	otel.SetErrorHandler(telemetry.ErrorHandler(log))
+	tel, err := telemetry.Start(ctx, o.telemetry, telemetry.Labels{Job: o.cc.Job, Gateway: true}, os.Getenv, log)
+	if err != nil {
+		return configError("%v", err)
+	}
+	defer tel.Close()
+	opts = append(opts, gateway.WithLogger(log), gateway.WithTracer(tel.Tracer()), gateway.WithVersion(buildinfo.Get().Version))
+	return serveGateway(ctx, cfg, nc, subj, opts)
+}
+
+// serveGateway runs a gateway on bus until ctx ends.
+func serveGateway(ctx context.Context, cfg gateway.Config, bus broadcast.Transport, subj broadcast.Subjects, opts []gateway.Option) error {
+	g, err := gateway.New(cfg, bus, subj, opts...)
+	if err != nil {
+		return &exitError{code: exitConfig, err: err}
+	}
+	ln, err := gateway.Listen(cfg)
+	if err != nil {
+		return err
+	}
+	return g.Serve(ctx, ln)
+}

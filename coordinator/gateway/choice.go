@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+// choice is one NATS request of an HTTP request and what came back: its
+// tokens, its text (with stop strings applied), and what is not yet sent
+// to a streaming client. Its callbacks run on its own goroutine only.
+type choice struct {
+	index  int
+	req    client.GenerateRequest
+	stops  []string
+	hold   int         // bytes held back: the longest stop string - 1
+	detok  Detokenizer // nil: no text
+	cancel context.CancelFunc
+
+	tokens   []int32
+	logprobs []sampler.Logprobs
+	text     strings.Builder // released text
+	pending  string          // decoded, not yet released (may begin a stop string)
+	stopped  bool            // a stop string matched: the text ends there
+	sentTok  int             // tokens already streamed
+	sentText int             // bytes of text already streamed
+
+	rep      *client.GenerateReply
+	err      error
+	start    time.Time
+	first    time.Time // first token
+	last     time.Time // latest token
+	itl      []time.Duration
+	detokErr error
+}
+
+func newChoice(index int, req client.GenerateRequest, stops []string, detok Detokenizer) *choice {
+	c := &choice{index: index, req: req, stops: stops, detok: detok}
+	for _, s := range stops {
+		c.hold = max(c.hold, len(s)-1)
+	}
+	return c
+}
+
+// onToken takes the token at index; it reports whether the text reached
+// a stop string (the caller then cancels the request).
+func (c *choice) onToken(now time.Time, tok int32) (stop bool) {
+	if c.first.IsZero() {
+		c.first = now
+	} else {
+		c.itl = append(c.itl, now.Sub(c.last))
+	}
+	c.last = now
+	if c.stopped {
+		return false // tokens in flight after the stop: not part of the answer
+	}
+	c.tokens = append(c.tokens, tok)
+	if c.detok == nil {
+		return false
+	}
+	piece, err := c.detok.Add(tok)
+	if err != nil && c.detokErr == nil {
+		c.detokErr = err
+	}
+	c.pending += piece
+	return c.release(false)
+}
+
+// release moves pending text to the released text up to a stop string
+// (then stopping) or, while the request runs, up to the bytes that could
+// still begin one.
+func (c *choice) release(final bool) (stop bool) {
+	for _, s := range c.stops {
+		if i := strings.Index(c.pending, s); i >= 0 {
+			c.text.WriteString(c.pending[:i])
+			c.pending, c.stopped = "", true
+			return true
+		}
+	}
+	n := len(c.pending)
+	if !final {
+		n -= c.hold
+		for n > 0 && n < len(c.pending) && !utf8.RuneStart(c.pending[n]) {
+			n-- // never cut a character
+		}
+	}
+	if n > 0 {
+		c.text.WriteString(c.pending[:n])
+		c.pending = c.pending[n:]
+	}
+	return false
+}
+
+// finish flushes the detokenizer once the request ended.
+func (c *choice) finish() {
+	if c.detok != nil && !c.stopped {
+		c.pending += c.detok.Flush()
+		c.release(true)
+	}
+}
+
+// finishReason is OpenAI's: a stop string or token ends with "stop".
+func (c *choice) finishReason() string {
+	switch {
+	case c.stopped:
+		return client.FinishStop
+	case c.rep == nil:
+		return client.FinishError
+	}
+	return c.rep.FinishReason
+}
+
+// unsent returns the tokens and text not yet streamed, and marks them sent.
+func (c *choice) unsent() (tokens []int32, text string, from int) {
+	from = c.sentTok
+	tokens = c.tokens[c.sentTok:]
+	c.sentTok = len(c.tokens)
+	all := c.text.String()
+	text = all[c.sentText:]
+	c.sentText = len(all)
+	return tokens, text, from
+}
+
+// onLogprobs keeps the logprobs of the token at index.
+func (c *choice) onLogprobs(index int, lp *sampler.Logprobs) {
+	if index < 0 || index >= len(c.tokens) {
+		return // after a stop string, or out of order: not part of the answer
+	}
+	for len(c.logprobs) <= index {
+		c.logprobs = append(c.logprobs, sampler.Logprobs{Token: -1})
+	}
+	c.logprobs[index] = *lp
+}

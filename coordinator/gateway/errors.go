@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tpcoord/tpcoord/rank/client"
+)
+
+// apiError is an error as OpenAI's API shapes it, with the HTTP status it
+// is answered with.
+type apiError struct {
+	Status     int
+	Message    string
+	Type       string // invalid_request_error, authentication_error, ...
+	Param      string // the request field at fault, if one is
+	Code       string
+	RetryAfter time.Duration // > 0: sent as Retry-After
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// errorBody is OpenAI's error object.
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) body() errorBody {
+	b := errorBody{Error: errorObject{Message: e.Message, Type: e.Type}}
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Error.Code = &e.Code
+	}
+	return b
+}
+
+func badRequest(param, format string, a ...any) *apiError {
+	msg := fmt.Sprintf(format, a...)
+	if param != "" {
+		msg = param + ": " + msg
+	}
+	return &apiError{Status: http.StatusBadRequest, Message: msg, Type: "invalid_request_error", Param: param}
+}
+
+// retryAfter is what an overloaded or re-forming job asks clients to wait.
+const retryAfter = time.Second
+
+// replyError turns a failed reply of rank 0, or a failure to reach it,
+// into the answer a client gets.
+func replyError(rep *client.GenerateReply, err error, timedOut bool) *apiError {
+	if rep != nil && rep.ErrorCode != "" {
+		switch rep.ErrorCode {
+		case client.CodeInvalid:
+			return &apiError{Status: http.StatusBadRequest, Message: rep.Error, Type: "invalid_request_error", Param: rep.ErrorParam}
+		case client.CodeOverloaded:
+			return &apiError{Status: http.StatusTooManyRequests, Message: rep.Error, Type: "rate_limit_error", Code: "overloaded", RetryAfter: retryAfter}
+		case client.CodeUnavailable:
+			return &apiError{Status: http.StatusServiceUnavailable, Message: rep.Error, Type: "service_unavailable", Code: "reforming", RetryAfter: retryAfter}
+		}
+	}
+	switch {
+	case timedOut:
+		return &apiError{Status: http.StatusGatewayTimeout, Message: "the request ran past the gateway's request timeout", Type: "timeout", Code: "timeout"}
+	case err == nil:
+		return nil
+	case rep == nil || errors.Is(err, client.ErrRequestLost):
+		// rank 0 unreachable, gone or restarted: the job may come back.
+		return &apiError{Status: http.StatusServiceUnavailable, Message: err.Error(), Type: "service_unavailable", Code: "job_unavailable", RetryAfter: retryAfter}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
+}
+
+// writeError answers with e as JSON.
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, e.Status, e.body())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

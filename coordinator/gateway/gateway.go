@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+)
+
+// Config is a gateway's configuration; DefaultConfig holds the defaults.
+type Config struct {
+	// Listen is the HTTP address (host:port).
+	Listen string
+	// Model is the name /v1/models lists and requests must give.
+	Model string
+	// APIKeys, if any, are the Bearer tokens /v1/* accepts.
+	APIKeys []string
+	// TLSCert and TLSKey, both or neither, serve HTTPS.
+	TLSCert, TLSKey string
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+	// RequestTimeout bounds one HTTP request from arrival to last token.
+	RequestTimeout time.Duration
+	// DefaultMaxTokens is max_tokens when a request leaves it out
+	// (OpenAI's completions default, 16; chat uses ChatMaxTokens).
+	DefaultMaxTokens, ChatMaxTokens int
+	// CORSOrigins lists the origins browsers may call from ("*": any);
+	// empty: no CORS headers (browsers refuse cross-origin calls).
+	CORSOrigins []string
+	// StatusWait bounds the wait for rank 0's status (/ready, gauges).
+	StatusWait time.Duration
+}
+
+// DefaultConfig is the one place the gateway's defaults live.
+func DefaultConfig() Config {
+	return Config{
+		Listen: "127.0.0.1:8000", MaxBodyBytes: 4 << 20, RequestTimeout: 10 * time.Minute,
+		DefaultMaxTokens: 16, ChatMaxTokens: 512, StatusWait: 2 * time.Second,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Listen == "":
+		return fielderr.New("Listen", "must be given (host:port)")
+	case c.Model == "":
+		return fielderr.New("Model", "must be given")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fielderr.New("TLSCert", "TLS needs both a certificate and a key")
+	case c.MaxBodyBytes < 1024:
+		return fielderr.New("MaxBodyBytes", "must be >= 1024, got %d", c.MaxBodyBytes)
+	case c.RequestTimeout <= 0:
+		return fielderr.New("RequestTimeout", "must be > 0, got %v", c.RequestTimeout)
+	case c.DefaultMaxTokens < 1 || c.ChatMaxTokens < 1:
+		return fielderr.New("DefaultMaxTokens", "default max_tokens must be > 0")
+	case c.StatusWait <= 0:
+		return fielderr.New("StatusWait", "must be > 0, got %v", c.StatusWait)
+	}
+	for i, k := range c.APIKeys {
+		if k == "" {
+			return fielderr.New("APIKeys", "key %d is empty", i)
+		}
+	}
+	return nil
+}
+
+// Gateway serves the OpenAI-compatible API for one job.
+type Gateway struct {
+	cfg     Config
+	bus     broadcast.Transport
+	subj    broadcast.Subjects
+	tok     Tokenizer // nil: token IDs only
+	log     *slog.Logger
+	tracer  trace.Tracer
+	version string
+	metrics *metrics
+	keys    [][32]byte // SHA-256 of each API key
+	created int64
+	// handlers counts the /v1 requests being answered: Serve waits for
+	// them, since closing a connection does not wait for its handler.
+	handlers sync.WaitGroup
+}
+
+// Option sets an optional part of a Gateway.
+type Option func(*Gateway)
+
+// WithTokenizer gives the gateway text: text prompts, text answers, stop
+// strings and, when the tokenizer has a chat template, chat completions.
+func WithTokenizer(t Tokenizer) Option { return func(g *Gateway) { g.tok = t } }
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l *slog.Logger) Option { return func(g *Gateway) { g.log = l } }
+
+// WithTracer sets where request spans go (default: nowhere).
+func WithTracer(t trace.Tracer) Option { return func(g *Gateway) { g.tracer = t } }
+
+// WithVersion sets the version build_info reports.
+func WithVersion(v string) Option { return func(g *Gateway) { g.version = v } }
+
+// New returns a gateway for the job behind bus and subj. It does no I/O.
+func New(cfg Config, bus broadcast.Transport, subj broadcast.Subjects, opts ...Option) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, bus: bus, subj: subj, log: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider().Tracer(""), created: time.Now().Unix()}
+	for _, o := range opts {
+		o(g)
+	}
+	for _, k := range cfg.APIKeys {
+		g.keys = append(g.keys, keyHash(k))
+	}
+	g.metrics = newMetrics(g)
+	return g, nil
+}
+
+// Handler is the gateway's HTTP API.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /ready", g.handleReady)
+	mux.Handle("GET /metrics", g.metrics.handler())
+	mux.Handle("GET /v1/models", g.api("models", g.handleModels))
+	mux.Handle("POST /v1/completions", g.api("text_completion", g.handleCompletions))
+	mux.Handle("POST /v1/chat/completions", g.api("chat", g.handleChat))
+	return g.cors(mux)
+}
+
+// api wraps an endpoint of /v1: the body limit, the API key, the request
+// span and the HTTP metrics.
+func (g *Gateway) api(op string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.handlers.Add(1)
+		defer g.handlers.Done()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		ctx, span := g.startSpan(r, op)
+		r = r.WithContext(ctx)
+		defer func() {
+			g.endSpan(span, r, sw.status)
+			g.metrics.httpRequests.WithLabelValues(r.Pattern, statusClass(sw.status)).Inc()
+		}()
+		if !g.authorized(r) {
+			writeError(sw, &apiError{Status: http.StatusUnauthorized, Message: "a valid API key is required (Authorization: Bearer <key>)",
+				Type: "authentication_error", Code: "invalid_api_key"})
+			return
+		}
+		r.Body = http.MaxBytesReader(sw, r.Body, g.cfg.MaxBodyBytes)
+		h(sw, r)
+	})
+}
+
+// refuse answers a request that was refused before it reached the job.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
+	g.log.Debug("request refused", "path", r.URL.Path, "status", e.Status, "param", e.Param, "err", e.Message)
+	recordError(r.Context(), e)
+	writeError(w, e)
+}
+
+// answer runs a checked plan and answers: all at once, or as a stream.
+func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f format) {
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)
+	defer cancel()
+	describeRequest(ctx, pl)
+	x := &execution{g: g, pl: pl, fmt: f}
+	if pl.stream {
+		x.sse = newSSE(w)
+	}
+	choices := x.run(ctx)
+	u := usageOf(choices, pl.prompts)
+	describeResponse(ctx, choices, u)
+	if x.failure != nil {
+		g.refuse(w, r, x.failure)
+		return
+	}
+	if !pl.stream {
+		for _, c := range choices {
+			if c.failed() {
+				g.refuse(w, r, replyError(c.rep, c.err, ctx.Err() == context.DeadlineExceeded))
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, f.response(choices, u))
+		return
+	}
+	if pl.includeUsage {
+		x.sse.send(f.usageChunk(u))
+	}
+	x.sse.done()
+}
+
+func (g *Gateway) handleModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{ID: g.cfg.Model, Object: "model", Created: g.created, OwnedBy: "tpcoord"}}})
+}
+
+// newID is a random identifier for a response.
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// statusWriter remembers the status an answer was sent with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (Flush).
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func statusClass(code int) string {
+	return string(rune('0'+code/100)) + "xx"
+}

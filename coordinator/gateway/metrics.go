@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/telemetry"
+	"github.com/tpcoord/tpcoord/rank/client"
+)
+
+// metrics are the gateway's Prometheus metrics. They keep vLLM's names
+// with tpcoord_ in place of vllm: (docs/observability.md has the table),
+// so vLLM dashboards work with a prefix changed. Latencies are what a
+// client of this gateway sees; queue time and the running and waiting
+// gauges are rank 0's.
+type metrics struct {
+	reg          *prometheus.Registry
+	ttft, itl    prometheus.Observer
+	e2e, queue   prometheus.Observer
+	prompt, gen  prometheus.Counter
+	finished     *prometheus.CounterVec
+	running      prometheus.Gauge // this gateway's requests in flight
+	httpRequests *prometheus.CounterVec
+}
+
+func newMetrics(g *Gateway) *metrics {
+	model := prometheus.Labels{"model_name": g.cfg.Model}
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: model})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: model})
+	}
+	ttft := hist("tpcoord_time_to_first_token_seconds", "Time from a request's arrival at the gateway to its first token.",
+		[]float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80})
+	itl := hist("tpcoord_inter_token_latency_seconds", "Time between two tokens of a request, as the gateway receives them.",
+		[]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5})
+	e2e := hist("tpcoord_e2e_request_latency_seconds", "Time from a request's arrival at the gateway to its end.",
+		[]float64{0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480})
+	queue := hist("tpcoord_request_queue_time_seconds", "Time a request waited in rank 0's queue before its first step.",
+		[]float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80})
+	m := &metrics{
+		reg: prometheus.NewRegistry(), ttft: ttft, itl: itl, e2e: e2e, queue: queue,
+		prompt: counter("tpcoord_prompt_tokens_total", "Prompt tokens of the requests the gateway sent."),
+		gen:    counter("tpcoord_generation_tokens_total", "Tokens generated for the gateway's requests."),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tpcoord_request_success_total",
+			Help: "Requests ended, by finish reason (stop, length, abort, error).", ConstLabels: model}, []string{"finished_reason"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tpcoord_gateway_requests_in_flight",
+			Help: "Requests (choices) this gateway has sent to rank 0 and not yet finished.", ConstLabels: model}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tpcoord_http_requests_total",
+			Help: "HTTP requests to /v1, by route and status class."}, []string{"route", "status"}),
+	}
+	m.reg.MustRegister(ttft, itl, e2e, queue, m.prompt, m.gen, m.finished, m.running, m.httpRequests,
+		telemetry.BuildInfoGauge(buildinfo.Get()), &jobGauges{g: g, labels: model})
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// observe records one finished choice.
+func (m *metrics) observe(c *choice, end time.Time) {
+	if !c.first.IsZero() {
+		m.ttft.Observe(c.first.Sub(c.start).Seconds())
+	}
+	for _, d := range c.itl {
+		m.itl.Observe(d.Seconds())
+	}
+	m.e2e.Observe(end.Sub(c.start).Seconds())
+	if c.rep != nil && c.rep.Timings != nil {
+		m.queue.Observe(c.rep.Timings.QueueMs / 1000)
+	}
+	m.prompt.Add(float64(len(c.req.PromptTokenIDs)))
+	m.gen.Add(float64(len(c.tokens)))
+	reason := c.finishReason()
+	if reason == client.FinishCancelled {
+		reason = "abort" // vLLM's word
+	}
+	m.finished.WithLabelValues(reason).Inc()
+}
+
+// jobGauges reports rank 0's running and waiting requests, asked at
+// scrape time (at most once a second).
+type jobGauges struct {
+	g      *Gateway
+	labels prometheus.Labels
+
+	mu      sync.Mutex
+	at      time.Time
+	running float64
+	waiting float64
+	ok      bool
+}
+
+var (
+	runningDesc = "Requests rank 0 is decoding (rows of the batch)."
+	waitingDesc = "Requests waiting in rank 0's queue."
+)
+
+func (j *jobGauges) descs() (*prometheus.Desc, *prometheus.Desc) {
+	return prometheus.NewDesc("tpcoord_num_requests_running", runningDesc, nil, j.labels),
+		prometheus.NewDesc("tpcoord_num_requests_waiting", waitingDesc, nil, j.labels)
+}
+
+func (j *jobGauges) Describe(ch chan<- *prometheus.Desc) {
+	r, w := j.descs()
+	ch <- r
+	ch <- w
+}
+
+func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if time.Since(j.at) > time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), j.g.cfg.StatusWait)
+		st, err := j.g.rank0Status(ctx)
+		cancel()
+		j.at, j.ok = time.Now(), err == nil
+		if err == nil {
+			j.running, j.waiting = float64(st.Rows), float64(st.Waiting)
+		}
+	}
+	if !j.ok {
+		return // rank 0 unreachable: no figure rather than a stale one
+	}
+	r, w := j.descs()
+	ch <- prometheus.MustNewConstMetric(r, prometheus.GaugeValue, j.running)
+	ch <- prometheus.MustNewConstMetric(w, prometheus.GaugeValue, j.waiting)
+}

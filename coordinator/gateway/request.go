@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/sampler"
+)
+
+// Bounds on one HTTP request, beyond those of each NATS request.
+const (
+	// MaxChoices bounds prompts × n: the NATS requests one HTTP request
+	// may fan out to.
+	MaxChoices = 64
+	// MaxStops bounds the stop strings of a request, MaxStopBytes each.
+	MaxStops     = 16
+	MaxStopBytes = 256
+)
+
+// samplingFields are the fields /v1/completions and /v1/chat/completions
+// share: OpenAI's, and vLLM's extensions (top_k, min_p, the repetition
+// penalty, stop_token_ids, ignore_eos, min_tokens).
+type samplingFields struct {
+	Model             string             `json:"model"`
+	MaxTokens         *int               `json:"max_tokens"`
+	Temperature       *float32           `json:"temperature"`
+	TopP              *float32           `json:"top_p"`
+	TopK              *int               `json:"top_k"`
+	MinP              *float32           `json:"min_p"`
+	Seed              *int64             `json:"seed"`
+	Stop              json.RawMessage    `json:"stop"`
+	StopTokenIDs      []int32            `json:"stop_token_ids"`
+	LogitBias         map[string]float32 `json:"logit_bias"`
+	N                 *int               `json:"n"`
+	IgnoreEOS         bool               `json:"ignore_eos"`
+	MinTokens         int                `json:"min_tokens"`
+	RepetitionPenalty *float32           `json:"repetition_penalty"`
+	PresencePenalty   *float32           `json:"presence_penalty"`
+	FrequencyPenalty  *float32           `json:"frequency_penalty"`
+	Stream            bool               `json:"stream"`
+	StreamOptions     *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	User string `json:"user"` // accepted, unused
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	samplingFields
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+	BestOf   *int            `json:"best_of"`
+	Suffix   *string         `json:"suffix"`
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields by
+// name and trailing data.
+func decodeStrict(body io.Reader, v any) *apiError {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			f = strings.Trim(f, `"`)
+			return badRequest(f, "unknown field (this server does not support it)")
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return badRequest(te.Field, "expected %s, got %s", te.Type, te.Value)
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit), Type: "invalid_request_error"}
+		}
+		return badRequest("", "invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "invalid JSON body: more data after the request object")
+	}
+	return nil
+}
+
+// plan is what an HTTP request asks for, checked: the NATS requests to
+// send (one per prompt and choice) and how to answer.
+type plan struct {
+	model        string
+	prompts      [][]int32
+	n            int
+	base         client.GenerateRequest // sampling and max_tokens; no prompt
+	stops        []string
+	logprobs     *int // top logprobs per token; nil: none
+	stream       bool
+	includeUsage bool
+}
+
+// requests returns the NATS request of every choice, in OpenAI's order
+// (prompt-major). With a seed, choice i of a prompt draws with seed+i, so
+// n seeded choices differ and each is reproducible.
+func (p *plan) requests() []client.GenerateRequest {
+	out := make([]client.GenerateRequest, 0, len(p.prompts)*p.n)
+	for _, pr := range p.prompts {
+		for i := range p.n {
+			r := p.base
+			r.PromptTokenIDs = pr
+			if p.base.Seed != nil {
+				s := *p.base.Seed + uint64(i) // wraps: any seed is fine
+				r.Seed = &s
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// sampling checks the shared fields into pl; defaultMax is max_tokens when
+// the request leaves it out.
+func (f *samplingFields) sampling(pl *plan, defaultMax int, haveText bool) *apiError {
+	pl.model, pl.stream, pl.n = f.Model, f.Stream, 1
+	if f.StreamOptions != nil {
+		if !f.Stream {
+			return badRequest("stream_options", "only with stream: true")
+		}
+		pl.includeUsage = f.StreamOptions.IncludeUsage
+	}
+	if f.N != nil {
+		if *f.N < 1 || *f.N > MaxChoices {
+			return badRequest("n", "must be in [1, %d], got %d", MaxChoices, *f.N)
+		}
+		pl.n = *f.N
+	}
+	r := client.GenerateRequest{MaxTokens: defaultMax, Params: sampler.DefaultParams()}
+	if f.MaxTokens != nil {
+		r.MaxTokens = *f.MaxTokens
+	}
+	if r.MaxTokens < 1 {
+		return badRequest("max_tokens", "must be > 0, got %d", r.MaxTokens)
+	}
+	p := &r.Params
+	setF(&p.Temperature, f.Temperature)
+	setF(&p.TopP, f.TopP)
+	setF(&p.MinP, f.MinP)
+	setF(&p.RepetitionPenalty, f.RepetitionPenalty)
+	setF(&p.PresencePenalty, f.PresencePenalty)
+	setF(&p.FrequencyPenalty, f.FrequencyPenalty)
+	if f.TopK != nil && *f.TopK != -1 { // -1 is vLLM's "off"
+		p.TopK = *f.TopK
+	}
+	p.StopTokenIDs, p.IgnoreEOS, p.MinTokens = f.StopTokenIDs, f.IgnoreEOS, f.MinTokens
+	if f.Seed != nil {
+		if *f.Seed < 0 {
+			return badRequest("seed", "must be >= 0, got %d", *f.Seed)
+		}
+		s := uint64(*f.Seed)
+		p.Seed = &s
+	}
+	if e := f.logitBias(p); e != nil {
+		return e
+	}
+	if err := p.Validate(math.MaxInt32); err != nil {
+		return fieldError(err)
+	}
+	pl.base = r
+	return f.stopStrings(pl, haveText)
+}
+
+func setF(dst *float32, v *float32) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// logitBias takes OpenAI's {"token id": bias} map.
+func (f *samplingFields) logitBias(p *sampler.Params) *apiError {
+	if len(f.LogitBias) == 0 {
+		return nil
+	}
+	p.LogitBias = make(map[int32]float32, len(f.LogitBias))
+	for k, v := range f.LogitBias {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 {
+			return badRequest("logit_bias", "key %q is not a token ID", k)
+		}
+		if v < -100 || v > 100 || v != v {
+			return badRequest("logit_bias", "bias %v for token %d is outside [-100, 100]", v, id)
+		}
+		p.LogitBias[int32(id)] = v
+	}
+	return nil
+}
+
+// stopStrings takes stop: a string or a list of them.
+func (f *samplingFields) stopStrings(pl *plan, haveText bool) *apiError {
+	if len(f.Stop) == 0 || string(f.Stop) == "null" {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(f.Stop, &one) == nil {
+		pl.stops = []string{one}
+	} else if err := json.Unmarshal(f.Stop, &pl.stops); err != nil {
+		return badRequest("stop", "must be a string or a list of strings")
+	}
+	if len(pl.stops) > MaxStops {
+		return badRequest("stop", "%d strings, at most %d", len(pl.stops), MaxStops)
+	}
+	for i, s := range pl.stops {
+		if s == "" || len(s) > MaxStopBytes {
+			return badRequest("stop", "string %d must have 1 to %d bytes, has %d", i, MaxStopBytes, len(s))
+		}
+	}
+	if len(pl.stops) > 0 && !haveText {
+		return badRequest("stop", "stop strings need a tokenizer (start the gateway with --tokenizer); use stop_token_ids")
+	}
+	return nil
+}
+
+// fieldError turns a check's error into a 400 naming the field.
+func fieldError(err error) *apiError {
+	var fe *fielderr.Error
+	if errors.As(err, &fe) {
+		return badRequest(fe.Field, "%v", fe.Err)
+	}
+	return badRequest("", "%v", err)
+}
+
+// prompts parses a completion prompt: a string, a list of strings, a list
+// of token IDs, or a list of lists of token IDs. Text needs encode.
+func parsePrompts(raw json.RawMessage, encode func(string) ([]int32, error)) ([][]int32, *apiError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("prompt", "is required")
+	}
+	var texts []string
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		texts = []string{one}
+	} else if json.Unmarshal(raw, &texts) != nil {
+		return tokenPrompts(raw)
+	}
+	if len(texts) == 0 {
+		return nil, badRequest("prompt", "must not be empty")
+	}
+	if encode == nil {
+		return nil, badRequest("prompt", "text prompts need a tokenizer (start the gateway with --tokenizer); send token IDs instead")
+	}
+	out := make([][]int32, len(texts))
+	for i, t := range texts {
+		ids, err := encode(t)
+		if err != nil {
+			return nil, badRequest("prompt", "prompt %d: %v", i, err)
+		}
+		if len(ids) == 0 {
+			return nil, badRequest("prompt", "prompt %d encodes to no tokens", i)
+		}
+		out[i] = ids
+	}
+	return out, nil
+}
+
+func tokenPrompts(raw json.RawMessage) ([][]int32, *apiError) {
+	var ids []int32
+	if json.Unmarshal(raw, &ids) == nil {
+		if len(ids) == 0 {
+			return nil, badRequest("prompt", "must not be empty")
+		}
+		return [][]int32{ids}, nil
+	}
+	var lists [][]int32
+	if err := json.Unmarshal(raw, &lists); err != nil {
+		return nil, badRequest("prompt", "must be a string, a list of strings, a list of token IDs (int32) or a list of such lists")
+	}
+	if len(lists) == 0 {
+		return nil, badRequest("prompt", "must not be empty")
+	}
+	for i, l := range lists {
+		if len(l) == 0 {
+			return nil, badRequest("prompt", "prompt %d is empty", i)
+		}
+	}
+	return lists, nil
+}
+
+// completionPlan checks a /v1/completions request.
+func (g *Gateway) completionPlan(req *completionRequest) (*plan, *apiError) {
+	switch {
+	case req.Echo:
+		return nil, badRequest("echo", "not supported")
+	case req.Suffix != nil && *req.Suffix != "":
+		return nil, badRequest("suffix", "not supported")
+	case req.BestOf != nil && (req.N == nil && *req.BestOf != 1 || req.N != nil && *req.BestOf != *req.N):
+		return nil, badRequest("best_of", "only best_of = n is supported")
+	}
+	pl := &plan{}
+	if e := req.sampling(pl, g.cfg.DefaultMaxTokens, g.tok != nil); e != nil {
+		return nil, e
+	}
+	if req.Logprobs != nil {
+		if *req.Logprobs < 0 || *req.Logprobs > 20 {
+			return nil, badRequest("logprobs", "must be in [0, 20], got %d", *req.Logprobs)
+		}
+		pl.logprobs, pl.base.Params.Logprobs = req.Logprobs, req.Logprobs
+	}
+	var encode func(string) ([]int32, error)
+	if g.tok != nil {
+		encode = func(s string) ([]int32, error) { return g.tok.Encode(s, true) }
+	}
+	var e *apiError
+	if pl.prompts, e = parsePrompts(req.Prompt, encode); e != nil {
+		return nil, e
+	}
+	return pl, g.checkPlan(pl)
+}
+
+// checkPlan applies what every request shares: the model name, the
+// fan-out bound and each NATS request's own check.
+func (g *Gateway) checkPlan(pl *plan) *apiError {
+	if pl.model != g.cfg.Model && pl.model != "" {
+		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("the model `%s` does not exist; this server serves `%s`", pl.model, g.cfg.Model),
+			Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+	}
+	if len(pl.prompts)*pl.n > MaxChoices {
+		return badRequest("n", "%d prompts × n = %d choices, at most %d", len(pl.prompts), len(pl.prompts)*pl.n, MaxChoices)
+	}
+	for _, r := range pl.requests() {
+		if err := r.Validate(math.MaxInt32); err != nil {
+			return fieldError(err)
+		}
+	}
+	return nil
+}

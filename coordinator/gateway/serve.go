@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// ShutdownGrace is how long Serve lets requests in flight finish once its
+// context ends, before it closes their connections.
+const ShutdownGrace = 10 * time.Second
+
+// Listen opens cfg's listener (a port of 0 picks a free one).
+func Listen(cfg Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: listen on %s: %w", cfg.Listen, err)
+	}
+	return ln, nil
+}
+
+// URL is the base URL of cfg's API on ln.
+func URL(cfg Config, ln net.Listener) string {
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + ln.Addr().String() + "/v1"
+}
+
+// Serve answers on ln until ctx ends, then shuts down: requests in flight
+// get ShutdownGrace to finish (their clients are cancelled after that).
+// It returns once every handler has returned.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if g.cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, g.cfg.TLSCert, g.cfg.TLSKey)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	g.log.Info("serving the OpenAI-compatible API", "url", URL(g.cfg, ln), "model", g.cfg.Model, "tokenizer", g.tokenizerName(), "auth", len(g.keys) > 0)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close() // streams still open after the grace: cut them
+	}
+	err := <-errc
+	g.handlers.Wait() // their clients are cancelled: each ends within seconds
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
+}
+
+func (g *Gateway) tokenizerName() string {
+	if g.tok == nil {
+		return "none (token IDs only)"
+	}
+	return g.tok.Name()
+}

@@ -1,0 +1,30 @@
+package gateway
+
+// Tokenizer turns text into token IDs and back. internal/tokenizer
+// provides one (FromTokenizer adapts it); tests may fake it.
+type Tokenizer interface {
+	Name() string
+	// VocabSize is the highest token ID + 1.
+	VocabSize() int
+	Encode(text string, addSpecial bool) ([]int32, error)
+	Decode(ids []int32) (string, error)
+	// NewDetokenizer returns a streaming decoder for one sequence.
+	NewDetokenizer() Detokenizer
+	HasChatTemplate() bool
+	ApplyChatTemplate(msgs []ChatMessage, addGenerationPrompt bool) (string, error)
+}
+
+// Detokenizer decodes one sequence a token at a time.
+type Detokenizer interface {
+	// Add returns the text that token completes: never part of a
+	// UTF-8 character.
+	Add(id int32) (string, error)
+	// Flush returns what is left once the sequence ended.
+	Flush() string
+}
+
+// ChatMessage is one message of a chat, as the template receives it.
+type ChatMessage struct {
+	Role, Content string
+}
+

@@ -27,4 +27,3 @@ type Detokenizer interface {
 type ChatMessage struct {
 	Role, Content string
 }
-

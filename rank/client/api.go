@@ -82,12 +82,12 @@ func (r *GenerateRequest) Validate(vocab int) error {
 // GenerateReply is one message of the reply stream: a token, or the final
 // message with the finish reason (and the whole output), or an error.
 type GenerateReply struct {
-	Token        *int32   `json:"token,omitempty"`
-	Index        int      `json:"index,omitempty"`
-	Done         bool     `json:"done,omitempty"`
-	FinishReason string   `json:"finish_reason,omitempty"`
-	Tokens       []int32  `json:"tokens,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	Token        *int32  `json:"token,omitempty"`
+	Index        int     `json:"index,omitempty"`
+	Done         bool    `json:"done,omitempty"`
+	FinishReason string  `json:"finish_reason,omitempty"`
+	Tokens       []int32 `json:"tokens,omitempty"`
+	Error        string  `json:"error,omitempty"`
 	// ErrorCode says what kind of failure Error is (one of the Code*
 	// constants; empty for other failures), so that a front end can answer
 	// with the right status; ErrorParam names the request field at fault.
@@ -139,14 +139,14 @@ type PeerStatus struct {
 
 // RankStatus is one rank's reply on tpc.<job>.status.
 type RankStatus struct {
-	Rank    int    `json:"rank"`
-	World   int    `json:"world_size"`
-	Job     string `json:"job"`
-	State   string `json:"state"`
-	Epoch   uint32 `json:"epoch"`
-	Step    uint64 `json:"step"`
-	Digest  string `json:"digest"`
-	Rows    int    `json:"rows"`
+	Rank   int    `json:"rank"`
+	World  int    `json:"world_size"`
+	Job    string `json:"job"`
+	State  string `json:"state"`
+	Epoch  uint32 `json:"epoch"`
+	Step   uint64 `json:"step"`
+	Digest string `json:"digest"`
+	Rows   int    `json:"rows"`
 	// Vocab is the executor's vocabulary size (rank 0; 0 if unknown).
 	Vocab   int    `json:"vocab,omitempty"`
 	Waiting int    `json:"waiting,omitempty"`

@@ -114,10 +114,10 @@ func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects
 
 // stream is one request's reply stream as Generate reads it.
 type stream struct {
-	tr      broadcast.Transport
-	subj    broadcast.Subjects
-	req     *GenerateRequest
-	cb      Callbacks
+	tr   broadcast.Transport
+	subj broadcast.Subjects
+	req  *GenerateRequest
+	cb   Callbacks
 
 	inbox, ackInbox string
 	replies         chan []byte

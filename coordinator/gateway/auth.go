@@ -35,10 +35,10 @@ func (g *Gateway) cors(next http.Handler) http.Handler {
 	if len(g.cfg.CORSOrigins) == 0 {
 		return next
 	}
-	any := slices.Contains(g.cfg.CORSOrigins, "*")
+	anyOrigin := slices.Contains(g.cfg.CORSOrigins, "*")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
-		if origin != "" && (any || slices.Contains(g.cfg.CORSOrigins, origin)) {
+		if origin != "" && (anyOrigin || slices.Contains(g.cfg.CORSOrigins, origin)) {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")

@@ -116,7 +116,7 @@ func (req *chatRequest) chatLogprobs(pl *plan) *apiError {
 	if n < 0 || n > 20 {
 		return badRequest("top_logprobs", "must be in [0, 20], got %d", n)
 	}
-	pl.logprobs, pl.base.Params.Logprobs = &n, &n
+	pl.logprobs, pl.base.Logprobs = &n, &n
 	return nil
 }
 

@@ -75,7 +75,8 @@ func decodeStrict(body io.Reader, v any) *apiError {
 		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return badRequest(te.Field, "expected %s, got %s", te.Type, te.Value)
+			f := strings.TrimPrefix(te.Field, "samplingFields.") // the embedded struct's name is no field of the API
+			return badRequest(f, "expected %s, got %s", te.Type, te.Value)
 		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -306,7 +307,7 @@ func (g *Gateway) completionPlan(req *completionRequest) (*plan, *apiError) {
 		if *req.Logprobs < 0 || *req.Logprobs > 20 {
 			return nil, badRequest("logprobs", "must be in [0, 20], got %d", *req.Logprobs)
 		}
-		pl.logprobs, pl.base.Params.Logprobs = req.Logprobs, req.Logprobs
+		pl.logprobs, pl.base.Logprobs = req.Logprobs, req.Logprobs
 	}
 	var encode func(string) ([]int32, error)
 	if g.tok != nil {

@@ -43,11 +43,10 @@ func usageOf(choices []*choice, prompts [][]int32) usage {
 
 // execution is one HTTP request's choices in flight.
 type execution struct {
-	g     *Gateway
-	pl    *plan
-	fmt   format
-	sse   *sseWriter // nil: not streaming
-	start time.Time
+	g   *Gateway
+	pl  *plan
+	fmt format
+	sse *sseWriter // nil: not streaming
 
 	mu        sync.Mutex // orders the choices' events on sse, and failure
 	failure   *apiError  // the first choice that failed before anything was sent
@@ -100,7 +99,7 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 	c.finish()
 	x.g.metrics.observe(c, time.Now())
 	if c.failed() {
-		x.fail(c, ctx)
+		x.fail(ctx, c)
 		return
 	}
 	x.emit(c, true)
@@ -114,7 +113,7 @@ func (c *choice) failed() bool {
 
 // fail records c's failure: before anything was streamed it becomes the
 // answer (and the other choices are cancelled); after, an error event.
-func (x *execution) fail(c *choice, ctx context.Context) {
+func (x *execution) fail(ctx context.Context, c *choice) {
 	e := replyError(c.rep, c.err, errors.Is(context.Cause(ctx), context.DeadlineExceeded))
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/client"
+)
+
+// byteTokenizer is a fake Tokenizer for the gateway's logic: token i < 256
+// is byte i, 256 is a special end token that decodes to nothing.
+type byteTokenizer struct{ template bool }
+
+func (byteTokenizer) Name() string   { return "bytes" }
+func (byteTokenizer) VocabSize() int { return 257 }
+func (byteTokenizer) Encode(text string, _ bool) ([]int32, error) {
+	ids := make([]int32, len(text))
+	for i := range len(text) {
+		ids[i] = int32(text[i])
+	}
+	return ids, nil
+}
+
+func (byteTokenizer) Decode(ids []int32) (string, error) {
+	var b strings.Builder
+	for _, id := range ids {
+		if id < 0 || id > 256 {
+			return "", errors.New("token out of range")
+		}
+		if id < 256 {
+			b.WriteByte(byte(id))
+		}
+	}
+	return b.String(), nil
+}
+
+func (byteTokenizer) NewDetokenizer() Detokenizer { return &byteStream{} }
+func (t byteTokenizer) HasChatTemplate() bool     { return t.template }
+func (byteTokenizer) ApplyChatTemplate(msgs []ChatMessage, gen bool) (string, error) {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("<" + m.Role + ">" + m.Content + "\n")
+	}
+	if gen {
+		b.WriteString("<assistant>")
+	}
+	return b.String(), nil
+}
+
+// byteStream releases the longest complete UTF-8 prefix of its bytes.
+type byteStream struct{ buf []byte }
+
+func (s *byteStream) Add(id int32) (string, error) {
+	if id < 256 {
+		s.buf = append(s.buf, byte(id))
+	}
+	n := len(s.buf)
+	for n > 0 && !utf8.Valid(s.buf[:n]) {
+		n--
+	}
+	out := string(s.buf[:n])
+	s.buf = s.buf[n:]
+	return out, nil
+}
+
+func (s *byteStream) Flush() string { out := string(s.buf); s.buf = nil; return out }
+
+// fakeRank0 answers generate requests on an in-memory hub: each request
+// streams the bytes of text as tokens (up to max_tokens), or fails with
+// fail. It records the requests and the cancels it received.
+type fakeRank0 struct {
+	t    *testing.T
+	tr   broadcast.Transport
+	subj broadcast.Subjects
+	text string
+	fail *client.GenerateReply
+	hold chan struct{} // if set, each token waits for a receive
+
+	mu        sync.Mutex
+	reqs      []client.GenerateRequest
+	cancelled map[string]bool
+	wg        sync.WaitGroup
+	stop      chan struct{}
+}
+
+func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
+	f := &fakeRank0{t: t, tr: hub.Connect(), subj: broadcast.Subjects{Prefix: "tpc", Job: "j"}, text: text,
+		cancelled: map[string]bool{}, stop: make(chan struct{})}
+	sub := func(s string, fn func(*broadcast.Msg)) {
+		if _, err := f.tr.Subscribe(s, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub(f.subj.Generate(), f.onGenerate)
+	sub(f.subj.Client(), f.onClient)
+	sub(f.subj.Status(), func(m *broadcast.Msg) {
+		b, _ := json.Marshal(client.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257})
+		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
+	})
+	t.Cleanup(func() { close(f.stop); f.wg.Wait() })
+	return f
+}
+
+func (f *fakeRank0) onGenerate(m *broadcast.Msg) {
+	var r client.GenerateRequest
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		f.t.Errorf("fake rank 0: %v", err)
+		return
+	}
+	f.mu.Lock()
+	f.reqs = append(f.reqs, r)
+	f.mu.Unlock()
+	f.wg.Go(func() { f.serve(m.Reply, r) })
+}
+
+func (f *fakeRank0) serve(reply string, r client.GenerateRequest) {
+	send := func(v client.GenerateReply) {
+		b, _ := json.Marshal(v)
+		_ = f.tr.Publish(&broadcast.Msg{Subject: reply, Data: b})
+	}
+	if f.fail != nil {
+		send(*f.fail)
+		return
+	}
+	var out []int32
+	for i := 0; i < r.MaxTokens && i < len(f.text); i++ {
+		if f.hold != nil {
+			select {
+			case <-f.hold:
+			case <-f.stop:
+				return
+			}
+		}
+		if f.isCancelled(reply) {
+			send(client.GenerateReply{Done: true, FinishReason: client.FinishCancelled, Tokens: out, Error: "cancelled by the client"})
+			return
+		}
+		tok := int32(f.text[i])
+		out = append(out, tok)
+		send(client.GenerateReply{Token: &tok, Index: i})
+	}
+	reason := client.FinishLength
+	if len(out) < r.MaxTokens {
+		reason = client.FinishStop
+	}
+	send(client.GenerateReply{Done: true, FinishReason: reason, Tokens: out, Timings: &client.Timings{QueueMs: 1}})
+}
+
+func (f *fakeRank0) onClient(m *broadcast.Msg) {
+	var c client.Message
+	if json.Unmarshal(m.Data, &c) != nil {
+		return
+	}
+	f.mu.Lock()
+	if c.Op == "cancel" {
+		f.cancelled[c.Reply] = true
+	}
+	f.mu.Unlock()
+	if m.Reply != "" {
+		b, _ := json.Marshal(client.KeepaliveAck{Known: true})
+		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
+	}
+}
+
+func (f *fakeRank0) isCancelled(tag string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancelled[tag]
+}
+
+func (f *fakeRank0) cancels() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.cancelled)
+}
+
+func (f *fakeRank0) requests() []client.GenerateRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]client.GenerateRequest(nil), f.reqs...)
+}
+
+// newTestGateway returns a gateway on hub in front of a fake rank 0.
+func newTestGateway(t *testing.T, text string, mod func(*Config), opts ...Option) (*Gateway, *fakeRank0) {
+	hub := broadcast.NewHub()
+	f := startFakeRank0(t, hub, text)
+	cfg := DefaultConfig()
+	cfg.Model = "m"
+	if mod != nil {
+		mod(&cfg)
+	}
+	g, err := New(cfg, hub.Connect(), f.subj, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, f
+}

@@ -154,6 +154,8 @@ func checkDebListing(t *testing.T, listing string) []string {
 		"/usr/lib/systemd/system/tpcoord@.service":                 {"-rw-r--r--", "root/root"},
 		"/usr/lib/systemd/system/tpcoord.target":                   {"-rw-r--r--", "root/root"},
 		"/usr/lib/systemd/system/tpcoord-nats.service":             {"-rw-r--r--", "root/root"},
+		"/usr/lib/systemd/system/tpcoord-gateway.service":          {"-rw-r--r--", "root/root"},
+		"/etc/tpcoord/gateway.env":                                 {"-rw-r-----", "root/tpcoord"},
 		"/etc/tpcoord/":                                            {"drwxr-x---", "root/tpcoord"},
 		"/etc/tpcoord/agent.yaml":                                  {"-rw-r-----", "root/tpcoord"},
 		"/etc/tpcoord/tpcoord.env":                                 {"-rw-r-----", "root/tpcoord"},
@@ -207,12 +209,13 @@ func sameFile(t *testing.T, packaged, source string, edit func(string) string) {
 func checkDebFiles(t *testing.T, root string) {
 	t.Helper()
 	toUsrBin := func(s string) string { return strings.ReplaceAll(s, "/usr/local/bin/tpcoord", "/usr/bin/tpcoord") }
-	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service"} {
+	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service"} {
 		sameFile(t, filepath.Join(root, "usr/lib/systemd/system", u), filepath.Join("../configs/systemd", u), toUsrBin)
 	}
 	for dst, src := range map[string]string{
 		"etc/tpcoord/agent.yaml":          "../configs/agent.example.yaml",
 		"etc/tpcoord/tpcoord.env":         "../configs/systemd/tpcoord.env",
+		"etc/tpcoord/gateway.env":         "../configs/systemd/gateway.env",
 		"etc/tpcoord/nats-server.conf":    "../configs/nats/nats-server.conf",
 		"usr/share/tpcoord/README.md":     "../configs/systemd/README.md",
 		"usr/share/tpcoord/nats-certs.sh": "../scripts/nats-certs.sh",
@@ -246,7 +249,7 @@ func checkConffiles(t *testing.T, control string) {
 	data, err := os.ReadFile(filepath.Join(control, "conffiles"))
 	got := strings.Fields(string(data))
 	slices.Sort(got)
-	want := []string{"/etc/tpcoord/agent.yaml", "/etc/tpcoord/nats-server.conf", "/etc/tpcoord/tpcoord.env"}
+	want := []string{"/etc/tpcoord/agent.yaml", "/etc/tpcoord/gateway.env", "/etc/tpcoord/nats-server.conf", "/etc/tpcoord/tpcoord.env"}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("conffiles: %v, %q; want %q", err, got, want)
 	}
@@ -419,7 +422,7 @@ func checkPackagedUnits(t *testing.T, root string) {
 		natsBin = bin
 	}
 	units, needed := t.TempDir(), 0
-	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service"} {
+	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service"} {
 		data, err := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system", u))
 		if err != nil {
 			t.Fatal(err)
@@ -445,7 +448,7 @@ func checkPackagedUnits(t *testing.T, root string) {
 	if needed < 3 {
 		t.Errorf("found %d /etc/tpcoord files the units need; want at least agent.yaml, tpcoord.env, nats-server.conf", needed)
 	}
-	out, err := systemdVerify(analyze, units, "tpcoord@0.service", "tpcoord-nats.service", "tpcoord.target")
+	out, err := systemdVerify(analyze, units, "tpcoord@0.service", "tpcoord-nats.service", "tpcoord-gateway.service", "tpcoord.target")
 	if err != nil || strings.Contains(out, "tpcoord") {
 		t.Errorf("systemd-analyze verify of the packaged units: %v\n%s", err, out)
 	}
@@ -490,7 +493,7 @@ func checkRPM(t *testing.T, b pkgBuild, debFiles []string) {
 	if !slices.Equal(files, debFiles) {
 		t.Errorf("rpm files:\n%s\ndeb files:\n%s", strings.Join(files, "\n"), strings.Join(debFiles, "\n"))
 	}
-	if got := strings.Fields(query("--configfiles")); !slices.Equal(got, []string{"/etc/tpcoord/agent.yaml", "/etc/tpcoord/nats-server.conf", "/etc/tpcoord/tpcoord.env"}) {
+	if got := strings.Fields(query("--configfiles")); !slices.Equal(got, []string{"/etc/tpcoord/agent.yaml", "/etc/tpcoord/gateway.env", "/etc/tpcoord/nats-server.conf", "/etc/tpcoord/tpcoord.env"}) {
 		t.Errorf("rpm config files: %q", got)
 	}
 	if scripts := query("--scripts"); !strings.Contains(scripts, "useradd --system") {

@@ -14,7 +14,7 @@ import (
 )
 
 // The units scripts/install.sh puts in /etc/systemd/system.
-var unitFiles = []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service"}
+var unitFiles = []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service"}
 
 // install runs scripts/install.sh --prefix dir with the test's binary.
 func install(t *testing.T, dir string) string {
@@ -40,6 +40,8 @@ func TestInstallPrefix(t *testing.T) {
 		"etc/systemd/system/tpcoord@.service":                           0o644,
 		"etc/systemd/system/tpcoord.target":                             0o644,
 		"etc/systemd/system/tpcoord-nats.service":                       0o644,
+		"etc/systemd/system/tpcoord-gateway.service":                    0o644,
+		"etc/tpcoord/gateway.env":                                       0o640,
 		"etc/tpcoord/agent.yaml":                                        0o640,
 		"etc/tpcoord/tpcoord.env":                                       0o640,
 		"etc/tpcoord/nats-server.conf":                                  0o640,
@@ -133,7 +135,7 @@ func TestSystemdVerify(t *testing.T) {
 	}
 	// A template is verified through an instance; its file is found in the
 	// same directory.
-	out, err := verify("tpcoord@0.service", "tpcoord-nats.service", "tpcoord.target")
+	out, err := verify("tpcoord@0.service", "tpcoord-nats.service", "tpcoord-gateway.service", "tpcoord.target")
 	var ours []string
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if strings.Contains(line, "tpcoord") {
@@ -165,6 +167,12 @@ func TestSystemdVerify(t *testing.T) {
 	} {
 		if !bytes.Contains(rankUnit, []byte(want)) {
 			t.Errorf("tpcoord@.service lacks %q", want)
+		}
+	}
+	gwUnit, _ := os.ReadFile(filepath.Join(units, "tpcoord-gateway.service"))
+	for _, want := range []string{"ExecStart=" + bin + " serve\n", "EnvironmentFile=/etc/tpcoord/gateway.env\n", "RestartPreventExitStatus=2\n", "\nUser=tpcoord\n"} {
+		if !bytes.Contains(gwUnit, []byte(want)) {
+			t.Errorf("tpcoord-gateway.service lacks %q", want)
 		}
 	}
 }

@@ -14,7 +14,8 @@ Installs:
   /etc/systemd/system/tpcoord@.service   one TP rank per instance (tpcoord@0.service, ...)
   /etc/systemd/system/tpcoord.target     every rank of this node
   /etc/systemd/system/tpcoord-nats.service
-  /etc/tpcoord/{agent.yaml,tpcoord.env,nats-server.conf}   only if missing
+  /etc/systemd/system/tpcoord-gateway.service   the HTTP API (tpcoord serve)
+  /etc/tpcoord/{agent.yaml,tpcoord.env,gateway.env,nats-server.conf}   only if missing
   /usr/local/share/tpcoord/              README.md and examples/ (the three-host layout)
 and creates the tpcoord system user and group if missing, then runs
 systemctl daemon-reload. Enabling and starting units is left to you.
@@ -107,7 +108,7 @@ fi
 [ -x "$binary" ] || { echo "install.sh: $binary is not an executable" >&2; exit 1; }
 replace "$binary" "$bindir/tpcoord" 0755
 
-for u in tpcoord@.service tpcoord.target tpcoord-nats.service; do
+for u in tpcoord@.service tpcoord.target tpcoord-nats.service tpcoord-gateway.service; do
   replace "$root/configs/systemd/$u" "$unitdir/$u" 0644
 done
 
@@ -115,6 +116,7 @@ install -d -m 0750 "$confdir"
 [ -n "$prefix" ] || chgrp tpcoord "$confdir"
 keep "$root/configs/agent.example.yaml" "$confdir/agent.yaml"
 keep "$root/configs/systemd/tpcoord.env" "$confdir/tpcoord.env"
+keep "$root/configs/systemd/gateway.env" "$confdir/gateway.env"
 keep "$root/configs/nats/nats-server.conf" "$confdir/nats-server.conf"
 
 (cd "$root/configs/systemd" && { echo README.md; find examples -type f | sort; }) | while read -r f; do

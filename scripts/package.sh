@@ -101,11 +101,12 @@ stage() {
   build "$s/usr/bin/tpcoord"
   # The units name the binary where scripts/install.sh puts it.
   mkdir -p "$s/usr/lib/systemd/system"
-  for u in tpcoord@.service tpcoord.target tpcoord-nats.service; do
+  for u in tpcoord@.service tpcoord.target tpcoord-nats.service tpcoord-gateway.service; do
     sed 's#/usr/local/bin/tpcoord#/usr/bin/tpcoord#g' "$root/configs/systemd/$u" >"$s/usr/lib/systemd/system/$u"
   done
   install -D -m 0640 "$root/configs/agent.example.yaml" "$s/etc/tpcoord/agent.yaml"
   install -D -m 0640 "$root/configs/systemd/tpcoord.env" "$s/etc/tpcoord/tpcoord.env"
+  install -D -m 0640 "$root/configs/systemd/gateway.env" "$s/etc/tpcoord/gateway.env"
   install -D -m 0640 "$root/configs/nats/nats-server.conf" "$s/etc/tpcoord/nats-server.conf"
   install -D -m 0644 "$root/configs/systemd/README.md" "$s/usr/share/tpcoord/README.md"
   tracked configs/systemd/examples | while read -r f; do

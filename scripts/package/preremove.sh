@@ -7,7 +7,7 @@ set -e
 case "$1" in
   remove | 0)
     if [ -d /run/systemd/system ]; then
-      systemctl stop 'tpcoord@*.service' tpcoord-nats.service tpcoord.target >/dev/null 2>&1 || true
+      systemctl stop 'tpcoord@*.service' tpcoord-nats.service tpcoord-gateway.service tpcoord.target >/dev/null 2>&1 || true
     fi
     ;;
 esac

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -76,7 +77,8 @@ func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool,
 // end the wait with ErrRequestLost if rank 0 goes away or restarts without
 // the request; if ctx ends first it asks rank 0 to cancel the request and
 // returns the cancelled reply (or ctx's error if none comes within a few
-// seconds).
+// seconds). Headers set on ctx with WithHeader go with the request's
+// message (rank 0 reads its trace context there).
 func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
 	withKeepalive := *req
 	withKeepalive.Keepalive = true
@@ -92,7 +94,7 @@ func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjec
 	if err != nil {
 		return nil, err
 	}
-	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: s.inbox, Data: data}); err != nil {
+	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: s.inbox, Data: data, Header: maps.Clone(headerFrom(ctx))}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)
 	}
 	return s.wait(ctx)

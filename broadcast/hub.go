@@ -3,6 +3,7 @@ package broadcast
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 )
@@ -74,8 +75,10 @@ func (c *hubConn) Publish(m *Msg) error {
 	}
 	h.mu.Unlock()
 	for _, fn := range fns {
+		// Each subscriber gets its own copy, as from NATS.
 		cp := *m
 		cp.Data = append([]byte(nil), m.Data...)
+		cp.Header = maps.Clone(m.Header)
 		fn(&cp)
 	}
 	return nil

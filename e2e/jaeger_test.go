@@ -304,17 +304,18 @@ func TestJaegerTraces(t *testing.T) {
 		return false, last
 	})
 	waitFor(t, 30*time.Second, "rank 0's request span", func() (bool, string) {
-		traces, err := queryTraces(query, "request")
+		traces, err := queryTraces(query, "text_completion")
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, tr := range traces {
 			for _, s := range tr.Spans {
-				if s.OperationName != "request" {
+				if s.OperationName != "text_completion" {
 					continue
 				}
-				if tag(s.Tags, "tpc.request.finish_reason") == g.FinishReason && tag(s.Tags, "tpc.request.output_tokens") == fmt.Sprint(len(g.Tokens)) &&
-					tag(s.Tags, "tpc.request.prompt_tokens") == "3" && tag(tr.Processes[s.ProcessID].Tags, "tpc.rank") == "0" {
+				if tag(s.Tags, "gen_ai.response.finish_reasons") == fmt.Sprintf("[%q]", g.FinishReason) && tag(s.Tags, "gen_ai.usage.output_tokens") == fmt.Sprint(len(g.Tokens)) &&
+					tag(s.Tags, "gen_ai.usage.input_tokens") == "3" && tag(s.Tags, "gen_ai.request.seed") == "1" &&
+					tag(s.Tags, "span.kind") == "server" && tag(tr.Processes[s.ProcessID].Tags, "tpc.rank") == "0" {
 					return true, ""
 				}
 				return false, fmt.Sprintf("request span tags %v", s.Tags)

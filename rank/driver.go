@@ -213,8 +213,6 @@ type Driver struct {
 	deafAt    time.Time // the last time this rank's own connection was seen down
 	rejected  map[string]uint64
 	lastWarn  map[string]time.Time
-
-	reqSpans map[*Request]trace.Span // rank 0: open request spans, owned by Run
 }
 
 // position is what status replies and heartbeats report, guarded by mu.
@@ -589,7 +587,8 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen), client.CodeInvalid))
 		return
 	}
-	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive}
+	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive,
+		trace: requestTrace{parent: d.remoteParent(m.Header)}}
 	select {
 	case d.intake <- r:
 	default:

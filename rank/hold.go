@@ -85,6 +85,7 @@ func (h *Hold) Fail(err error) {
 		if tokens == nil {
 			tokens = []int32{}
 		}
+		r.endSpan(client.FinishError, err, time.Now())
 		h.publish(r.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishError, Tokens: tokens, Error: err.Error()})
 	}
 	_ = h.tr.Flush(context.Background())
@@ -148,6 +149,7 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 		if tokens == nil {
 			tokens = []int32{}
 		}
+		cancelled.endSpan(client.FinishCancelled, nil, time.Now())
 		h.publish(cancelled.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishCancelled, Tokens: tokens, Error: "cancelled by the client"})
 	}
 }

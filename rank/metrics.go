@@ -1,7 +1,6 @@
 package rank
 
 import (
-	"context"
 	"maps"
 	"strconv"
 	"sync"
@@ -9,9 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/rank/client"
@@ -257,41 +253,11 @@ func (d *Driver) fillTelemetry(st *client.RankStatus) {
 	}
 }
 
-// Request spans: rank 0 traces each admitted request from admission to
-// finish when tracing is on (TraceEvery > 0). They are kept by the
-// request, owned by the Run goroutine like the scheduler.
-
-func (d *Driver) requestStarted(r *Request) {
-	if d.cfg.TraceEvery <= 0 {
-		return
-	}
-	_, span := d.cfg.Tracer.Start(context.Background(), "request", trace.WithAttributes(
-		attribute.Int("tpc.rank", d.cfg.Rank), attribute.Int64("tpc.epoch", int64(d.cfg.Epoch)),
-		attribute.Int64("tpc.request.seq", int64(r.Seq)), attribute.Int("tpc.request.prompt_tokens", len(r.Prompt)),
-		attribute.Int("tpc.request.max_tokens", r.MaxTokens)))
-	if !span.IsRecording() {
-		return
-	}
-	if d.reqSpans == nil {
-		d.reqSpans = map[*Request]trace.Span{}
-	}
-	d.reqSpans[r] = span
-}
-
 // requestFinished ends r's span and counts it.
 func (d *Driver) requestFinished(r *Request, now time.Time) {
 	if m := d.cfg.Metrics; m != nil {
 		m.requests.WithLabelValues(r.Finish).Inc()
 		m.tokens.WithLabelValues(r.Finish).Add(float64(len(r.Output)))
 	}
-	span, ok := d.reqSpans[r]
-	if !ok {
-		return
-	}
-	delete(d.reqSpans, r)
-	span.SetAttributes(attribute.Int("tpc.request.output_tokens", len(r.Output)), attribute.String("tpc.request.finish_reason", r.Finish))
-	if r.Err != nil {
-		span.SetStatus(codes.Error, r.Err.Error())
-	}
-	span.End(trace.WithTimestamp(now))
+	r.endSpan(r.Finish, r.Err, now)
 }

@@ -168,7 +168,7 @@ func checkRequestSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, rep *client.G
 	t.Helper()
 	var found bool
 	for _, s := range spans {
-		if s.Name() != "request" {
+		if s.Name() != requestSpanName {
 			continue
 		}
 		found = true
@@ -176,9 +176,9 @@ func checkRequestSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, rep *client.G
 		for _, a := range s.Attributes() {
 			attrs[a.Key] = a.Value
 		}
-		if attrs["tpc.request.finish_reason"].AsString() != rep.FinishReason ||
-			attrs["tpc.request.output_tokens"].AsInt64() != int64(len(rep.Tokens)) ||
-			attrs["tpc.request.prompt_tokens"].AsInt64() != 2 || attrs["tpc.request.seq"].Type() != attribute.INT64 {
+		if fr := attrs["gen_ai.response.finish_reasons"].AsStringSlice(); len(fr) != 1 || fr[0] != rep.FinishReason ||
+			attrs["gen_ai.usage.output_tokens"].AsInt64() != int64(len(rep.Tokens)) ||
+			attrs["gen_ai.usage.input_tokens"].AsInt64() != 2 || attrs["tpc.request.seq"].Type() != attribute.INT64 {
 			t.Errorf("request span attributes %v", s.Attributes())
 		}
 	}

@@ -42,6 +42,9 @@ type Request struct {
 	keepalive time.Time
 	// keepalives: the client promised keepalives when it submitted.
 	keepalives bool
+	// trace is the request's tracing (see reqspan.go); it travels with
+	// the request across epochs.
+	trace requestTrace
 }
 
 // Event is something a requester must hear about after a step: a new

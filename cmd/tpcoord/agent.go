@@ -68,7 +68,7 @@ func (c *agentOptions) flags(fs *pflag.FlagSet) {
 	c.samplingFlags(fs, def)
 	fs.IntVar(&c.TraceEvery, f.name("TraceEvery", "trace-every"), def.TraceEvery, "trace every Nth step (0: none); spans go to the OTLP exporter")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&c.LogFormat, "log-format", logFormatAuto, logFormatUsage)
 }
 
 func (c *agentOptions) membershipFlags(fs *pflag.FlagSet, def agent.Config) {

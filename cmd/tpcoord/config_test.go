@@ -103,7 +103,9 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"launch", "--job-key-file", "/etc/tpcoord/job.key"}, "job-key-file: launch makes a new key"},
 		{[]string{"launch", "--nats-in-rank0", "--nats", "nats://127.0.0.1:4222"}, "nats-in-rank0: not with a NATS server"},
 		{[]string{"agent", "--eos", "100352"}, "eos:"},
-		{[]string{"agent", "--log-format", "xml"}, "log-format:"},
+		{[]string{"agent", "--log-format", "xml"}, `log-format: "xml" is not one of auto, text, json`},
+		{[]string{"worker", "--socket", "/nonexistent/w.sock", "--log-format", "xml"}, `log-format: "xml" is not one of auto, text, json`},
+		{[]string{"launch", "--log-format", "xml"}, `log-format: "xml" is not one of auto, text, json`},
 		{[]string{"agent", "--replay-window-bytes", "0"}, "replay-window-bytes: must be > 0"},
 		{[]string{"agent", "--step-queue-bytes", "-1"}, "step-queue-bytes: must be > 0"},
 		{[]string{"launch", "--nproc", "0"}, "nproc:"},
@@ -181,6 +183,44 @@ func TestByteBudgetFlags(t *testing.T) {
 			t.Fatalf("example config: replay-window-bytes %d, step-queue-bytes %d", cfg.ReplayWindowBytes, cfg.StepQueueBytes)
 		}
 	})
+}
+
+// TestLogFormatLayers: --log-format defaults to auto and layers like every
+// other flag (file, TPC_LOG_FORMAT, flag); the example config sets json.
+func TestLogFormatLayers(t *testing.T) {
+	parse := func(t *testing.T, args ...string) agentOptions {
+		t.Helper()
+		var cfg agentOptions
+		fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+		cfg.flags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := layerConfig(fs); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if got := parse(t).LogFormat; got != "auto" {
+		t.Errorf("default log-format %q, want auto", got)
+	}
+	if got := parse(t, "--config", filepath.Join("..", "..", "configs", "agent.example.yaml")).LogFormat; got != "json" {
+		t.Errorf("example config: log-format %q, want json", got)
+	}
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(file, []byte("log-format: text\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := parse(t, "--config", file).LogFormat; got != "text" {
+		t.Errorf("file: log-format %q, want text", got)
+	}
+	t.Setenv("TPC_LOG_FORMAT", "json")
+	if got := parse(t, "--config", file).LogFormat; got != "json" {
+		t.Errorf("env over file: log-format %q, want json", got)
+	}
+	if got := parse(t, "--config", file, "--log-format", "auto").LogFormat; got != "auto" {
+		t.Errorf("flag over env: log-format %q, want auto", got)
+	}
 }
 
 // writeKeyFile writes content to dir/name with exactly mode, whatever the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/termlog"
 )
 
 // Exit codes. systemd's Restart=on-failure restarts on all but exitConfig
@@ -80,7 +81,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-// newLogger builds the process logger; level and format come from flags.
+// Log formats of --log-format; auto is the default of every command.
+const (
+	logFormatAuto  = "auto"
+	logFormatText  = "text"
+	logFormatJSON  = "json"
+	logFormatUsage = "log format: auto (text on a terminal, else json), text or json"
+)
+
+// newLogger builds the process logger writing to w (stderr); level and
+// format come from flags. auto is text when w is a terminal and JSON
+// otherwise (a pipe, a file, the journal), so a person at a terminal reads
+// lines and anything else gets records to parse. Text on a terminal is
+// termlog's ("15:04:05.000 INFO  message key=value"); text elsewhere is
+// slog's, whose lines carry the full date and time.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -88,12 +102,18 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
-	case "json":
+	case logFormatAuto, logFormatText:
+		if termlog.IsTerminal(w) {
+			return slog.New(termlog.NewHandler(w, l)), nil
+		}
+		if format == logFormatText {
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		}
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case logFormatJSON:
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, configError("log-format: %q is not one of json, text", format)
+	return nil, configError("log-format: %q is not one of auto, text, json", format)
 }
 
 func newVersionCmd() *cobra.Command {

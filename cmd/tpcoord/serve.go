@@ -168,7 +168,7 @@ chat template.`,
 	fs.StringVar(&o.telemetry.OTLPProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http (as agent --otlp-protocol)")
 	fs.BoolVar(&o.telemetry.OTLPInsecure, "otlp-insecure", false, "OTLP without TLS")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&o.logFormat, "log-format", logFormatAuto, logFormatUsage)
 	return cmd
 }
 

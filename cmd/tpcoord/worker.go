@@ -67,7 +67,7 @@ takes the agent's values.`,
 	fs.DurationVar(&cfg.ForwardTime, "forward-time", 0, "wall time of one forward pass")
 	fs.Uint32Var(&cfg.MaxVersion, "max-version", 0, "speak worker protocol versions up to this one (default: the highest, 2; 1 stands in for a version 1 worker)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&cfg.LogFormat, "log-format", logFormatAuto, logFormatUsage)
 	return cmd
 }
 

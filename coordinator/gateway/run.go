@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpcoord/tpcoord/internal/telemetry"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/sampler"
 )
@@ -95,7 +96,8 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 			x.emit(c, false)
 		}
 	}
-	c.rep, c.err = client.Stream(ctx, x.g.bus, x.g.subj, &c.req, cb)
+	// The request's span goes on to rank 0, whose request span joins it.
+	c.rep, c.err = client.Stream(telemetry.WithTraceHeader(ctx), x.g.bus, x.g.subj, &c.req, cb)
 	c.finish()
 	x.g.metrics.observe(c, time.Now())
 	if c.failed() {

@@ -70,8 +70,10 @@ func newTracing(ctx context.Context, c Config, l Labels, getenv func(string) str
 		return nil, err
 	}
 	exp = &reportingExporter{SpanExporter: exp, log: log, endpoint: t.Endpoint, protocol: t.Protocol}
-	// Every traced step is exported (sampling is the driver's TraceEvery).
-	t.Provider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	// Every traced step is exported (sampling is the driver's TraceEvery);
+	// a span with a parent from elsewhere (a request sent with a caller's
+	// trace context) follows the caller's sampling decision.
+	t.Provider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 	return t, nil
 }
 

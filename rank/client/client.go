@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -91,6 +92,8 @@ type Callbacks struct {
 // ErrRequestLost if rank 0 goes away or restarts without the request; if
 // ctx ends first it asks rank 0 to cancel the request and returns the
 // cancelled reply (or ctx's error if none comes within a few seconds).
+// Headers set on ctx with WithHeader go with the request's message (rank 0
+// reads its trace context there).
 func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks) (*GenerateReply, error) {
 	withKeepalive := *req
 	withKeepalive.Keepalive = true
@@ -106,7 +109,7 @@ func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects
 	if err != nil {
 		return nil, err
 	}
-	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: s.inbox, Data: data}); err != nil {
+	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: s.inbox, Data: data, Header: maps.Clone(headerFrom(ctx))}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)
 	}
 	return s.wait(ctx)

@@ -6,5 +6,7 @@
 //
 // It depends on broadcast (the transport) and sampler (the sampling
 // parameters) only, so a client binary does not carry the agent's
-// telemetry stack. Rank 0's side of the same messages is in package rank.
+// telemetry stack: a caller that traces passes its trace context as
+// message headers with WithHeader. Rank 0's side of the same messages is in
+// package rank.
 package client

@@ -1,0 +1,10 @@
+//go:build darwin || dragonfly || freebsd || netbsd || openbsd
+
+package termlog
+
+import "golang.org/x/sys/unix"
+
+func isTerminal(fd uintptr) bool {
+	_, err := unix.IoctlGetTermios(int(fd), unix.TIOCGETA) // #nosec G115 -- a descriptor fits an int
+	return err == nil
+}

@@ -1,0 +1,8 @@
+package termlog
+
+import "golang.org/x/sys/unix"
+
+func isTerminal(fd uintptr) bool {
+	_, err := unix.IoctlGetTermios(int(fd), unix.TCGETS) // #nosec G115 -- a descriptor fits an int
+	return err == nil
+}

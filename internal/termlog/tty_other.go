@@ -1,0 +1,7 @@
+//go:build !(linux || darwin || dragonfly || freebsd || netbsd || openbsd)
+
+package termlog
+
+// isTerminal: this platform's terminals are not recognised; logs are JSON
+// unless text is asked for.
+func isTerminal(uintptr) bool { return false }

@@ -166,7 +166,9 @@ func (e *hfEncoder) encodeSegment(ids []int32, s string, first bool) []int32 {
 }
 
 func buildModel(m *hfModel) (*bpeModel, error) {
-	if m.Type != "BPE" && !(m.Type == "" && m.Merges != nil) {
+	// A file without model.type but with merges is BPE, as the
+	// tokenizers library guesses it.
+	if m.Type != "BPE" && (m.Type != "" || m.Merges == nil) {
 		return nil, fmt.Errorf("%w, not %q", errNoModel, m.Type)
 	}
 	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" ||

@@ -1,10 +1,8 @@
 package tokenizer
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
@@ -212,11 +210,4 @@ func sequencePre(steps []preTokenizer) preTokenizer {
 func unicodeNormalizer(typ string) normalizer {
 	f := map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}[typ]
 	return f.String
-}
-
-func validUTF8(field, s string) error {
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%s: not valid UTF-8", field)
-	}
-	return nil
 }

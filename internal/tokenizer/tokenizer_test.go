@@ -192,17 +192,22 @@ func TestConfigErrorsNameField(t *testing.T) {
 	}
 }
 
-// TestConcurrentUse is for the race detector: one Tokenizer, many requests.
+// TestConcurrentUse is for the race detector: one Tokenizer of each
+// kind, many requests.
 func TestConcurrentUse(t *testing.T) {
-	tk := loadFixture(t)
+	fixture, cl100k := loadFixture(t), loadSpec(t, "tiktoken:cl100k_base")
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
+		tk := fixture
+		if g%2 == 1 {
+			tk = cl100k
+		}
 		wg.Go(func() {
 			for i := range 20 {
 				text := strings.Repeat("日本 🙂 Hello, world! ", g+i)
 				ids, err := tk.Encode(text, true)
-				if err == nil {
+				if err == nil && tk.HasChatTemplate() {
 					_, err = tk.ApplyChatTemplate([]ChatMessage{{"user", text}}, true)
 				}
 				if err == nil {

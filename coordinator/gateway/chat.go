@@ -90,6 +90,13 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 		msgs[i] = ChatMessage{Role: m.Role, Content: text}
 	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	total := 0
+	for _, m := range msgs {
+		total += len(m.Content)
+	}
+	if total > MaxPromptBytes {
+		return nil, badRequest("messages", "%d bytes of content, at most %d", total, MaxPromptBytes)
+	}
 	prompt, err := g.tok.ApplyChatTemplate(msgs, addGen)
 	if err != nil {
 		return nil, badRequest("messages", "the chat template refused them: %v", err)

@@ -407,3 +407,21 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 		}
 	}
 }
+
+func TestPromptTextBounded(t *testing.T) {
+	g, f := newTestGateway(t, "a", nil, WithTokenizer(byteTokenizer{template: true}))
+	srv := serve(t, g)
+	long := strings.Repeat("a", MaxPromptBytes+1)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", `{"prompt":"` + long + `"}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`},
+	} {
+		resp := post(t, srv, c.path, c.body)
+		if e := decode[errorBody](t, resp); resp.StatusCode != 400 || !strings.Contains(e.Error.Message, "at most") {
+			t.Errorf("%s: status %d %q, want 400 naming the bound", c.path, resp.StatusCode, e.Error.Message)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Fatalf("rank 0 got %d requests", n)
+	}
+}

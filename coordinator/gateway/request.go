@@ -24,6 +24,11 @@ const (
 	// MaxStops bounds the stop strings of a request, MaxStopBytes each.
 	MaxStops     = 16
 	MaxStopBytes = 256
+	// MaxPromptBytes bounds the text of one prompt (or of a rendered
+	// chat), about four bytes a token of client.MaxPromptTokens. It also
+	// bounds the tokenizer's work: BPE on one long word grows faster than
+	// its length (docs/tokenizer.md).
+	MaxPromptBytes = 4 * client.MaxPromptTokens
 )
 
 // samplingFields are the fields /v1/completions and /v1/chat/completions
@@ -254,6 +259,9 @@ func parsePrompts(raw json.RawMessage, encode func(string) ([]int32, error)) ([]
 	}
 	out := make([][]int32, len(texts))
 	for i, t := range texts {
+		if len(t) > MaxPromptBytes {
+			return nil, badRequest("prompt", "prompt %d has %d bytes, at most %d", i, len(t), MaxPromptBytes)
+		}
 		ids, err := encode(t)
 		if err != nil {
 			return nil, badRequest("prompt", "prompt %d: %v", i, err)

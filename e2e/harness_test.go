@@ -60,6 +60,7 @@ type readyInfo struct {
 	NATSURL string `json:"nats_url"`
 	Job     string `json:"job"`
 	PIDs    []int  `json:"pids"`
+	HTTPURL string `json:"http_url"` // launch --http
 }
 
 // job is one running `tpcoord launch`.

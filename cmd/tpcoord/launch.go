@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -152,21 +151,13 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	cfg.AgentArgs = agentArgs(fs, launchOwnFlags...)
 	cfg.Logger = log
 	if gw != nil {
-		// Listening now gives the ready file its URL; requests wait in
-		// the backlog until the job is ready.
-		if gw.ln, err = gateway.Listen(gw.cfg); err != nil {
+		if err := gw.start(cmd.Context(), a, log); err != nil {
 			return err
 		}
+		defer gw.close()
 		cfg.HTTPURL = gateway.URL(gw.cfg, gw.ln)
 	}
 	return runLaunch(cmd.Context(), cfg, o, gw, cmd.OutOrStdout())
-}
-
-// launchGateway is launch --http's gateway, built before the job starts.
-type launchGateway struct {
-	cfg  gateway.Config
-	opts []gateway.Option
-	ln   net.Listener
 }
 
 // runLaunch runs the job until a signal, a rank's death or, with --demo,
@@ -179,9 +170,6 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, gw *lau
 	defer signal.Stop(usr1)
 	cfg.Forward = usr1
 	var use func(context.Context, *launch.Job) error
-	if gw != nil {
-		defer gw.ln.Close()
-	}
 	if o.Demo {
 		model := fmt.Sprintf("synthetic, forward %v", o.agent.ForwardTime)
 		if o.agent.Executor == "worker" {

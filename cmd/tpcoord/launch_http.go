@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"os"
 
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
 	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/telemetry"
 )
 
 // httpGateway checks launch --http's flags; nil without --http.
@@ -21,6 +24,37 @@ func (o *launchOptions) httpGateway(log *slog.Logger) (*launchGateway, error) {
 	}
 	opts = append(opts, gateway.WithLogger(log), gateway.WithVersion(buildinfo.Get().Version))
 	return &launchGateway{cfg: cfg, opts: opts}, nil
+}
+
+// launchGateway is launch --http's gateway, built before the job starts.
+type launchGateway struct {
+	cfg  gateway.Config
+	opts []gateway.Option
+	ln   net.Listener
+	tel  *telemetry.Telemetry
+}
+
+// start listens, which gives the ready file its URL (requests wait in the
+// backlog until the job is ready), and exports the gateway's request spans
+// where the ranks export theirs.
+func (gw *launchGateway) start(ctx context.Context, a *agentOptions, log *slog.Logger) error {
+	tc := telemetry.Config{OTLPEndpoint: a.Telemetry.OTLPEndpoint, OTLPProtocol: a.Telemetry.OTLPProtocol, OTLPInsecure: a.Telemetry.OTLPInsecure}
+	tel, err := telemetry.Start(ctx, tc, telemetry.Labels{Job: a.Job, Gateway: true}, os.Getenv, log)
+	if err != nil {
+		return configError("%v", err)
+	}
+	gw.tel = tel
+	gw.opts = append(gw.opts, gateway.WithTracer(tel.Tracer()))
+	if gw.ln, err = gateway.Listen(gw.cfg); err != nil {
+		tel.Close()
+		return err
+	}
+	return nil
+}
+
+func (gw *launchGateway) close() {
+	_ = gw.ln.Close()
+	_ = gw.tel.Close()
 }
 
 // beside returns use with the gateway serving beside it, for as long as

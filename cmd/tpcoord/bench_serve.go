@@ -58,6 +58,7 @@ One JSON line per round and a summary line with --json, a table otherwise;
 	fs.DurationVar(&o.ForwardTime, "forward-time", 20*time.Millisecond, "synthetic forward pass wall time")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
 	fs.StringVar(&o.Plot, "plot", "", "write a PNG of the summary to this file")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write this process's CPU profile (gateway and clients) over the rounds to this file")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	return cmd
 }

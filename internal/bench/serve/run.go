@@ -105,6 +105,11 @@ func runRounds(ctx context.Context, paths []sender, o Options, stdout, progress 
 		printHeader(stdout, o)
 	}
 	l := load{requests: o.Requests, window: o.Duration, maxTokens: o.MaxTokens, vocab: o.Vocab, seed: seedBase}
+	stopProfile, err := startProfile(o.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
 	var out []RoundResult
 	for r := range o.Rounds {
 		for _, p := range paths {

@@ -86,6 +86,12 @@ func Start(ctx context.Context, l Launch) (*Job, error) {
 // Ready is what launch wrote to its ready file.
 func (j *Job) Ready() ReadyInfo { return j.ready }
 
+// Bus is the job's NATS connection, which the Job owns (Stop closes it).
+func (j *Job) Bus() broadcast.Transport { return j.nc }
+
+// Subjects are the job's NATS subjects.
+func (j *Job) Subjects() broadcast.Subjects { return j.subj }
+
 // waitReady polls for launch's ready file until launch exits or ctx ends.
 func (j *Job) waitReady(ctx context.Context, path string) (ReadyInfo, error) {
 	t := time.NewTicker(50 * time.Millisecond)

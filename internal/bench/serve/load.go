@@ -1,0 +1,123 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tpcoord/tpcoord/internal/bench/job"
+)
+
+// Every request samples at this temperature, ignoring EOS, so both paths
+// decode the same number of tokens with the same seeds.
+const (
+	temperature = 0.8
+	seedBase    = 1000
+	warmSeed    = 1 << 20
+)
+
+// request is request i of a round: the same on both paths.
+type request struct {
+	prompt    []int32
+	seed      uint64
+	maxTokens int
+}
+
+func requestOf(i, vocab, maxTokens int, seed uint64) request {
+	return request{prompt: job.Prompt(i, vocab), seed: seed + uint64(i), maxTokens: maxTokens}
+}
+
+// sender is one path to the job: it sends r and calls onTokens with the
+// number of tokens in each event as it arrives (on the caller's
+// goroutine), and returns once the request ended.
+type sender interface {
+	name() string
+	send(ctx context.Context, r request, onTokens func(n int)) error
+}
+
+// sample is one request as its client saw it: the time from sending it to
+// the arrival of each of its tokens (the tokens of one event share it).
+type sample struct {
+	arrivals []time.Duration
+}
+
+// measure sends r over s and times its tokens; a request that did not
+// decode all of r.maxTokens tokens is an error (they ignore EOS).
+func measure(ctx context.Context, s sender, r request) (sample, error) {
+	start := time.Now()
+	arr := make([]time.Duration, 0, r.maxTokens)
+	err := s.send(ctx, r, func(n int) {
+		d := time.Since(start)
+		for range n {
+			arr = append(arr, d)
+		}
+	})
+	if err == nil && len(arr) != r.maxTokens {
+		err = fmt.Errorf("%d tokens, want %d (ignore_eos)", len(arr), r.maxTokens)
+	}
+	return sample{arrivals: arr}, err
+}
+
+// load is what a round submits: a number of requests, or requests for as
+// long as a window lasts.
+type load struct {
+	requests  int
+	window    time.Duration
+	maxTokens int
+	vocab     int
+	seed      uint64
+}
+
+// next hands out request indices: until requests were handed out, or
+// until the window since start has passed.
+func (l load) next(n *atomic.Int64, start time.Time) (int, bool) {
+	if l.requests == 0 && time.Since(start) >= l.window {
+		return 0, false
+	}
+	i := int(n.Add(1) - 1)
+	return i, l.requests == 0 || i < l.requests
+}
+
+// roundSamples are a round's requests and its wall time, from the first
+// submission to the end of the last request.
+type roundSamples struct {
+	samples []sample
+	elapsed time.Duration
+}
+
+// runRound runs clients concurrent clients, each sending its next request
+// once the last ended, until l is exhausted. The first failed request
+// ends the round with its error.
+func runRound(ctx context.Context, s sender, clients int, l load) (roundSamples, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		out  []sample
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for i, ok := l.next(&next, start); ok && ctx.Err() == nil; i, ok = l.next(&next, start) {
+				sm, err := measure(ctx, s, requestOf(i, l.vocab, l.maxTokens, l.seed))
+				if err != nil {
+					cancel(fmt.Errorf("%s: request %d: %w", s.name(), i, err))
+					return
+				}
+				mu.Lock()
+				out = append(out, sm)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return roundSamples{}, err
+	}
+	return roundSamples{samples: out, elapsed: elapsed}, nil
+}

@@ -30,8 +30,9 @@ p99, and output tokens/s over the round's wall time. The summary takes
 medians over rounds and compares HTTP with NATS against the target: at
 least 0.95 of the tokens/s and at most 1 ms more TTFT p50.
 
-One JSON line per round and a summary line with --json, a table otherwise;
---plot writes a PNG of the summary; progress goes to stderr.`,
+One JSON line per round and a summary line with --json, a table otherwise
+(scripts/benchplot draws the JSON lines, as serve.jsonl); progress goes to
+stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -57,7 +58,6 @@ One JSON line per round and a summary line with --json, a table otherwise;
 	fs.IntVar(&o.Vocab, "vocab", 100352, "vocabulary size")
 	fs.DurationVar(&o.ForwardTime, "forward-time", 20*time.Millisecond, "synthetic forward pass wall time")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
-	fs.StringVar(&o.Plot, "plot", "", "write a PNG of the summary to this file")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write this process's CPU profile (gateway and clients) over the rounds to this file")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	return cmd

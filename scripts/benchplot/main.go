@@ -256,6 +256,8 @@ func (g *gen) run(date string) error {
 			g.step(recs)
 		case "torch":
 			err = g.torch(recs)
+		case "serve":
+			err = g.serve(recs)
 		default:
 			g.p("### %s\n\n", b)
 			g.generic(recs)

@@ -20,7 +20,6 @@ type Options struct {
 	Vocab       int           // --vocab
 	ForwardTime time.Duration // --forward-time: synthetic forward pass
 	JSON        bool          // --json: JSON lines instead of a table
-	Plot        string        // --plot: write a PNG of the summary here
 	CPUProfile  string        // --cpuprofile: this process's CPU profile over the rounds
 	Timeout     time.Duration // --timeout: the whole run
 }

@@ -47,13 +47,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	j.StopQuietly(progress, "bench serve")
 	s.LoadAfter = loadAvg()
 	compare(&s, rounds)
-	if err := printSummary(stdout, s, o.JSON); err != nil {
-		return err
-	}
-	if o.Plot != "" {
-		return plotSummary(o.Plot, s)
-	}
-	return nil
+	return printSummary(stdout, s, o.JSON)
 }
 
 func (o Options) setup() Setup {

@@ -57,6 +57,7 @@ stderr.`,
 	fs.IntVar(&o.MaxTokens, "max-tokens", 64, "output tokens per request (ignore_eos)")
 	fs.IntVar(&o.Vocab, "vocab", 100352, "vocabulary size")
 	fs.DurationVar(&o.ForwardTime, "forward-time", 20*time.Millisecond, "synthetic forward pass wall time")
+	fs.DurationVar(&o.Think, "think", 40*time.Millisecond, "most a client waits before its next request (a draw fixed by the request, the same on both paths): spreads submissions over the step")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write this process's CPU profile (gateway and clients) over the rounds to this file")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")

@@ -68,6 +68,34 @@ type load struct {
 	maxTokens int
 	vocab     int
 	seed      uint64
+	think     time.Duration // the most a client waits before request i
+}
+
+// thinkTime is request i's wait before it is sent: in [0, l.think), from
+// a hash of the seed and i (splitmix64), so both paths wait alike.
+func (l load) thinkTime(i int) time.Duration {
+	if l.think <= 0 {
+		return 0
+	}
+	z := l.seed + uint64(i)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return time.Duration(z % uint64(l.think))
+}
+
+// wait sleeps request i's think time, or until ctx ends.
+func (l load) wait(ctx context.Context, i int) {
+	d := l.thinkTime(i)
+	if d == 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // next hands out request indices: until requests were handed out, or
@@ -88,7 +116,7 @@ type roundSamples struct {
 }
 
 // runRound runs clients concurrent clients, each sending its next request
-// once the last ended, until l is exhausted. The first failed request
+// a think time after the last ended, until l is exhausted. The first failed request
 // ends the round with its error.
 func runRound(ctx context.Context, s sender, clients int, l load) (roundSamples, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -103,6 +131,7 @@ func runRound(ctx context.Context, s sender, clients int, l load) (roundSamples,
 	for range clients {
 		wg.Go(func() {
 			for i, ok := l.next(&next, start); ok && ctx.Err() == nil; i, ok = l.next(&next, start) {
+				l.wait(ctx, i)
 				sm, err := measure(ctx, s, requestOf(i, l.vocab, l.maxTokens, l.seed))
 				if err != nil {
 					cancel(fmt.Errorf("%s: request %d: %w", s.name(), i, err))

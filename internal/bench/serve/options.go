@@ -19,6 +19,11 @@ type Options struct {
 	MaxTokens   int           // --max-tokens: output tokens per request (ignore_eos)
 	Vocab       int           // --vocab
 	ForwardTime time.Duration // --forward-time: synthetic forward pass
+	// Think is the most a client waits before its next request (--think):
+	// a draw in [0, Think) fixed by the request's index, the same on both
+	// paths. It spreads submissions over the step, so that neither path's
+	// requests keep catching (or missing) a step's admission in phase.
+	Think time.Duration
 	JSON        bool          // --json: JSON lines instead of a table
 	CPUProfile  string        // --cpuprofile: this process's CPU profile over the rounds
 	Timeout     time.Duration // --timeout: the whole run
@@ -45,6 +50,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--vocab: must be in [16, %d], got %d", 1<<24, o.Vocab)
 	case o.ForwardTime < 0:
 		return fmt.Errorf("--forward-time: must be >= 0, got %v", o.ForwardTime)
+	case o.Think < 0:
+		return fmt.Errorf("--think: must be >= 0, got %v", o.Think)
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout: must be > 0, got %v", o.Timeout)
 	case o.Self == "":

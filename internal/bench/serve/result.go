@@ -76,6 +76,7 @@ type Setup struct {
 	MaxTokens     int     `json:"max_tokens"`
 	Vocab         int     `json:"vocab"`
 	ForwardTimeMS float64 `json:"forward_time_ms"`
+	ThinkMS       float64 `json:"think_ms"`
 }
 
 // Summary is the last JSON line: both paths and the gateway's cost.

@@ -52,7 +52,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 
 func (o Options) setup() Setup {
 	return Setup{NProc: o.NProc, Clients: o.Clients, Requests: o.Requests, DurationS: o.Duration.Seconds(),
-		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime)}
+		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime), ThinkMS: ms(o.Think)}
 }
 
 // withGateway serves the job's API on loopback from this process, over a
@@ -98,7 +98,7 @@ func runRounds(ctx context.Context, paths []sender, o Options, stdout, progress 
 	if !o.JSON {
 		printHeader(stdout, o)
 	}
-	l := load{requests: o.Requests, window: o.Duration, maxTokens: o.MaxTokens, vocab: o.Vocab, seed: seedBase}
+	l := load{requests: o.Requests, window: o.Duration, maxTokens: o.MaxTokens, vocab: o.Vocab, seed: seedBase, think: o.Think}
 	stopProfile, err := startProfile(o.CPUProfile)
 	if err != nil {
 		return nil, err
@@ -140,8 +140,8 @@ func printHeader(w io.Writer, o Options) {
 	if o.Duration > 0 {
 		load = fmt.Sprintf("%v of submissions", o.Duration)
 	}
-	fmt.Fprintf(w, "nproc %d, %d clients, %s per round, max_tokens %d, vocab %d, forward %v\n",
-		o.NProc, o.Clients, load, o.MaxTokens, o.Vocab, o.ForwardTime)
+	fmt.Fprintf(w, "nproc %d, %d clients, %s per round, max_tokens %d, vocab %d, forward %v, think < %v\n",
+		o.NProc, o.Clients, load, o.MaxTokens, o.Vocab, o.ForwardTime, o.Think)
 	fmt.Fprintf(w, "%-5s %-5s %9s %8s %14s %9s %9s %9s %9s\n", "round", "path", "requests", "tokens", "output_tok/s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 }
 

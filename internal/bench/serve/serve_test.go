@@ -152,3 +152,23 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// Think times are the same for a request on both paths, within the bound,
+// and spread (not all one value).
+func TestThinkTime(t *testing.T) {
+	l := load{seed: seedBase, think: 40 * time.Millisecond}
+	seen := map[time.Duration]bool{}
+	for i := range 1000 {
+		d := l.thinkTime(i)
+		if d < 0 || d >= l.think || d != l.thinkTime(i) {
+			t.Fatalf("request %d: think %v", i, d)
+		}
+		seen[d/time.Millisecond] = true
+	}
+	if len(seen) < 35 {
+		t.Fatalf("1000 draws hit %d of 40 millisecond buckets", len(seen))
+	}
+	if (load{}).thinkTime(3) != 0 {
+		t.Fatal("no think bound, yet a think time")
+	}
+}

@@ -23,10 +23,10 @@ type Options struct {
 	// a draw in [0, Think) fixed by the request's index, the same on both
 	// paths. It spreads submissions over the step, so that neither path's
 	// requests keep catching (or missing) a step's admission in phase.
-	Think time.Duration
-	JSON        bool          // --json: JSON lines instead of a table
-	CPUProfile  string        // --cpuprofile: this process's CPU profile over the rounds
-	Timeout     time.Duration // --timeout: the whole run
+	Think      time.Duration
+	JSON       bool          // --json: JSON lines instead of a table
+	CPUProfile string        // --cpuprofile: this process's CPU profile over the rounds
+	Timeout    time.Duration // --timeout: the whole run
 }
 
 // Validate checks o; its errors name the flag.

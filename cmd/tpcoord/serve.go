@@ -42,6 +42,7 @@ func (o *gatewayOptions) flags(fs *pflag.FlagSet, listen, listenDefault string) 
 	fs.StringVar(&o.cfg.Listen, f.name("Listen", listen), listenDefault, "HTTP address of the OpenAI-compatible API (host:port; an IP other than loopback needs --api-key-file and --tls-cert, or --insecure)")
 	fs.StringVar(&o.cfg.Model, f.name("Model", "served-model-name"), "", "model name /v1/models lists and requests must give (default: the job ID)")
 	fs.StringVar(&o.tokenizer, "tokenizer", "", `turn text into tokens and back: a Hugging Face tokenizer.json (or the directory holding it, with tokenizer_config.json for the chat template), or "tiktoken:<encoding>" (cl100k_base, o200k_base, ...); empty: token IDs only`)
+	f["APIKeys"], f["Insecure"] = "api-key-file", "insecure"
 	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file of API keys, one a line, readable by its owner only: /v1 requests need Authorization: Bearer <key>")
 	fs.StringVar(&o.cfg.TLSCert, f.name("TLSCert", "tls-cert"), "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fs.StringVar(&o.cfg.TLSKey, f.name("TLSKey", "tls-key"), "", "the certificate's private key (PEM)")

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// serve refuses what it cannot serve safely or at all before it connects
+// anywhere, naming the flag (exit 2).
+func TestServeRefusals(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "keys-open")
+	if err := os.WriteFile(open, []byte("k1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "keys-empty")
+	if err := os.WriteFile(empty, []byte("# none\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--listen", "10.1.2.3:8000"}, "listen: 10.1.2.3:8000 is reachable beyond this host: requests need API keys and TLS (give --api-key-file; or --insecure to accept the risk)"},
+		{[]string{"serve", "--listen", "example.com:8000"}, "listen: \"example.com\": give an IP address"},
+		{[]string{"serve", "--api-key-file", open}, "api-key-file: "},
+		{[]string{"serve", "--api-key-file", empty}, "holds no key"},
+		{[]string{"serve", "--tls-cert", "/x.pem"}, "tls-cert: TLS needs both"},
+		{[]string{"serve", "--tokenizer", filepath.Join(dir, "nothing")}, "tokenizer: "},
+		{[]string{"serve", "--request-timeout", "0s"}, "request-timeout: must be > 0"},
+		{[]string{"serve", "--log-format", "xml"}, "log-format:"},
+		{[]string{"launch", "--http", "10.1.2.3:8000"}, "http: 10.1.2.3:8000 is reachable beyond this host"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(c.args, &stdout, &stderr); code != exitConfig || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d naming %q", c.args, code, stderr.String(), exitConfig, c.want)
+		}
+	}
+}
+
+func TestLoopbackDefault(t *testing.T) {
+	for in, want := range map[string]string{
+		"8000": "127.0.0.1:8000", ":8000": "127.0.0.1:8000", "0.0.0.0:8000": "0.0.0.0:8000",
+		"[::1]:8000": "[::1]:8000", "10.0.0.1:80": "10.0.0.1:80",
+	} {
+		if got := loopbackDefault(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestReadAPIKeys(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(p, []byte("# rotated monthly\nnew-key\n\n  old-key  \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := readAPIKeys(p)
+	if err != nil || strings.Join(keys, ",") != "new-key,old-key" {
+		t.Fatalf("keys %q, %v", keys, err)
+	}
+}

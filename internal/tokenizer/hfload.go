@@ -1,0 +1,252 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// hfEncoder encodes with a tokenizer.json's pipeline: split out added
+// tokens, then normalize, pre-tokenize and run the BPE model on the rest.
+type hfEncoder struct {
+	added     *regexp.Regexp // nil without added tokens
+	addedIDs  map[string]int32
+	normalize normalizer
+	pre       preTokenizer
+	model     *bpeModel
+}
+
+func loadHF(spec, path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := parseHF(data)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	t.name = spec
+	cfgPath := filepath.Join(filepath.Dir(path), "tokenizer_config.json")
+	cfg, err := readConfig(cfgPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return t, nil
+	case err != nil:
+		return nil, fmt.Errorf("tokenizer: %s: %w", cfgPath, err)
+	}
+	if err := t.applyConfig(cfg, filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", cfgPath, err)
+	}
+	return t, nil
+}
+
+// parseHF builds a Tokenizer from the bytes of a tokenizer.json.
+func parseHF(data []byte) (*Tokenizer, error) {
+	var f hfFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
+	model, err := buildModel(&f.Model)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tokenizer{}
+	if err := t.buildTable(&f, model); err != nil {
+		return nil, err
+	}
+	enc := &hfEncoder{model: model, addedIDs: map[string]int32{}}
+	if enc.normalize, err = buildNormalizer("normalizer", f.Normalizer); err != nil {
+		return nil, err
+	}
+	if enc.pre, err = buildPreTokenizer("pre_tokenizer", f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	enc.setAdded(f.AddedTokens)
+	t.enc = enc
+	if t.pre, t.post, _, err = buildPostProcessor("post_processor", f.PostProcessor, enc.lookup); err != nil {
+		return nil, err
+	}
+	return t, t.checkIDs(append(append([]int32{}, t.pre...), t.post...), "post_processor")
+}
+
+func (t *Tokenizer) checkIDs(ids []int32, field string) error {
+	for _, id := range ids {
+		if int(id) >= len(t.pieces) {
+			return fmt.Errorf("%s: id %d is beyond the vocab (%d)", field, id, len(t.pieces))
+		}
+	}
+	return nil
+}
+
+// buildTable fills the decode table from the vocab and the added tokens.
+func (t *Tokenizer) buildTable(f *hfFile, m *bpeModel) error {
+	var d decodeSpec
+	if err := buildDecoder("decoder", f.Decoder, &d); err != nil {
+		return err
+	}
+	t.stripLeading = d.stripLeading
+	size := int32(0)
+	for _, id := range m.vocab {
+		size = max(size, id+1)
+	}
+	for i, a := range f.AddedTokens {
+		if a.ID < 0 || a.ID >= maxID {
+			return fmt.Errorf("added_tokens[%d].id: %d out of range [0, %d)", i, a.ID, maxID)
+		}
+		size = max(size, int32(a.ID)+1)
+	}
+	t.pieces = make([][]byte, size)
+	t.special = make([]bool, size)
+	for s, id := range m.vocab {
+		t.pieces[id] = d.tokenBytes(s)
+	}
+	for _, a := range f.AddedTokens {
+		t.pieces[a.ID] = d.tokenBytes(a.Content)
+		t.special[a.ID] = a.Special
+	}
+	return nil
+}
+
+// setAdded prepares the split on added tokens, longest first where one is
+// a prefix of another.
+func (e *hfEncoder) setAdded(tokens []hfAddedToken) {
+	var alts []string
+	for _, a := range tokens {
+		if a.Content == "" {
+			continue
+		}
+		e.addedIDs[a.Content] = int32(a.ID)
+		alts = append(alts, a.Content)
+	}
+	if len(alts) == 0 {
+		return
+	}
+	sort.SliceStable(alts, func(i, j int) bool { return len(alts[i]) > len(alts[j]) })
+	for i, a := range alts {
+		alts[i] = regexp.QuoteMeta(a)
+	}
+	e.added = regexp.MustCompile(strings.Join(alts, "|"))
+}
+
+func (e *hfEncoder) encode(text string) ([]int32, error) {
+	var ids []int32
+	at, first := 0, true
+	if e.added != nil {
+		for _, m := range e.added.FindAllStringIndex(text, -1) {
+			ids = e.encodeSegment(ids, text[at:m[0]], first)
+			ids = append(ids, e.addedIDs[text[m[0]:m[1]]])
+			at, first = m[1], false
+		}
+	}
+	return e.encodeSegment(ids, text[at:], first), nil
+}
+
+func (e *hfEncoder) encodeSegment(ids []int32, s string, first bool) []int32 {
+	if s == "" {
+		return ids
+	}
+	if e.normalize != nil {
+		s = e.normalize(s)
+	}
+	words := []string{s}
+	if e.pre != nil {
+		words = e.pre(words, first)
+	}
+	for _, w := range words {
+		ids = e.model.encodeWord(ids, w)
+	}
+	return ids
+}
+
+func buildModel(m *hfModel) (*bpeModel, error) {
+	// A file without model.type but with merges is BPE, as the
+	// tokenizers library guesses it.
+	if m.Type != "BPE" && (m.Type != "" || m.Merges == nil) {
+		return nil, fmt.Errorf("%w, not %q", errNoModel, m.Type)
+	}
+	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" ||
+		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
+		return nil, errors.New("model: continuing_subword_prefix and end_of_word_suffix are not supported")
+	}
+	b := &bpeModel{vocab: make(map[string]int32, len(m.Vocab)), unk: -1, ignoreMerges: m.IgnoreMerges}
+	for s, id := range m.Vocab {
+		if id < 0 || id >= maxID {
+			return nil, fmt.Errorf("model.vocab[%q]: id %d out of range [0, %d)", s, id, maxID)
+		}
+		b.vocab[s] = int32(id)
+	}
+	if m.UnkToken != nil {
+		id, ok := b.vocab[*m.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("model.unk_token: %q is not in the vocab", *m.UnkToken)
+		}
+		b.unk = id
+	}
+	b.setByteFallback(m.ByteFallback)
+	merges, err := parseMerges(m.Merges, b.vocab)
+	if err != nil {
+		return nil, err
+	}
+	b.merges = merges
+	return b, nil
+}
+
+func (m *bpeModel) setByteFallback(on bool) {
+	for i := range m.byteFallback {
+		m.byteFallback[i] = -1
+		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", i)]; ok && on {
+			m.byteFallback[i] = id
+			m.hasFallback = true
+		}
+	}
+}
+
+// parseMerges reads merges in either form: "a b" strings or ["a", "b"].
+func parseMerges(raw json.RawMessage, vocab map[string]int32) (map[[2]int32]merge, error) {
+	var list []json.RawMessage
+	if len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("model.merges: %w", err)
+		}
+	}
+	out := make(map[[2]int32]merge, len(list))
+	for i, r := range list {
+		a, b, err := mergePair(r)
+		if err != nil {
+			return nil, fmt.Errorf("model.merges[%d]: %w", i, err)
+		}
+		ia, oka := vocab[a]
+		ib, okb := vocab[b]
+		ic, okc := vocab[a+b]
+		if !oka || !okb || !okc {
+			return nil, fmt.Errorf("model.merges[%d]: %q + %q: a part or the result is not in the vocab", i, a, b)
+		}
+		if _, dup := out[[2]int32{ia, ib}]; !dup {
+			out[[2]int32{ia, ib}] = merge{rank: int32(i), id: ic}
+		}
+	}
+	return out, nil
+}
+
+func mergePair(r json.RawMessage) (string, string, error) {
+	var s string
+	if err := json.Unmarshal(r, &s); err == nil {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || strings.Contains(b, " ") {
+			return "", "", fmt.Errorf("%q is not two tokens separated by a space", s)
+		}
+		return a, b, nil
+	}
+	var pair []string
+	if err := json.Unmarshal(r, &pair); err != nil || len(pair) != 2 {
+		return "", "", errors.New("neither \"a b\" nor [\"a\", \"b\"]")
+	}
+	return pair[0], pair[1], nil
+}

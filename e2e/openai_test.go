@@ -21,6 +21,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/respjson"
+
+	"github.com/tpcoord/tpcoord/internal/tokenizer"
 )
 
 // These tests drive `launch --http` with the official openai-go client, as
@@ -330,6 +332,10 @@ func testCompletionInvalid(t *testing.T, oj *openaiJob) {
 			t.Errorf("%s: got %d param %q type %q message %q; want %d naming %q", tc.name, e.StatusCode, e.Param, e.Type, e.Message, tc.status, tc.param)
 		}
 	}
+	_, err := oj.client.Chat.Completions.New(ctx, chatParams(oj.info.Job, 1, 4))
+	if e := apiError(t, err); e.StatusCode != http.StatusBadRequest || e.Param != "messages" || !strings.Contains(e.Message, "tokenizer") {
+		t.Errorf("chat without a tokenizer: %d param %q message %q; want 400 naming messages", e.StatusCode, e.Param, e.Message)
+	}
 }
 
 func testServiceEndpoints(t *testing.T, oj *openaiJob) {
@@ -466,5 +472,209 @@ func TestOpenAIOverload(t *testing.T) {
 	}
 	if ra := e.Response.Header.Get("Retry-After"); ra != "1" {
 		t.Errorf("Retry-After %q, want 1 (second)", ra)
+	}
+}
+
+// TestOpenAIText: with --tokenizer, prompts and answers are text: the
+// text equals the tokenizer's decoding of token_ids, whole or streamed;
+// chat completions render the fixture's chat template; a stop string ends
+// the text before it, with finish_reason stop.
+func TestOpenAIText(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.Abs(filepath.Join("testdata", "tokenizer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The job's vocabulary is the tokenizer's, so every token drawn decodes.
+	oj := launchHTTP(t, "", "--job", "e2e-openai-text", "--forward-time", "1ms", "--tokenizer", dir, "--vocab", strconv.Itoa(tok.VocabSize()))
+	t.Run("completion", func(t *testing.T) { testTextCompletion(t, oj, tok) })
+	t.Run("stop string", func(t *testing.T) { testStopString(t, oj) })
+	t.Run("chat", func(t *testing.T) { testChat(t, oj, tok) })
+	t.Run("chat streamed", func(t *testing.T) { testChatStreamed(t, oj) })
+}
+
+func textPrompt(model, prompt string, seed, maxTokens int64) openai.CompletionNewParams {
+	p := seeded(model, seed, maxTokens)
+	p.Prompt = openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)}
+	return p
+}
+
+func testTextCompletion(t *testing.T, oj *openaiJob, tok *tokenizer.Tokenizer) {
+	ctx := testContext(t, 60*time.Second)
+	const prompt = "Hello world, the quick brown fox"
+	c, err := oj.client.Completions.New(ctx, textPrompt(oj.info.Job, prompt, 11, 24), ignoreEOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := c.Choices[0]
+	ids := tokenIDs(t, ch.JSON.ExtraFields)
+	want, err := tok.Decode(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 24 || ch.Text != want || ch.FinishReason != "length" {
+		t.Errorf("text %q, token_ids %v decode to %q; want them equal, 24 tokens, finish length (%s)", ch.Text, ids, want, ch.FinishReason)
+	}
+	enc, err := tok.Encode(prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Usage.PromptTokens != int64(len(enc)) || enc[0] != 1 {
+		t.Errorf("prompt_tokens %d, the tokenizer encodes the prompt to %v (with <s> first)", c.Usage.PromptTokens, enc)
+	}
+	var streamedText strings.Builder
+	s := oj.client.Completions.NewStreaming(ctx, textPrompt(oj.info.Job, prompt, 11, 24), ignoreEOS)
+	for s.Next() {
+		if cs := s.Current().Choices; len(cs) > 0 {
+			streamedText.WriteString(cs[0].Text)
+		}
+	}
+	if err := s.Err(); err != nil || streamedText.String() != ch.Text {
+		t.Errorf("streamed text %q (%v), whole %q: want the same", streamedText.String(), err, ch.Text)
+	}
+}
+
+// stopCandidate returns a 2-byte ASCII string of text whose first
+// occurrence is in its second half (so the text kept before it is long),
+// and where it is; ok false if none.
+func stopCandidate(text string) (stop string, at int, ok bool) {
+	for i := len(text) / 2; i+2 <= len(text); i++ {
+		s := text[i : i+2]
+		if s[0] > ' ' && s[0] < 0x7f && s[1] > ' ' && s[1] < 0x7f && strings.Index(text, s) == i {
+			return s, i, true
+		}
+	}
+	return "", 0, false
+}
+
+// testStopString: a seeded request draws the same tokens again, so a
+// string taken from its text stops the second one there: the text ends
+// just before the string's first occurrence, whole and streamed.
+func testStopString(t *testing.T, oj *openaiJob) {
+	ctx := testContext(t, 60*time.Second)
+	var full string
+	var stop string
+	var at int
+	for seed := int64(1); ; seed++ {
+		c, err := oj.client.Completions.New(ctx, textPrompt(oj.info.Job, "Once upon a time", seed, 32), ignoreEOS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full = c.Choices[0].Text
+		var ok bool
+		if stop, at, ok = stopCandidate(full); ok {
+			p := textPrompt(oj.info.Job, "Once upon a time", seed, 32)
+			p.Stop = openai.CompletionNewParamsStopUnion{OfString: openai.String(stop)}
+			t.Logf("seed %d: stop %q, first at byte %d of %q", seed, stop, at, full)
+			checkStopped(t, oj, p, full[:at], stop)
+			return
+		}
+		if seed == 20 {
+			t.Fatalf("20 seeds drew no text with a 2-byte ASCII string first in its second half; last %q", full)
+		}
+	}
+}
+
+func checkStopped(t *testing.T, oj *openaiJob, p openai.CompletionNewParams, want, stop string) {
+	t.Helper()
+	ctx := testContext(t, 60*time.Second)
+	c, err := oj.client.Completions.New(ctx, p, ignoreEOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := c.Choices[0]; ch.FinishReason != "stop" || ch.Text != want {
+		t.Errorf("stop %q: text %q finish %q; want %q, stop", stop, ch.Text, ch.FinishReason, want)
+	}
+	var text strings.Builder
+	var finish string
+	s := oj.client.Completions.NewStreaming(ctx, p, ignoreEOS)
+	for s.Next() {
+		if cs := s.Current().Choices; len(cs) > 0 {
+			text.WriteString(cs[0].Text)
+			finish = string(cs[0].FinishReason)
+		}
+	}
+	if err := s.Err(); err != nil || text.String() != want || finish != "stop" {
+		t.Errorf("stop %q streamed: text %q finish %q (%v); want %q, stop", stop, text.String(), finish, err, want)
+	}
+}
+
+func chatParams(model string, seed, maxTokens int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:               openai.ChatModel(model),
+		Messages:            []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Say hello.")},
+		MaxCompletionTokens: openai.Int(maxTokens),
+		Seed:                openai.Int(seed),
+	}
+}
+
+func testChat(t *testing.T, oj *openaiJob, tok *tokenizer.Tokenizer) {
+	ctx := testContext(t, 60*time.Second)
+	c, err := oj.client.Chat.Completions.New(ctx, chatParams(oj.info.Job, 4, 16), ignoreEOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Object != "chat.completion" || len(c.Choices) != 1 || !strings.HasPrefix(c.ID, "chatcmpl-") {
+		t.Fatalf("chat completion %s", c.RawJSON())
+	}
+	ch := c.Choices[0]
+	ids := tokenIDs(t, ch.JSON.ExtraFields)
+	want, err := tok.Decode(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Message.Role != "assistant" || ch.Message.Content != want || len(ids) != 16 || ch.FinishReason != "length" {
+		t.Errorf("message %s, token_ids %v decode to %q", ch.RawJSON(), ids, want)
+	}
+	rendered, err := tok.ApplyChatTemplate([]tokenizer.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Say hello."}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := tok.Encode(rendered, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Usage.PromptTokens != int64(len(enc)) || c.Usage.CompletionTokens != 16 {
+		t.Errorf("usage %s: the template renders %q, %d tokens", c.Usage.RawJSON(), rendered, len(enc))
+	}
+}
+
+// testChatStreamed: the stream opens with the assistant's role, then
+// carries the same content as the whole answer of the same seed.
+func testChatStreamed(t *testing.T, oj *openaiJob) {
+	ctx := testContext(t, 60*time.Second)
+	whole, err := oj.client.Chat.Completions.New(ctx, chatParams(oj.info.Job, 6, 12), ignoreEOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := oj.client.Chat.Completions.NewStreaming(ctx, chatParams(oj.info.Job, 6, 12), ignoreEOS)
+	defer s.Close()
+	var content strings.Builder
+	var roles []string
+	var finish string
+	for i := 0; s.Next(); i++ {
+		c := s.Current()
+		if c.Object != "chat.completion.chunk" || len(c.Choices) != 1 {
+			t.Fatalf("chunk %d: %s", i, c.RawJSON())
+		}
+		d := c.Choices[0].Delta
+		if d.Role != "" {
+			roles = append(roles, fmt.Sprintf("%d:%s", i, d.Role))
+		}
+		content.WriteString(d.Content)
+		finish = string(c.Choices[0].FinishReason)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(roles) != 1 || roles[0] != "0:assistant" {
+		t.Errorf("roles in the stream %v, want the assistant's in the first chunk only", roles)
+	}
+	if content.String() != whole.Choices[0].Message.Content || finish != "length" {
+		t.Errorf("streamed %q (finish %q), whole %q", content.String(), finish, whole.Choices[0].Message.Content)
 	}
 }

@@ -321,6 +321,12 @@ func testCompletionInvalid(t *testing.T, oj *openaiJob) {
 		{"text without a tokenizer", func(p *openai.CompletionNewParams) {
 			p.Prompt = openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}
 		}, nil, 400, "prompt"},
+		{"prompt token beyond the vocabulary", func(p *openai.CompletionNewParams) {
+			p.Prompt = openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{1, 5000}}
+		}, nil, 400, "prompt"},
+		{"prompt tokens beyond a sequence", func(p *openai.CompletionNewParams) {
+			p.Prompt = openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: make([]int64, 1<<20)}
+		}, nil, 400, "prompt"},
 		{"another model", func(p *openai.CompletionNewParams) { p.Model = "gpt-3.5-turbo-instruct" }, nil, 404, "model"},
 	}
 	for _, tc := range cases {

@@ -60,7 +60,8 @@ type readyInfo struct {
 	NATSURL string `json:"nats_url"`
 	Job     string `json:"job"`
 	PIDs    []int  `json:"pids"`
-	HTTPURL string `json:"http_url"` // launch --http
+	// HTTPURL is the OpenAI-compatible API's base URL (launch --http).
+	HTTPURL string `json:"http_url"`
 }
 
 // job is one running `tpcoord launch`.
@@ -200,6 +201,9 @@ type rankStatus struct {
 	Step     uint64            `json:"step"`
 	Digest   string            `json:"digest"`
 	Rejected map[string]uint64 `json:"rejected"`
+	Waiting  int               `json:"waiting"`
+	// MetricsAddr is where the rank serves /metrics (agent --metrics-addr).
+	MetricsAddr string `json:"metrics_addr"`
 }
 
 func (j *job) status() ([]rankStatus, error) {

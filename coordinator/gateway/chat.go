@@ -67,7 +67,7 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 	if req.MaxCompletionTokens != nil {
 		req.MaxTokens = req.MaxCompletionTokens
 	}
-	pl := &plan{}
+	pl := &plan{promptParam: "messages"}
 	if e := req.sampling(pl, g.cfg.ChatMaxTokens, true); e != nil {
 		return nil, e
 	}

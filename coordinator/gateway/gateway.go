@@ -184,7 +184,7 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f for
 	if !pl.stream {
 		for _, c := range choices {
 			if c.failed() {
-				g.refuse(w, r, replyError(c.rep, c.err, ctx.Err() == context.DeadlineExceeded))
+				g.refuse(w, r, pl.requestParam(replyError(c.rep, c.err, ctx.Err() == context.DeadlineExceeded)))
 				return
 			}
 		}

@@ -227,10 +227,11 @@ func TestRank0RefusalsMapToStatus(t *testing.T) {
 		rep        client.GenerateReply
 		status     int
 		retryAfter bool
+		param      string // what the client sent: prompt, not the NATS field
 	}{
-		{client.GenerateReply{ErrorCode: client.CodeInvalid, ErrorParam: "prompt_token_ids[0]", Error: "out of range"}, 400, false},
-		{client.GenerateReply{ErrorCode: client.CodeOverloaded, Error: "overloaded"}, 429, true},
-		{client.GenerateReply{ErrorCode: client.CodeUnavailable, Error: "re-forming"}, 503, true},
+		{client.GenerateReply{ErrorCode: client.CodeInvalid, ErrorParam: "prompt_token_ids[0]", Error: "prompt_token_ids[0]: token 5000 out of range [0, 1000)"}, 400, false, "prompt"},
+		{client.GenerateReply{ErrorCode: client.CodeOverloaded, Error: "overloaded"}, 429, true, ""},
+		{client.GenerateReply{ErrorCode: client.CodeUnavailable, Error: "re-forming"}, 503, true, ""},
 	} {
 		g, f := newTestGateway(t, "x", nil)
 		rep := c.rep
@@ -242,9 +243,10 @@ func TestRank0RefusalsMapToStatus(t *testing.T) {
 			if resp.StatusCode != c.status || (resp.Header.Get("Retry-After") != "") != c.retryAfter {
 				t.Errorf("%s (stream %s): status %d Retry-After %q, want %d", c.rep.ErrorCode, stream, resp.StatusCode, resp.Header.Get("Retry-After"), c.status)
 			}
-			if c.rep.ErrorParam != "" {
-				if e := decode[errorBody](t, resp); e.Error.Param == nil || *e.Error.Param != c.rep.ErrorParam {
-					t.Errorf("param %v, want %s", e.Error.Param, c.rep.ErrorParam)
+			if c.param != "" {
+				e := decode[errorBody](t, resp)
+				if e.Error.Param == nil || *e.Error.Param != c.param || !strings.Contains(e.Error.Message, c.rep.ErrorParam) {
+					t.Errorf("param %v message %q, want %s naming %s", e.Error.Param, e.Error.Message, c.param, c.rep.ErrorParam)
 				}
 			}
 		}

@@ -106,6 +106,22 @@ type plan struct {
 	logprobs     *int // top logprobs per token; nil: none
 	stream       bool
 	includeUsage bool
+	// promptParam is the request field the prompt came from: prompt, or
+	// messages (rendered by the chat template).
+	promptParam string
+}
+
+// requestParam renames, in e, a field of the NATS request that the HTTP
+// request does not have: prompt_token_ids (or one of its tokens) came
+// from the prompt field. The message keeps the NATS field, which locates
+// the token.
+func (p *plan) requestParam(e *apiError) *apiError {
+	if e == nil || !strings.HasPrefix(e.Param, "prompt_token_ids") {
+		return e
+	}
+	e.Message = p.promptParam + ": " + e.Message
+	e.Param = p.promptParam
+	return e
 }
 
 // requests returns the NATS request of every choice, in OpenAI's order
@@ -307,7 +323,7 @@ func (g *Gateway) completionPlan(req *completionRequest) (*plan, *apiError) {
 	case req.BestOf != nil && (req.N == nil && *req.BestOf != 1 || req.N != nil && *req.BestOf != *req.N):
 		return nil, badRequest("best_of", "only best_of = n is supported")
 	}
-	pl := &plan{}
+	pl := &plan{promptParam: "prompt"}
 	if e := req.sampling(pl, g.cfg.DefaultMaxTokens, g.tok != nil); e != nil {
 		return nil, e
 	}
@@ -340,7 +356,7 @@ func (g *Gateway) checkPlan(pl *plan) *apiError {
 	}
 	for _, r := range pl.requests() {
 		if err := r.Validate(math.MaxInt32); err != nil {
-			return fieldError(err)
+			return pl.requestParam(fieldError(err))
 		}
 	}
 	return nil

@@ -116,7 +116,7 @@ func (c *choice) failed() bool {
 // fail records c's failure: before anything was streamed it becomes the
 // answer (and the other choices are cancelled); after, an error event.
 func (x *execution) fail(ctx context.Context, c *choice) {
-	e := replyError(c.rep, c.err, errors.Is(context.Cause(ctx), context.DeadlineExceeded))
+	e := x.pl.requestParam(replyError(c.rep, c.err, errors.Is(context.Cause(ctx), context.DeadlineExceeded)))
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.sse == nil || !x.sse.started {

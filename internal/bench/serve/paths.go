@@ -87,7 +87,14 @@ func (s *httpSender) send(ctx context.Context, r request, onTokens func(int)) er
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
-	return readSSE(resp.Body, onTokens)
+	if err := readSSE(resp.Body, onTokens); err != nil {
+		return err
+	}
+	// Read to the end of the body (the chunked encoding's last chunk,
+	// which follows [DONE]), so the connection is kept for the next
+	// request rather than closed and dialled again.
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxEventBytes))
+	return err
 }
 
 // sseEvent is what readSSE decodes of an event: the token IDs of each

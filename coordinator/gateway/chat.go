@@ -240,16 +240,7 @@ func (g *Gateway) chatToken(id int32, logprob float64) chatTokenLogprob {
 }
 
 func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if e := decodeStrict(r.Body, &req); e != nil {
-		g.refuse(w, r, e)
-		return
-	}
-	pl, e := g.chatPlan(&req)
-	if e != nil {
-		g.refuse(w, r, e)
-		return
-	}
-	f := &chatFormat{g: g, id: "chatcmpl-" + newID(), created: time.Now().Unix(), logprob: pl.logprobs != nil}
-	g.answer(w, r, pl, f)
+	handle(g, w, r, g.chatPlan, func(pl *plan) format {
+		return &chatFormat{g: g, id: "chatcmpl-" + newID(), created: time.Now().Unix(), logprob: pl.logprobs != nil}
+	})
 }

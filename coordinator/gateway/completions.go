@@ -124,16 +124,7 @@ func nonNil(t []int32) []int32 {
 }
 
 func (g *Gateway) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	var req completionRequest
-	if e := decodeStrict(r.Body, &req); e != nil {
-		g.refuse(w, r, e)
-		return
-	}
-	pl, e := g.completionPlan(&req)
-	if e != nil {
-		g.refuse(w, r, e)
-		return
-	}
-	f := &completionFormat{g: g, id: "cmpl-" + newID(), created: time.Now().Unix(), logprob: pl.logprobs != nil}
-	g.answer(w, r, pl, f)
+	handle(g, w, r, g.completionPlan, func(pl *plan) format {
+		return &completionFormat{g: g, id: "cmpl-" + newID(), created: time.Now().Unix(), logprob: pl.logprobs != nil}
+	})
 }

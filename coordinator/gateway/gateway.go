@@ -165,6 +165,22 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 	writeError(w, e)
 }
 
+// handle answers one API request: its body decoded strictly into a Req,
+// checked into a plan, run and answered in the format made for it.
+func handle[Req any](g *Gateway, w http.ResponseWriter, r *http.Request, check func(*Req) (*plan, *apiError), f func(*plan) format) {
+	var req Req
+	if e := decodeStrict(r.Body, &req); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	pl, e := check(&req)
+	if e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	g.answer(w, r, pl, f(pl))
+}
+
 // answer runs a checked plan and answers: all at once, or as a stream.
 func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f format) {
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)

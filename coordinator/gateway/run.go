@@ -54,8 +54,9 @@ type execution struct {
 	cancelAll context.CancelFunc
 }
 
-// run sends every choice and waits until all have ended; each has a
-// goroutine of its own, owned by this call.
+// run sends every choice and waits until all have ended. A lone choice
+// runs on the caller's goroutine (one wake-up less on the way to its
+// first token); several have a goroutine each, owned by this call.
 func (x *execution) run(ctx context.Context) []*choice {
 	ctx, x.cancelAll = context.WithCancel(ctx)
 	defer x.cancelAll()
@@ -67,8 +68,13 @@ func (x *execution) run(ctx context.Context) []*choice {
 		if x.g.tok != nil {
 			d = x.g.tok.NewDetokenizer()
 		}
-		c := newChoice(i, reqs[i], x.pl.stops, d)
-		choices[i] = c
+		choices[i] = newChoice(i, reqs[i], x.pl.stops, d)
+	}
+	if len(choices) == 1 {
+		x.runChoice(ctx, choices[0])
+		return choices
+	}
+	for _, c := range choices {
 		wg.Go(func() { x.runChoice(ctx, c) })
 	}
 	wg.Wait()

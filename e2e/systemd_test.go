@@ -169,9 +169,16 @@ func TestSystemdVerify(t *testing.T) {
 			t.Errorf("tpcoord@.service lacks %q", want)
 		}
 	}
-	gwUnit, _ := os.ReadFile(filepath.Join(units, "tpcoord-gateway.service"))
+	checkGatewayUnit(t, filepath.Join(units, "tpcoord-gateway.service"), bin)
+}
+
+// checkGatewayUnit: the gateway's unit runs serve as tpcoord from its env
+// file, and a configuration error does not restart it.
+func checkGatewayUnit(t *testing.T, path, bin string) {
+	t.Helper()
+	unit, _ := os.ReadFile(path)
 	for _, want := range []string{"ExecStart=" + bin + " serve\n", "EnvironmentFile=/etc/tpcoord/gateway.env\n", "RestartPreventExitStatus=2\n", "\nUser=tpcoord\n"} {
-		if !bytes.Contains(gwUnit, []byte(want)) {
+		if !bytes.Contains(unit, []byte(want)) {
 			t.Errorf("tpcoord-gateway.service lacks %q", want)
 		}
 	}

@@ -100,21 +100,12 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	a := &o.agent
 	// What launch gives every rank: it binds memberlist on loopback.
 	a.WorldSize, a.Rank, a.Join, a.Bind = o.NProc, 0, nil, "127.0.0.1:0"
-	if a.NATSServe {
-		return configError("nats-serve: launch decides where the server runs; use --nats-in-rank0")
-	}
-	if a.JobKeyFile != "" {
-		return configError("job-key-file: launch makes a new key for every job it starts and gives it to its ranks")
+	if err := checkLaunchKeys(a); err != nil {
+		return err
 	}
 	natsURL := ""
 	if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
 		natsURL = a.NATS
-	}
-	if a.GossipKeyFile != "" {
-		// Checked here, or every rank would fail on it alike.
-		if _, err := membership.ReadKeyring(a.GossipKeyFile); err != nil {
-			return a.fields.configErr(fielderr.New("GossipKeyFile", "%w", err))
-		}
 	}
 	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
 		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile,
@@ -158,6 +149,22 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		cfg.HTTPURL = gateway.URL(gw.cfg, gw.ln)
 	}
 	return runLaunch(cmd.Context(), cfg, o, gw, cmd.OutOrStdout())
+}
+
+// checkLaunchKeys refuses what launch decides itself, and checks the
+// gossip keyring once rather than in every rank.
+func checkLaunchKeys(a *agentOptions) error {
+	switch {
+	case a.NATSServe:
+		return configError("nats-serve: launch decides where the server runs; use --nats-in-rank0")
+	case a.JobKeyFile != "":
+		return configError("job-key-file: launch makes a new key for every job it starts and gives it to its ranks")
+	case a.GossipKeyFile != "":
+		if _, err := membership.ReadKeyring(a.GossipKeyFile); err != nil {
+			return a.fields.configErr(fielderr.New("GossipKeyFile", "%w", err))
+		}
+	}
+	return nil
 }
 
 // runLaunch runs the job until a signal, a rank's death or, with --demo,

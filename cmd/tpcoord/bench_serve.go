@@ -57,6 +57,7 @@ stderr.`,
 	fs.IntVar(&o.MaxTokens, "max-tokens", 64, "output tokens per request (ignore_eos)")
 	fs.IntVar(&o.Vocab, "vocab", 100352, "vocabulary size")
 	fs.DurationVar(&o.ForwardTime, "forward-time", 20*time.Millisecond, "synthetic forward pass wall time")
+	fs.StringVar(&o.Gateway, "gateway", serve.GatewayLaunch, "where the gateway runs: launch (in the job's launch process, launch --http: apart from the clients, as deployed) or in-process (in this bench's process, beside the clients)")
 	fs.DurationVar(&o.Think, "think", 40*time.Millisecond, "most a client waits before its next request (a draw fixed by the request, the same on both paths): spreads submissions over the step")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write this process's CPU profile (gateway and clients) over the rounds to this file")

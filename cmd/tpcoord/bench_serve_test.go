@@ -15,8 +15,14 @@ func TestBenchServeJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real cluster")
 	}
+	for _, gw := range []string{serve.GatewayLaunch, serve.GatewayInProcess} {
+		t.Run(gw, func(t *testing.T) { benchServeJSON(t, gw) })
+	}
+}
+
+func benchServeJSON(t *testing.T, gw string) {
 	out, err := execBench(t, newBenchServeCmd(), "--nproc", "2", "--clients", "2", "--requests", "3", "--rounds", "2",
-		"--max-tokens", "4", "--vocab", "4096", "--forward-time", "1ms", "--json")
+		"--max-tokens", "4", "--vocab", "4096", "--forward-time", "1ms", "--json", "--gateway", gw)
 	if err != nil {
 		t.Fatalf("bench serve: %v\noutput:\n%s", err, out)
 	}
@@ -40,7 +46,7 @@ func TestBenchServeJSON(t *testing.T) {
 	if s.Kind != "summary" || s.HTTP.Rounds != 2 || s.NATS.Rounds != 2 || len(s.PairRatios) != 2 {
 		t.Errorf("summary %+v", s)
 	}
-	if s.NProc != 2 || s.Clients != 2 || s.Requests != 3 || s.MaxTokens != 4 || s.Vocab != 4096 || s.ForwardTimeMS != 1 || s.DurationS != 0 {
+	if s.NProc != 2 || s.Clients != 2 || s.Requests != 3 || s.MaxTokens != 4 || s.Vocab != 4096 || s.ForwardTimeMS != 1 || s.DurationS != 0 || s.Gateway != gw {
 		t.Errorf("summary setup %+v", s.Setup)
 	}
 	if want := s.HTTP.TokensPerS / s.NATS.TokensPerS; s.TokensRatio != want {

@@ -8,6 +8,12 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 )
 
+// Where the gateway runs.
+const (
+	GatewayLaunch    = "launch"
+	GatewayInProcess = "in-process"
+)
+
 // Options configure Run. Errors of Validate name the tpcoord flag.
 type Options struct {
 	Self        string        // the tpcoord binary to run launch from
@@ -23,7 +29,11 @@ type Options struct {
 	// a draw in [0, Think) fixed by the request's index, the same on both
 	// paths. It spreads submissions over the step, so that neither path's
 	// requests keep catching (or missing) a step's admission in phase.
-	Think      time.Duration
+	Think time.Duration
+	// Gateway is where the gateway runs (--gateway): GatewayLaunch, in
+	// the job's launch process (launch --http), apart from the clients as
+	// in a deployment; GatewayInProcess, in the bench's own process.
+	Gateway    string
 	JSON       bool          // --json: JSON lines instead of a table
 	CPUProfile string        // --cpuprofile: this process's CPU profile over the rounds
 	Timeout    time.Duration // --timeout: the whole run
@@ -50,6 +60,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--vocab: must be in [16, %d], got %d", 1<<24, o.Vocab)
 	case o.ForwardTime < 0:
 		return fmt.Errorf("--forward-time: must be >= 0, got %v", o.ForwardTime)
+	case o.Gateway != GatewayLaunch && o.Gateway != GatewayInProcess:
+		return fmt.Errorf("--gateway: %q is not one of %s, %s", o.Gateway, GatewayLaunch, GatewayInProcess)
 	case o.Think < 0:
 		return fmt.Errorf("--think: must be >= 0, got %v", o.Think)
 	case o.Timeout <= 0:

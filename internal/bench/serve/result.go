@@ -77,6 +77,7 @@ type Setup struct {
 	Vocab         int     `json:"vocab"`
 	ForwardTimeMS float64 `json:"forward_time_ms"`
 	ThinkMS       float64 `json:"think_ms"`
+	Gateway       string  `json:"gateway"`
 }
 
 // Summary is the last JSON line: both paths and the gateway's cost.

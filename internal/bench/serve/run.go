@@ -33,14 +33,23 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	defer os.RemoveAll(dir)
 	s := Summary{Kind: "summary", Machine: stats.ThisMachine(), Setup: o.setup(), LoadBefore: loadAvg()}
 	fmt.Fprintf(progress, "bench serve: load average %s; starting a job of %d ranks\n", s.LoadBefore, o.NProc)
-	j, err := job.Start(ctx, job.Launch{Self: o.Self, Dir: dir, Name: "serve", Args: []string{
+	args := []string{
 		"--nproc", strconv.Itoa(o.NProc), "--job", "bench-serve", "--vocab", strconv.Itoa(o.Vocab),
 		"--forward-time", o.ForwardTime.String(), "--max-batch", strconv.Itoa(o.Clients),
-		"--noise-pool-rows", strconv.Itoa(max(128, 3*o.Clients))}})
+		"--noise-pool-rows", strconv.Itoa(max(128, 3*o.Clients))}
+	if o.Gateway == GatewayLaunch {
+		args = append(args, "--http", "127.0.0.1:0", "--served-model-name", model)
+	}
+	j, err := job.Start(ctx, job.Launch{Self: o.Self, Dir: dir, Name: "serve", Args: args})
 	if err != nil {
 		return err
 	}
-	rounds, err := withGateway(ctx, j, o, stdout, progress)
+	var rounds []RoundResult
+	if o.Gateway == GatewayLaunch {
+		rounds, err = runRounds(ctx, paths(j, j.Ready().HTTPURL, o), o, stdout, progress)
+	} else {
+		rounds, err = withGateway(ctx, j, o, stdout, progress)
+	}
 	if err != nil {
 		return j.Fail(err)
 	}
@@ -52,7 +61,13 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 
 func (o Options) setup() Setup {
 	return Setup{NProc: o.NProc, Clients: o.Clients, Requests: o.Requests, DurationS: o.Duration.Seconds(),
-		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime), ThinkMS: ms(o.Think)}
+		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime), ThinkMS: ms(o.Think), Gateway: o.Gateway}
+}
+
+// paths are the two ways to the job: HTTP through the gateway at url, and
+// NATS straight to rank 0.
+func paths(j *job.Job, url string, o Options) []sender {
+	return []sender{newHTTPSender(url, model, o.Clients), &natsSender{bus: j.Bus(), subj: j.Subjects()}}
 }
 
 // withGateway serves the job's API on loopback from this process, over a
@@ -77,8 +92,7 @@ func withGateway(ctx context.Context, j *job.Job, o Options, stdout, progress io
 	gctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- gw.Serve(gctx, ln) }() // owned here: stopped and awaited below
-	paths := []sender{newHTTPSender(gateway.URL(cfg, ln), model, o.Clients), &natsSender{bus: j.Bus(), subj: j.Subjects()}}
-	rounds, err := runRounds(ctx, paths, o, stdout, progress)
+	rounds, err := runRounds(ctx, paths(j, gateway.URL(cfg, ln), o), o, stdout, progress)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = serr

@@ -125,7 +125,7 @@ func TestLoadNext(t *testing.T) {
 }
 
 func TestValidateNamesTheFlag(t *testing.T) {
-	good := Options{Self: "x", NProc: 2, Clients: 4, Rounds: 1, Requests: 4, MaxTokens: 4, Vocab: 4096, Timeout: time.Minute}
+	good := Options{Self: "x", NProc: 2, Clients: 4, Rounds: 1, Requests: 4, MaxTokens: 4, Vocab: 4096, Timeout: time.Minute, Gateway: GatewayLaunch}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("valid options: %v", err)
 	}

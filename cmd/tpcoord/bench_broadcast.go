@@ -11,6 +11,49 @@ import (
 	"github.com/tpcoord/tpcoord/internal/bench/fanout"
 )
 
+// benchBroadcastLong is the help text of bench broadcast.
+const benchBroadcastLong = `For every listed N, runs --rounds rounds of one case per transport of
+--transports, back to back, their order rotating from round to round:
+
+  tcp   a raw TCP fan-out, the floor: the publisher writes each
+        length-prefixed message to every follower's connection in turn;
+  nats  set up as launch sets up a job (below);
+  gloo  torch.distributed's broadcast on the gloo backend, the path a
+        plain PyTorch TP loop ships its tokens on: a binomial tree, in which
+        followers forward to followers.
+
+With --mac one more case, NATS with a MAC on every message: the publisher
+seals each message with an HMAC-SHA256 under a job key, as rank 0 seals its
+steps, after taking its send time, and each follower verifies it before
+taking the receive time, so its cost is in the latency and in the CPU per
+message.
+
+Each case spawns one publisher and N follower processes (for tcp and nats
+this binary, hidden subcommands broadcast-publisher and broadcast-follower;
+for gloo a Python helper embedded in this binary, run by --python or else
+/usr/bin/python3 or python3, whichever has PyTorch) and publishes
+--messages messages of --payload bytes every --interval. Each message
+carries its wall-clock send time; followers report receive minus send. The
+first 5% of messages are warm-up and not counted. Without PyTorch gloo is
+skipped with a note on stderr, or, when --transports or --python is given,
+the run fails.
+
+The NATS case is set up as launch sets up a job: an embedded NATS server in a
+process of its own (as launch hosts it), the publisher playing rank 0 (its
+step connection writes every publish through) and followers that connect
+and subscribe as agents do. --server-in-publisher moves the server into the
+publisher, reached in-process (launch --nats-in-rank0); --nats uses that
+server instead. With --tune-runtime (the default) every Go process gets the
+Go runtime settings launch gives ranks and itself (see launch --help).
+
+Prints, per (transport, N), the medians over rounds of p50/p90/p99 (max: the
+largest) in µs, lost messages, CPU per message of the followers, of the
+publisher and of the server process, and the medians over rounds of the
+ratios of p50 and p99 over tcp's in the same round (on the tcp line:
+NATS's). Progress goes to stderr. The Go publisher paces itself with a
+timerfd (Go's timers wake ~1 ms late), the gloo one with time.sleep;
+sent_interval_us reports the achieved interval.`
+
 // newBenchBroadcastCmd returns `tpcoord bench broadcast`: publish-to-receive
 // latency from one publisher process to N follower processes, through NATS,
 // through a raw TCP fan-out (the floor) and through torch.distributed's
@@ -20,42 +63,8 @@ func newBenchBroadcastCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "broadcast",
 		Short: "Time step fan-out to N follower processes: NATS vs raw TCP vs gloo",
-		Long: `For every listed N, runs --rounds rounds of one case per transport of
---transports back to back (their order rotating from round to round): tcp,
-a raw TCP fan-out, where the publisher writes each length-prefixed message
-to every follower's connection in turn (the floor); nats; and gloo,
-torch.distributed's broadcast on the gloo backend, the path a plain PyTorch
-TP loop ships its tokens on (a binomial tree: followers forward to
-followers). gloo runs Python processes (a helper embedded in this binary)
-under a Python with PyTorch, --python or else /usr/bin/python3 or python3;
-when none has it, gloo is skipped with a note on stderr, or, with
---transports or --python given, the run fails. With --mac one more case,
-NATS with a MAC on every message: the publisher seals each message with an
-HMAC-SHA256 under a job key, as rank 0 seals its steps, after taking its
-send time, and each follower verifies it before taking the receive time,
-so its cost is in the latency and in the CPU per message. Each case spawns one publisher and N follower processes (this
-binary, hidden subcommands broadcast-publisher and broadcast-follower) and
-publishes --messages messages of --payload bytes every --interval. Each
-message carries its wall-clock send time; followers report receive minus
-send (a gloo message is a uint8 tensor of --payload bytes with the same
-header). The first 5% of messages are warm-up and not counted.
-
-The NATS case is set up as launch sets up a job: an embedded NATS server in a
-process of its own (as launch hosts it), the publisher playing rank 0 (its
-step connection writes every publish through) and followers that connect
-and subscribe as agents do. --server-in-publisher moves the server into the
-publisher, reached in-process (launch --nats-in-rank0); --nats uses that
-server instead. With --tune-runtime (the default) every process gets the Go
-runtime settings launch gives ranks and itself (see launch --help), in both
-cases.
-
-Prints, per (transport, N), the medians over rounds of p50/p90/p99 (max: the
-largest) in µs, lost messages, CPU per message of the followers, of the publisher
-and of the server process, and the median over rounds of the ratios of p50 and p99
-over tcp's in the same round (on the tcp line: NATS's). Progress goes to stderr. The publisher paces itself with a timerfd
-(Go's timers wake ~1 ms late); sent_interval_us reports the achieved
-interval.`,
-		Args: cobra.NoArgs,
+		Long:  benchBroadcastLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Self, err = benchSelf(); err != nil {

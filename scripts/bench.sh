@@ -2,7 +2,8 @@
 # The benchmark suite: builds tpcoord, runs every `tpcoord bench` command
 # (sampler, broadcast, e2e, and noise / step when this build has them) with
 # --json, saves one JSON-lines file per command, optionally runs the PyTorch
-# vLLM-sampler mirror (scripts/vllm_sampler_bench.py) when torch imports,
+# vLLM-sampler mirror (scripts/vllm_sampler_bench.py) when torch imports
+# (`bench broadcast` then also measures torch.distributed's gloo broadcast),
 # then runs scripts/benchplot to write markdown tables and PNG plots.
 #
 # Full run (default): results in docs/bench/results/<date>/, PNGs in

@@ -23,7 +23,7 @@ func TestBenchBroadcastJSON(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const msgs, warm = 50, 2 // warm-up is 5%, at least 1
 	out, err := runBenchBroadcastCmd(t, "--followers", "1,2", "--messages", "50", "--interval", "1ms",
-		"--payload", "64", "--rounds", "1", "--json")
+		"--payload", "64", "--rounds", "1", "--json", "--transports", "nats,tcp")
 	if err != nil {
 		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
 	}
@@ -90,7 +90,7 @@ func TestBenchBroadcastJSON(t *testing.T) {
 
 func TestBenchBroadcastTable(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	out, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms", "--rounds", "2")
+	out, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms", "--rounds", "2", "--transports", "tcp,nats")
 	if err != nil {
 		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
 	}
@@ -118,6 +118,11 @@ func TestBenchBroadcastBadFlags(t *testing.T) {
 		{[]string{"--rounds", "101"}, "--rounds"},
 		{[]string{"--server-in-publisher", "--nats", "nats://127.0.0.1:4222"}, "--server-in-publisher"},
 		{[]string{"--mac", "--payload", "20"}, "--payload"},
+		{[]string{"--transports", "tcp,udp"}, "--transports"},
+		{[]string{"--transports", "tcp,nats,tcp"}, "--transports"},
+		{[]string{"--transports", "tcp,gloo", "--mac"}, "--mac"},
+		{[]string{"--transports", "tcp,gloo", "--python", "/nonexistent/python3"}, "--python"},
+		{[]string{"--transports", "tcp", "--python", "/nonexistent/python3", "--messages", "9"}, "--messages"},
 	} {
 		_, err := runBenchBroadcastCmd(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
@@ -131,7 +136,7 @@ func TestBenchBroadcastBadFlags(t *testing.T) {
 // arrives and verifies (a follower that refused one fails the run).
 func TestBenchBroadcastMAC(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "30", "--interval", "1ms", "--rounds", "2", "--mac", "--json")
+	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "30", "--interval", "1ms", "--rounds", "2", "--mac", "--json", "--transports", "tcp,nats")
 	if err != nil {
 		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
 	}
@@ -149,7 +154,7 @@ func TestBenchBroadcastMAC(t *testing.T) {
 	if want := "tcp/false nats/false nats/true"; strings.Join(got, " ") != want {
 		t.Fatalf("cases %v, want %s:\n%s", got, want, out)
 	}
-	table, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms", "--rounds", "1", "--mac")
+	table, err := runBenchBroadcastCmd(t, "--followers", "1", "--messages", "20", "--interval", "1ms", "--rounds", "1", "--mac", "--transports", "tcp,nats")
 	if lines := strings.Split(strings.TrimSpace(table), "\n"); err != nil || len(lines) != 5 || !strings.HasPrefix(lines[4], "nats+mac ") {
 		t.Fatalf("table: %v\n%s", err, table)
 	}
@@ -159,7 +164,7 @@ func TestBenchBroadcastMAC(t *testing.T) {
 // under launch --nats-in-rank0) and every message still arrives.
 func TestBenchBroadcastServerInPublisher(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "30", "--interval", "1ms", "--rounds", "1", "--server-in-publisher", "--json")
+	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "30", "--interval", "1ms", "--rounds", "1", "--server-in-publisher", "--json", "--transports", "tcp,nats")
 	if err != nil {
 		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
 	}
@@ -176,5 +181,45 @@ func TestBenchBroadcastServerInPublisher(t *testing.T) {
 	}
 	if n != 2 {
 		t.Fatalf("%d lines, want 2:\n%s", n, out)
+	}
+}
+
+// TestBenchBroadcastGloo runs all three transports tiny, gloo's processes
+// under a Python with PyTorch: every gloo message reaches both followers,
+// and its line has the other transports' schema and figures.
+func TestBenchBroadcastGloo(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	py := torchPython(t)
+	const msgs = 40
+	out, err := runBenchBroadcastCmd(t, "--followers", "2", "--messages", "40", "--interval", "1ms", "--payload", "64",
+		"--rounds", "1", "--json", "--python", py)
+	if err != nil {
+		t.Fatalf("bench broadcast: %v\noutput:\n%s", err, out)
+	}
+	var got []string
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r fanout.Result
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, line)
+		}
+		got = append(got, r.Transport)
+		if r.Followers != 2 || r.Messages != msgs || r.Payload != 64 || r.IntervalUS != 1000 || r.Lost != 0 ||
+			r.Samples != 2*(msgs-fanout.Warmup(msgs)) {
+			t.Errorf("%s: configuration or counts %+v", r.Transport, r)
+		}
+		if !(r.P50US > 0 && r.P50US <= r.P90US && r.P90US <= r.P99US && r.P99US <= r.MaxUS) {
+			t.Errorf("%s: percentiles out of order: p50 %v p90 %v p99 %v max %v", r.Transport, r.P50US, r.P90US, r.P99US, r.MaxUS)
+		}
+		if r.SentIntervalUS <= 0 || r.FollowerCPUUS <= 0 || r.PublisherCPUUS <= 0 || r.P50RatioNATSTCP <= 0 {
+			t.Errorf("%s: sent %v, CPU followers %v publisher %v, p50/tcp %v", r.Transport, r.SentIntervalUS, r.FollowerCPUUS, r.PublisherCPUUS, r.P50RatioNATSTCP)
+		}
+		if r.Transport == "gloo" && r.ServerCPUUS != 0 {
+			t.Errorf("gloo: server CPU %v, want 0 (no server)", r.ServerCPUUS)
+		}
+	}
+	if want := "tcp nats gloo"; strings.Join(got, " ") != want {
+		t.Fatalf("cases %v, want %s:\n%s", got, want, out)
 	}
 }

@@ -38,13 +38,17 @@ func TestBenchE2EExecutorFlags(t *testing.T) {
 }
 
 // torchPython is /usr/bin/python3 or python3 when it imports torch; the
-// test is skipped otherwise.
+// test is skipped otherwise, or fails with TPC_REQUIRE_TORCH=1
+// (scripts/test.sh sets it), as in e2e.
 func torchPython(t *testing.T) string {
 	t.Helper()
 	for _, py := range []string{"/usr/bin/python3", "python3"} {
 		if exec.Command(py, "-c", "import torch").Run() == nil {
 			return py
 		}
+	}
+	if os.Getenv("TPC_REQUIRE_TORCH") == "1" {
+		t.Fatal("no python3 with torch (scripts/deps.sh installs python3-torch)")
 	}
 	t.Skip("no python3 with torch")
 	return ""

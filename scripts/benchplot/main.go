@@ -738,13 +738,18 @@ type bcData struct {
 	p50, p99, lost    map[bcKey]float64
 	followers         []int
 	payload, interval string // of the last line
+	gloo              bool   // some line is gloo's
 }
 
-// collectBroadcast gathers the broadcast lines (later lines win).
+// collectBroadcast gathers the broadcast lines (later lines win) but
+// those of NATS with a MAC (--mac), which would overwrite NATS's.
 func collectBroadcast(recs []record) *bcData {
 	d := &bcData{p50: map[bcKey]float64{}, p99: map[bcKey]float64{}, lost: map[bcKey]float64{}}
 	ns := map[int]bool{}
 	for _, r := range recs {
+		if r.str("mac") == "true" {
+			continue
+		}
 		n, _ := r.num("followers")
 		k := bcKey{r.str("transport"), int(n)}
 		ns[int(n)] = true
@@ -752,32 +757,67 @@ func collectBroadcast(recs []record) *bcData {
 		d.p99[k], _ = r.num("p99_us")
 		d.lost[k], _ = r.num("lost")
 		d.payload, d.interval = r.str("payload"), r.str("interval_us")
+		d.gloo = d.gloo || k.transport == "gloo"
 	}
 	d.followers = uniqInts(ns)
 	return d
 }
 
+// overTCP is a transport's p50 and p99 over tcp's for n followers, blank
+// without tcp.
+func (d *bcData) overTCP(transport string, n int) (r50, r99 string) {
+	k, tk := bcKey{transport, n}, bcKey{"tcp", n}
+	if _, ok := d.p50[k]; !ok {
+		return "", ""
+	}
+	if d.p50[tk] > 0 {
+		r50 = fmtRatio(d.p50[k] / d.p50[tk])
+	}
+	if d.p99[tk] > 0 {
+		r99 = fmtRatio(d.p99[k] / d.p99[tk])
+	}
+	return r50, r99
+}
+
+// bcCell is m[k] rounded, blank when k was not measured.
+func bcCell(m map[bcKey]float64, k bcKey) string {
+	if v, ok := m[k]; ok {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return ""
+}
+
+// broadcast writes the broadcast table, with gloo's columns when a line
+// has them (bench broadcast runs gloo when PyTorch is installed).
 func (g *gen) broadcast(recs []record) error {
 	d := collectBroadcast(recs)
 	g.p("### Broadcast fan-out: publish-to-receive µs, %s-byte messages every %s µs\n\n", d.payload, d.interval)
-	g.p("| followers | NATS p50 | NATS p99 | TCP p50 | TCP p99 | p50 NATS/TCP | p99 NATS/TCP | lost (NATS/TCP) |\n|---|---|---|---|---|---|---|---|\n")
-	for _, n := range d.followers {
-		nk, tk := bcKey{"nats", n}, bcKey{"tcp", n}
-		r50, r99 := "", ""
-		if d.p50[tk] > 0 {
-			r50 = fmtRatio(d.p50[nk] / d.p50[tk])
-		}
-		if d.p99[tk] > 0 {
-			r99 = fmtRatio(d.p99[nk] / d.p99[tk])
-		}
-		g.p("| %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %.0f / %.0f |\n", n, d.p50[nk], d.p99[nk], d.p50[tk], d.p99[tk], r50, r99, d.lost[nk], d.lost[tk])
+	if d.gloo {
+		g.p("| followers | NATS p50 | NATS p99 | TCP p50 | TCP p99 | gloo p50 | gloo p99 | p50 NATS/TCP | p99 NATS/TCP | p50 gloo/TCP | p99 gloo/TCP | lost (NATS/TCP/gloo) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	} else {
+		g.p("| followers | NATS p50 | NATS p99 | TCP p50 | TCP p99 | p50 NATS/TCP | p99 NATS/TCP | lost (NATS/TCP) |\n|---|---|---|---|---|---|---|---|\n")
 	}
-	g.p("\nTarget: at 8 followers NATS p50 ≤ 1.5× and p99 ≤ 2× the raw TCP fan-out.\n\n")
+	for _, n := range d.followers {
+		nk, tk, gk := bcKey{"nats", n}, bcKey{"tcp", n}, bcKey{"gloo", n}
+		r50, r99 := d.overTCP("nats", n)
+		if !d.gloo {
+			g.p("| %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %.0f / %.0f |\n", n, d.p50[nk], d.p99[nk], d.p50[tk], d.p99[tk], r50, r99, d.lost[nk], d.lost[tk])
+			continue
+		}
+		g50, g99 := d.overTCP("gloo", n)
+		g.p("| %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %.0f / %.0f / %s |\n", n, d.p50[nk], d.p99[nk], d.p50[tk], d.p99[tk],
+			bcCell(d.p50, gk), bcCell(d.p99, gk), r50, r99, g50, g99, d.lost[nk], d.lost[tk], bcCell(d.lost, gk))
+	}
+	g.p("\nTarget: at 8 followers NATS p50 ≤ 1.5× and p99 ≤ 2× the raw TCP fan-out.")
+	if d.gloo {
+		g.p(" gloo is torch.distributed's broadcast (a binomial tree), for comparison; no target.")
+	}
+	g.p("\n\n")
 	return g.broadcastPlot(d)
 }
 
 // broadcastPlot saves and links broadcast.png, p50 and p99 against the
-// follower count for NATS and TCP, unless neither was measured.
+// follower count for NATS, TCP and gloo, unless none was measured.
 func (g *gen) broadcastPlot(d *bcData) error {
 	p := plot.New()
 	p.Title.Text = "broadcast fan-out: publish-to-receive latency"
@@ -790,7 +830,8 @@ func (g *gen) broadcastPlot(d *bcData) error {
 		name string
 		m    map[bcKey]float64
 		tr   string
-	}{{"NATS p50", d.p50, "nats"}, {"NATS p99", d.p99, "nats"}, {"TCP p50", d.p50, "tcp"}, {"TCP p99", d.p99, "tcp"}} {
+	}{{"NATS p50", d.p50, "nats"}, {"NATS p99", d.p99, "nats"}, {"TCP p50", d.p50, "tcp"}, {"TCP p99", d.p99, "tcp"},
+		{"gloo p50", d.p50, "gloo"}, {"gloo p99", d.p99, "gloo"}} {
 		var pts plotter.XYs
 		for _, n := range d.followers {
 			if v, ok := s.m[bcKey{s.tr, n}]; ok {

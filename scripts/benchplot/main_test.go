@@ -115,6 +115,32 @@ func TestSectionAndPNGs(t *testing.T) {
 	}
 }
 
+// With gloo lines the broadcast table has gloo's columns; a NATS line with
+// a MAC does not replace NATS's.
+func TestBroadcastGloo(t *testing.T) {
+	dir := t.TempDir()
+	writeFixture(t, dir, map[string]string{"broadcast.jsonl": fixtureBroadcast +
+		`{"transport":"nats","mac":true,"followers":8,"payload":256,"interval_us":200,"p50_us":9999,"p99_us":9999,"lost":0}` + "\n" +
+		`{"transport":"gloo","mac":false,"followers":8,"payload":256,"interval_us":200,"p50_us":725,"p99_us":4400,"lost":0}` + "\n"})
+	var stderr bytes.Buffer
+	if err := run([]string{"--results", dir}, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "section.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| followers | NATS p50 | NATS p99 | TCP p50 | TCP p99 | gloo p50 | gloo p99 | p50 NATS/TCP | p99 NATS/TCP | p50 gloo/TCP | p99 gloo/TCP | lost (NATS/TCP/gloo) |",
+		"| 8 | 515 | 1946 | 290 | 880 | 725 | 4400 | 1.8× | 2.2× | 2.5× | 5.0× | 1 / 0 / 0 |",
+		"| 1 | 230 | 600 | 100 | 200 |  |  | 2.3× | 3.0× |  |  | 0 / 0 /  |",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("section lacks %q\n%s", want, b)
+		}
+	}
+}
+
 func TestMeasuredPyTorch(t *testing.T) {
 	dir := t.TempDir()
 	writeFixture(t, dir, map[string]string{

@@ -110,11 +110,14 @@ func (c *fanoutCase) startServer(ctx context.Context, ps *procs, readyBy time.Ti
 // startPublisher starts the publisher and returns it and the address its
 // followers connect to.
 func (c *fanoutCase) startPublisher(ctx context.Context, ps *procs, natsURL string, readyBy time.Time) (*proc, string, error) {
-	args := []string{"bench", "broadcast-publisher", "--transport", c.kind.transport, "--followers", strconv.Itoa(c.n),
+	path, args := c.o.Self, []string{"bench", "broadcast-publisher", "--transport", c.kind.transport, "--followers", strconv.Itoa(c.n),
 		"--payload", strconv.Itoa(c.o.Payload), "--interval", c.o.Interval.String(), "--messages", strconv.Itoa(c.o.Messages),
 		"--subject", c.subject, "--nats", natsURL}
 	args = append(args, c.keyArgs()...)
-	pub, err := ps.start(c.o.Self, "publisher", args, c.env(c.n+1), true)
+	if c.kind.transport == "gloo" {
+		path, args = c.glooPublisher()
+	}
+	pub, err := ps.start(path, "publisher", args, c.env(c.n+1), true)
 	if err != nil {
 		return nil, "", err
 	}
@@ -126,10 +129,13 @@ func (c *fanoutCase) startPublisher(ctx context.Context, ps *procs, natsURL stri
 func (c *fanoutCase) startFollowers(ctx context.Context, ps *procs, addr string, readyBy time.Time) ([]*proc, error) {
 	var followers []*proc
 	for id := range c.n {
-		args := []string{"bench", "broadcast-follower", "--transport", c.kind.transport, "--addr", addr,
+		path, args := c.o.Self, []string{"bench", "broadcast-follower", "--transport", c.kind.transport, "--addr", addr,
 			"--subject", c.subject, "--messages", strconv.Itoa(c.o.Messages), "--deadline", c.life().String()}
 		args = append(args, c.keyArgs()...)
-		f, err := ps.start(c.o.Self, fmt.Sprintf("follower %d", id), args, c.env(c.n+1), false)
+		if c.kind.transport == "gloo" {
+			path, args = c.glooFollower(id, addr)
+		}
+		f, err := ps.start(path, fmt.Sprintf("follower %d", id), args, c.env(c.n+1), false)
 		if err != nil {
 			return nil, err
 		}

@@ -30,12 +30,40 @@ func TestOptionsValidate(t *testing.T) {
 		{func(o *Options) { o.Rounds = 101 }, "--rounds"},
 		{func(o *Options) { o.ServerInPublisher, o.NATSURL = true, "nats://127.0.0.1:4222" }, "--server-in-publisher"},
 		{func(o *Options) { o.Self = "" }, "Self"},
+		{func(o *Options) { o.Transports = []string{"tcp", "mpi"} }, "--transports"},
+		{func(o *Options) { o.Transports = []string{"gloo", "tcp", "gloo"} }, "--transports"},
+		{func(o *Options) { o.Transports, o.MAC = []string{"tcp", "gloo"}, true }, "--mac"},
 	} {
 		o := ok
 		o.Followers = slices.Clone(ok.Followers)
 		tc.edit(&o)
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: error %v, want one naming %s", o, err, tc.flag)
+		}
+	}
+}
+
+// A round's cases are in one order whatever the order of --transports:
+// tcp first (the others' ratios divide by it); no --transports is tcp and
+// nats.
+func TestKinds(t *testing.T) {
+	for _, tc := range []struct {
+		transports []string
+		mac        bool
+		want       string
+	}{
+		{nil, false, "tcp nats"},
+		{nil, true, "tcp nats nats+mac"},
+		{[]string{"gloo", "nats", "tcp"}, true, "tcp nats nats+mac gloo"},
+		{[]string{"gloo"}, false, "gloo"},
+		{[]string{"nats", "gloo"}, false, "nats gloo"},
+	} {
+		var got []string
+		for _, k := range (Options{Transports: tc.transports, MAC: tc.mac}).kinds() {
+			got = append(got, k.String())
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%v mac=%v: cases %v, want %s", tc.transports, tc.mac, got, tc.want)
 		}
 	}
 }
@@ -142,6 +170,28 @@ func TestResultsPairRatiosWithinRounds(t *testing.T) {
 	}
 	if rs[2].P50RatioNATSTCP != 2 || rs[2].P99RatioNATSTCP != 2 || rs[0].P50RatioNATSTCP != 1.5 || rs[1].P50RatioNATSTCP != 1.5 {
 		t.Errorf("ratios: tcp %v, nats %v, nats+mac %v %v", rs[0].P50RatioNATSTCP, rs[1].P50RatioNATSTCP, rs[2].P50RatioNATSTCP, rs[2].P99RatioNATSTCP)
+	}
+}
+
+// The gloo line's ratios are its own over tcp in each round; without tcp
+// there are none, and without nats the tcp line has none.
+func TestResultsGloo(t *testing.T) {
+	o := Options{Payload: 64, Interval: time.Millisecond, Messages: 100, Rounds: 2, Transports: []string{"tcp", "gloo"}}
+	tcp := []round{{p50: 10, p99: 20}, {p50: 40, p99: 40}}
+	gloo := []round{{p50: 40, p99: 40}, {p50: 80, p99: 160}} // p50 4 and 2, p99 2 and 4
+	rs := results(o, 2, [][]round{tcp, gloo})
+	if len(rs) != 2 || rs[0].Transport != "tcp" || rs[1].Transport != "gloo" {
+		t.Fatalf("cases %+v", rs)
+	}
+	if rs[1].P50RatioNATSTCP != 3 || rs[1].P99RatioNATSTCP != 3 || rs[1].TargetsMet {
+		t.Errorf("gloo: ratios %v %v, targets met %v", rs[1].P50RatioNATSTCP, rs[1].P99RatioNATSTCP, rs[1].TargetsMet)
+	}
+	if rs[0].P50RatioNATSTCP != 0 || rs[0].TargetsMet {
+		t.Errorf("tcp without nats: ratio %v, targets met %v", rs[0].P50RatioNATSTCP, rs[0].TargetsMet)
+	}
+	o.Transports = []string{"gloo"}
+	if rs := results(o, 2, [][]round{gloo}); len(rs) != 1 || rs[0].P50RatioNATSTCP != 0 || rs[0].P50US != 60 {
+		t.Errorf("gloo alone: %+v", rs)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -41,9 +43,20 @@ type Options struct {
 	ServerInPublisher bool          // --server-in-publisher: as launch --nats-in-rank0
 	TuneRuntime       bool          // --tune-runtime: the runtime settings launch gives ranks
 	MAC               bool          // --mac: also a NATS case with a keyed MAC on every message
+	// Transports (--transports): of tcp, nats and gloo; empty: tcp and
+	// nats. A round's cases run in the order of kinds whatever the order
+	// given.
+	Transports []string
+	// Python (--python) runs the gloo transport's processes; ResolveGloo
+	// sets it.
+	Python string
 
 	keyFile string // with MAC: the job key the case's processes share (writeKey)
+	glooDir string // with gloo: its program and stores (writeGloo)
 }
+
+// transportNames are the transports --transports accepts.
+var transportNames = []string{"tcp", "nats", "gloo"}
 
 // Validate checks o; its errors name the flag.
 func (o Options) Validate() error {
@@ -73,10 +86,36 @@ func (o Options) Validate() error {
 	if o.ServerInPublisher && o.NATSURL != "" {
 		return errors.New("--server-in-publisher: not with --nats (the server is given)")
 	}
+	if err := o.validateTransports(); err != nil {
+		return err
+	}
 	if o.Self == "" {
 		return errors.New("options: Self, the tpcoord binary to start the processes from, is not set")
 	}
 	return nil
+}
+
+func (o Options) validateTransports() error {
+	for i, t := range o.Transports {
+		if !slices.Contains(transportNames, t) {
+			return fmt.Errorf("--transports: %q is not one of %s", t, strings.Join(transportNames, ", "))
+		}
+		if slices.Contains(o.Transports[:i], t) {
+			return fmt.Errorf("--transports: %s is given twice", t)
+		}
+	}
+	if o.MAC && !o.has("nats") {
+		return errors.New("--mac: adds a NATS case; nats is not in --transports")
+	}
+	return nil
+}
+
+// has reports whether transport is one of o's.
+func (o Options) has(transport string) bool {
+	if len(o.Transports) == 0 {
+		return transport == "tcp" || transport == "nats"
+	}
+	return slices.Contains(o.Transports, transport)
 }
 
 // server names where the NATS server runs, as Result.NATSServer reports it.

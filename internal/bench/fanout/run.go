@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/tpcoord/tpcoord/internal/bench/stats"
 )
@@ -68,12 +69,19 @@ func (k caseKind) String() string {
 }
 
 // kinds are the cases of each round, in the order of their index: the raw
-// TCP floor first (the others' ratios divide by it), NATS, and with --mac
-// NATS with a MAC on every message.
+// TCP floor first (the others' ratios divide by it), NATS, with --mac NATS
+// with a MAC on every message, and torch.distributed's gloo broadcast;
+// each when its transport is one of o's.
 func (o Options) kinds() []caseKind {
-	k := []caseKind{{transport: "tcp"}, {transport: "nats"}}
-	if o.MAC {
-		k = append(k, caseKind{transport: "nats", mac: true})
+	var k []caseKind
+	for _, t := range transportNames {
+		if !o.has(t) {
+			continue
+		}
+		k = append(k, caseKind{transport: t})
+		if t == "nats" && o.MAC {
+			k = append(k, caseKind{transport: t, mac: true})
+		}
 	}
 	return k
 }
@@ -87,6 +95,13 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	}
 	if o.MAC {
 		dir, err := o.writeKey()
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	if o.has("gloo") {
+		dir, err := o.writeGloo()
 		if err != nil {
 			return err
 		}
@@ -151,17 +166,27 @@ func ratios(tcp, other []round) (p50, p99 float64, lost int) {
 	return stats.Median(p50r), stats.Median(p99r), lost
 }
 
-// results are the lines of n followers, one per case, from their rounds.
+// results are the lines of n followers, one per case, from their rounds
+// (indexed like o.kinds()).
 func results(o Options, n int, rounds [][]round) []Result {
+	kinds := o.kinds()
+	tcp, nats := slices.Index(kinds, caseKind{transport: "tcp"}), slices.Index(kinds, caseKind{transport: "nats"})
 	out := make([]Result, len(rounds))
-	for t, kind := range o.kinds() {
+	for t, kind := range kinds {
 		r := summarize(rounds[t])
 		r.Transport, r.MAC, r.Followers, r.Payload = kind.transport, kind.mac, n, o.Payload
 		r.IntervalUS, r.Messages, r.Warmup, r.Rounds = stats.US(o.Interval.Nanoseconds()), o.Messages, Warmup(o.Messages), o.Rounds
-		p50, p99, lost := ratios(rounds[0], rounds[max(t, 1)])
-		r.P50RatioNATSTCP, r.P99RatioNATSTCP = p50, p99
 		r.TargetP50Ratio, r.TargetP99Ratio = TargetP50Ratio, TargetP99Ratio
-		r.TargetsMet = lost == 0 && r.P50RatioNATSTCP > 0 && r.P50RatioNATSTCP <= TargetP50Ratio && r.P99RatioNATSTCP <= TargetP99Ratio
+		// Every case over tcp; the tcp line carries NATS's ratios.
+		other := t
+		if t == tcp {
+			other = nats
+		}
+		if tcp >= 0 && other >= 0 && other != tcp {
+			p50, p99, lost := ratios(rounds[tcp], rounds[other])
+			r.P50RatioNATSTCP, r.P99RatioNATSTCP = p50, p99
+			r.TargetsMet = lost == 0 && p50 > 0 && p50 <= TargetP50Ratio && p99 <= TargetP99Ratio
+		}
 		r.NATSServer, r.TuneRuntime = o.server(), o.TuneRuntime
 		out[t] = r
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // Config is a gateway's configuration; DefaultConfig holds the defaults.
@@ -89,6 +90,33 @@ type Gateway struct {
 	// handlers counts the /v1 requests being answered: Serve waits for
 	// them, since closing a connection does not wait for its handler.
 	handlers sync.WaitGroup
+
+	muxMu sync.Mutex
+	mux   *client.Mux // every request's replies, on one subscription; made at first use
+}
+
+// replies returns the reply mux, subscribing it at the first request.
+func (g *Gateway) replies(ctx context.Context) (*client.Mux, error) {
+	g.muxMu.Lock()
+	defer g.muxMu.Unlock()
+	if g.mux == nil {
+		m, err := client.NewMux(ctx, g.bus)
+		if err != nil {
+			return nil, err
+		}
+		g.mux = m
+	}
+	return g.mux, nil
+}
+
+// closeReplies unsubscribes the reply mux, once no request uses it.
+func (g *Gateway) closeReplies() {
+	g.muxMu.Lock()
+	defer g.muxMu.Unlock()
+	if g.mux != nil {
+		_ = g.mux.Close()
+		g.mux = nil
+	}
 }
 
 // Option sets an optional part of a Gateway.

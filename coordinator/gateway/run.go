@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -103,7 +104,11 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 		}
 	}
 	// The request's span goes on to rank 0, whose request span joins it.
-	c.rep, c.err = client.Stream(telemetry.WithTraceHeader(ctx), x.g.bus, x.g.subj, &c.req, cb)
+	if mux, err := x.g.replies(ctx); err != nil {
+		c.err = fmt.Errorf("subscribe replies: %w", err)
+	} else {
+		c.rep, c.err = mux.Stream(telemetry.WithTraceHeader(ctx), x.g.subj, &c.req, cb)
+	}
 	c.finish()
 	x.g.metrics.observe(c, time.Now())
 	if c.failed() {

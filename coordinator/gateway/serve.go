@@ -66,6 +66,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	err := <-errc
 	g.handlers.Wait() // their clients are cancelled: each ends within seconds
+	g.closeReplies()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -21,9 +21,11 @@ const (
 	PathNATS = "nats"
 )
 
-// natsSender sends requests straight to rank 0 with rank/client.Stream.
+// natsSender sends requests straight to rank 0 through a rank/client.Mux,
+// as the gateway does: one reply subscription for all of them, so that
+// neither path pays a subscription round trip per request.
 type natsSender struct {
-	bus  broadcast.Transport
+	mux  *client.Mux
 	subj broadcast.Subjects
 }
 
@@ -34,7 +36,7 @@ func (s *natsSender) send(ctx context.Context, r request, onTokens func(int)) er
 	seed := r.seed
 	p.Temperature, p.IgnoreEOS, p.Seed = temperature, true, &seed
 	req := &client.GenerateRequest{PromptTokenIDs: r.prompt, MaxTokens: r.maxTokens, Params: p}
-	_, err := client.Stream(ctx, s.bus, s.subj, req, client.Callbacks{Token: func(int, int32) { onTokens(1) }})
+	_, err := s.mux.Stream(ctx, s.subj, req, client.Callbacks{Token: func(int, int32) { onTokens(1) }})
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
 	"github.com/tpcoord/tpcoord/internal/bench/job"
 	"github.com/tpcoord/tpcoord/internal/bench/stats"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // model is the name the bench's gateway serves.
@@ -46,7 +47,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 	}
 	var rounds []RoundResult
 	if o.Gateway == GatewayLaunch {
-		rounds, err = runRounds(ctx, paths(j, j.Ready().HTTPURL, o), o, stdout, progress)
+		rounds, err = runPaths(ctx, j, j.Ready().HTTPURL, o, stdout, progress)
 	} else {
 		rounds, err = withGateway(ctx, j, o, stdout, progress)
 	}
@@ -64,10 +65,16 @@ func (o Options) setup() Setup {
 		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime), ThinkMS: ms(o.Think), Gateway: o.Gateway}
 }
 
-// paths are the two ways to the job: HTTP through the gateway at url, and
-// NATS straight to rank 0.
-func paths(j *job.Job, url string, o Options) []sender {
-	return []sender{newHTTPSender(url, model, o.Clients), &natsSender{bus: j.Bus(), subj: j.Subjects()}}
+// runPaths runs the rounds on the two ways to the job: HTTP through the
+// gateway at url, and NATS straight to rank 0.
+func runPaths(ctx context.Context, j *job.Job, url string, o Options, stdout, progress io.Writer) ([]RoundResult, error) {
+	mux, err := client.NewMux(ctx, j.Bus())
+	if err != nil {
+		return nil, err
+	}
+	defer mux.Close()
+	paths := []sender{newHTTPSender(url, model, o.Clients), &natsSender{mux: mux, subj: j.Subjects()}}
+	return runRounds(ctx, paths, o, stdout, progress)
 }
 
 // withGateway serves the job's API on loopback from this process, over a
@@ -92,7 +99,7 @@ func withGateway(ctx context.Context, j *job.Job, o Options, stdout, progress io
 	gctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- gw.Serve(gctx, ln) }() // owned here: stopped and awaited below
-	rounds, err := runRounds(ctx, paths(j, gateway.URL(cfg, ln), o), o, stdout, progress)
+	rounds, err := runPaths(ctx, j, gateway.URL(cfg, ln), o, stdout, progress)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = serr

@@ -95,12 +95,12 @@ type Callbacks struct {
 // Headers set on ctx with WithHeader go with the request's message (rank 0
 // reads its trace context there).
 func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks) (*GenerateReply, error) {
-	return stream1(ctx, tr, subj, req, cb, (*stream).subscribe)
+	return stream1(ctx, tr, subj, req, cb, func(ctx context.Context, s *stream) (func(), error) { return s.subscribe(ctx) })
 }
 
 // stream1 runs one request whose replies attach delivers to s.
 func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks,
-	attach func(*stream, context.Context) (func(), error)) (*GenerateReply, error) {
+	attach func(context.Context, *stream) (func(), error)) (*GenerateReply, error) {
 	withKeepalive := *req
 	withKeepalive.Keepalive = true
 	data, err := json.Marshal(&withKeepalive)
@@ -110,7 +110,7 @@ func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subject
 	s := &stream{tr: tr, subj: subj, req: req, cb: cb,
 		replies: make(chan []byte, 1024), overflow: make(chan struct{}), noResponders: make(chan struct{}, 1),
 		acks: make(chan keepaliveAnswer, 8)}
-	detach, err := attach(s, ctx)
+	detach, err := attach(ctx, s)
 	defer detach()
 	if err != nil {
 		return nil, err

@@ -61,7 +61,7 @@ func (m *Mux) dispatch(msg *broadcast.Msg) {
 
 // attach gives s two subjects under the mux's prefix, routed to it until
 // the returned function is called.
-func (m *Mux) attach(s *stream, _ context.Context) (func(), error) {
+func (m *Mux) attach(_ context.Context, s *stream) (func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++

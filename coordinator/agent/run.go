@@ -59,16 +59,20 @@ func (r *run) run(ctx context.Context) error {
 	if err := r.connectBus(ctx); err != nil {
 		return r.a.stopped(ctx, "NATS was reachable", err)
 	}
+	// Before the rendezvous, which rank 0 spends waiting for the last rank
+	// to start: its noise pool's allocation (tens of MiB) then no longer
+	// follows the rendezvous on the way to readiness. The pool fills rows
+	// only for active streams, so it takes no CPU from the rendezvous.
+	picker, err := r.sampling()
+	if err != nil {
+		return err
+	}
 	members, err := r.join(ctx)
 	if err != nil {
 		return r.a.stopped(ctx, "rendezvous completed", err)
 	}
 	r.a.o.notifier.Notify(fmt.Sprintf("READY=1\nSTATUS=rendezvous complete: %d ranks of job %s", cfg.WorldSize, cfg.Job))
 	_ = r.g.AddCloser("notify stopping", func() error { r.a.o.notifier.Notify("STOPPING=1"); return nil })
-	picker, err := r.sampling()
-	if err != nil {
-		return err
-	}
 	w := &world{r: r, picker: picker}
 	if err := w.adopt(members); err != nil {
 		return err

@@ -150,6 +150,11 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		mc = memberlist.DefaultLocalConfig()
+		// Compression buys nothing on loopback, and memberlist's LZW
+		// allocates a 64 KiB table per gossip packet: a job of many ranks
+		// on few cores spent a tenth of its start-up CPU on it. Members
+		// decode compressed messages whatever their own setting.
+		mc.EnableCompression = false
 	}
 	if cfg.ProbeInterval > 0 {
 		mc.ProbeInterval = cfg.ProbeInterval

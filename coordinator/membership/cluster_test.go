@@ -547,3 +547,19 @@ func TestUpdateMetaReachesEveryMember(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalGossipUncompressed: a --local member gossips uncompressed (on
+// loopback compression only costs CPU, which a job of many ranks on few
+// cores starts short of); a LAN member keeps memberlist's compression.
+func TestLocalGossipUncompressed(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		c := &Cluster{cfg: Config{Meta: Meta{Job: testJob}, Bind: "127.0.0.1:0", Local: local}}
+		mc, err := c.memberlistConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mc.EnableCompression == local {
+			t.Fatalf("Local %v: EnableCompression = %v", local, mc.EnableCompression)
+		}
+	}
+}

@@ -29,13 +29,12 @@ type choice struct {
 	sentTok  int             // tokens already streamed
 	sentText int             // bytes of text already streamed
 
-	rep      *client.GenerateReply
-	err      error
-	start    time.Time
-	first    time.Time // first token
-	last     time.Time // latest token
-	itl      []time.Duration
-	detokErr error
+	rep   *client.GenerateReply
+	err   error
+	start time.Time
+	first time.Time // first token
+	last  time.Time // latest token
+	itl   []time.Duration
 }
 
 func newChoice(index int, req client.GenerateRequest, stops []string, detok Detokenizer) *choice {
@@ -62,10 +61,9 @@ func (c *choice) onToken(now time.Time, tok int32) (stop bool) {
 	if c.detok == nil {
 		return false
 	}
-	piece, err := c.detok.Add(tok)
-	if err != nil && c.detokErr == nil {
-		c.detokErr = err
-	}
+	// A token the tokenizer does not know (its vocabulary smaller than the
+	// job's; /ready says so) adds no text; its ID is still answered.
+	piece, _ := c.detok.Add(tok)
 	c.pending += piece
 	return c.release(false)
 }

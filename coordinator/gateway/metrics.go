@@ -57,7 +57,7 @@ func newMetrics(g *Gateway) *metrics {
 			Help: "HTTP requests to /v1, by route and status class."}, []string{"route", "status"}),
 	}
 	m.reg.MustRegister(ttft, itl, e2e, queue, m.prompt, m.gen, m.finished, m.running, m.httpRequests,
-		telemetry.BuildInfoGauge(buildinfo.Get()), &jobGauges{g: g, labels: model})
+		telemetry.BuildInfoGauge(buildinfo.Get()), newJobGauges(g, model))
 	return m
 }
 
@@ -89,30 +89,24 @@ func (m *metrics) observe(c *choice, end time.Time) {
 // jobGauges reports rank 0's running and waiting requests, asked at
 // scrape time (at most once a second).
 type jobGauges struct {
-	g      *Gateway
-	labels prometheus.Labels
+	g                        *Gateway
+	runningDesc, waitingDesc *prometheus.Desc
 
-	mu      sync.Mutex
-	at      time.Time
-	running float64
-	waiting float64
-	ok      bool
+	mu           sync.Mutex
+	at           time.Time
+	rows, queued float64
+	ok           bool
 }
 
-var (
-	runningDesc = "Requests rank 0 is decoding (rows of the batch)."
-	waitingDesc = "Requests waiting in rank 0's queue."
-)
-
-func (j *jobGauges) descs() (*prometheus.Desc, *prometheus.Desc) {
-	return prometheus.NewDesc("tpcoord_num_requests_running", runningDesc, nil, j.labels),
-		prometheus.NewDesc("tpcoord_num_requests_waiting", waitingDesc, nil, j.labels)
+func newJobGauges(g *Gateway, labels prometheus.Labels) *jobGauges {
+	return &jobGauges{g: g,
+		runningDesc: prometheus.NewDesc("tpcoord_num_requests_running", "Requests rank 0 is decoding (rows of the batch).", nil, labels),
+		waitingDesc: prometheus.NewDesc("tpcoord_num_requests_waiting", "Requests waiting in rank 0's queue.", nil, labels)}
 }
 
 func (j *jobGauges) Describe(ch chan<- *prometheus.Desc) {
-	r, w := j.descs()
-	ch <- r
-	ch <- w
+	ch <- j.runningDesc
+	ch <- j.waitingDesc
 }
 
 func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
@@ -124,13 +118,12 @@ func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
 		cancel()
 		j.at, j.ok = time.Now(), err == nil
 		if err == nil {
-			j.running, j.waiting = float64(st.Rows), float64(st.Waiting)
+			j.rows, j.queued = float64(st.Rows), float64(st.Waiting)
 		}
 	}
 	if !j.ok {
 		return // rank 0 unreachable: no figure rather than a stale one
 	}
-	r, w := j.descs()
-	ch <- prometheus.MustNewConstMetric(r, prometheus.GaugeValue, j.running)
-	ch <- prometheus.MustNewConstMetric(w, prometheus.GaugeValue, j.waiting)
+	ch <- prometheus.MustNewConstMetric(j.runningDesc, prometheus.GaugeValue, j.rows)
+	ch <- prometheus.MustNewConstMetric(j.waitingDesc, prometheus.GaugeValue, j.queued)
 }

@@ -589,6 +589,7 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	}
 	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive,
 		trace: requestTrace{parent: d.remoteParent(m.Header)}}
+	r.times.received = time.Now()
 	select {
 	case d.intake <- r:
 	default:
@@ -598,6 +599,10 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 
 func (d *Driver) reply(subject string, r client.GenerateReply) {
 	data, _ := json.Marshal(r)
+	d.publishReply(subject, data)
+}
+
+func (d *Driver) publishReply(subject string, data []byte) {
 	if err := d.tr.Publish(&broadcast.Msg{Subject: subject, Data: data}); err != nil {
 		d.log.Warn("reply failed", "subject", subject, "err", err)
 	}
@@ -774,6 +779,7 @@ func (d *Driver) lead(ctx context.Context) error {
 		d.admit()
 		d.clientOps(d.cfg.Clock())
 		st := d.sched.Next(d.cfg.Epoch, k)
+		d.markScheduled(st)
 		if st == nil || len(d.mirror.Rows())+len(st.Admitted)-len(st.Removed) == 0 {
 			d.sendLogprobs() // no forward pass to hide them behind
 		}
@@ -887,7 +893,7 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	d.cfg.Flight.enter(PhaseReply, time.Now())
 	smp.End()
 	d.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs)
-	d.stream(d.sched.Sampled(rows, sc.tokens, sc.errs))
+	d.stream(firstTokensFirst(d.sched.Sampled(rows, sc.tokens, sc.errs)))
 	return nil
 }
 
@@ -911,7 +917,6 @@ func (d *Driver) enqueue(r *Request) {
 		d.reply(r.Tag, client.FailedReply(err, code))
 		return
 	}
-	r.times.enqueued = time.Now()
 	if r.keepalives {
 		// The client's timeout runs from now, keepalive or not.
 		now := d.cfg.Clock()
@@ -964,6 +969,26 @@ func (d *Driver) checkDigests() error {
 	return d.peerTab.diverged()
 }
 
+// firstTokensFirst reorders a step's events (in row order) so that the
+// first tokens of requests come before the others' next tokens, each
+// group keeping its order: a new request's client is waiting for its first
+// token, every other stream is a step into its output, and rank 0, the
+// bus and a gateway handle a step's replies one after the other.
+func firstTokensFirst(events []Event) []Event {
+	out := make([]Event, 0, len(events))
+	for _, ev := range events {
+		if ev.Index == 0 {
+			out = append(out, ev)
+		}
+	}
+	for _, ev := range events {
+		if ev.Index != 0 {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 func (d *Driver) stream(events []Event) {
 	now := time.Now()
 	for _, ev := range events {
@@ -974,8 +999,7 @@ func (d *Driver) stream(events []Event) {
 				t.first = now
 			}
 			t.last = now
-			tok := ev.Token
-			d.reply(r.Tag, client.GenerateReply{Token: &tok, Index: ev.Index})
+			d.publishReply(r.Tag, client.AppendTokenReply(nil, ev.Token, ev.Index))
 		}
 		if ev.Done {
 			if j := d.lp.pending(r); j != nil {
@@ -1017,10 +1041,13 @@ func (d *Driver) finish(r *Request, now time.Time) {
 	if r.Err != nil {
 		rep.Error = r.Err.Error()
 	}
-	if t := r.times; !t.enqueued.IsZero() {
-		tm := &client.Timings{TotalMs: ms(now.Sub(t.enqueued))}
+	if t := r.times; !t.received.IsZero() {
+		tm := &client.Timings{TotalMs: ms(now.Sub(t.received))}
+		if !t.scheduled.IsZero() {
+			tm.QueueMs = ms(t.scheduled.Sub(t.received))
+		}
 		if !t.first.IsZero() {
-			tm.FirstTokenMs = ms(t.first.Sub(t.enqueued))
+			tm.FirstTokenMs = ms(t.first.Sub(t.received))
 			if n := len(r.Output); n > 1 {
 				tm.MeanITLMs = ms(t.last.Sub(t.first)) / float64(n-1)
 			}
@@ -1028,6 +1055,20 @@ func (d *Driver) finish(r *Request, now time.Time) {
 		rep.Timings = tm
 	}
 	d.reply(r.Tag, rep)
+}
+
+// markScheduled stamps the requests st admits for the first time (one
+// resumed in a new epoch keeps its first stamp).
+func (d *Driver) markScheduled(st *broadcast.Step) {
+	if st == nil || len(st.Admitted) == 0 {
+		return
+	}
+	now := time.Now()
+	for _, a := range st.Admitted {
+		if r := d.sched.Request(a.Seq); r != nil && r.times.scheduled.IsZero() {
+			r.times.scheduled = now
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

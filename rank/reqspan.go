@@ -116,8 +116,8 @@ func (r *Request) endSpan(finish string, err error, now time.Time) {
 	}
 	r.trace.span = nil
 	span.SetAttributes(semconv.GenAIUsageOutputTokens(len(r.Output)), semconv.GenAIResponseFinishReasons(finish))
-	if t := r.times; !t.first.IsZero() && !t.enqueued.IsZero() {
-		span.SetAttributes(semconv.GenAIResponseTimeToFirstChunk(t.first.Sub(t.enqueued).Seconds()))
+	if t := r.times; !t.first.IsZero() && !t.received.IsZero() {
+		span.SetAttributes(semconv.GenAIResponseTimeToFirstChunk(t.first.Sub(t.received).Seconds()))
 	}
 	if finish == client.FinishError && err != nil {
 		span.SetStatus(codes.Error, err.Error())

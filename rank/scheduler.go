@@ -35,7 +35,7 @@ type Request struct {
 	// the scheduler does not look at it.
 	Tag string
 
-	times struct{ enqueued, first, last time.Time } // the driver's
+	times requestTimes // the driver's
 	// keepalive is when its client's last keepalive reached rank 0 (zero:
 	// none yet). Carried across epochs, it marks a client that sends them,
 	// so one that went away while the world re-formed is still timed out.
@@ -115,6 +115,11 @@ func (s *Scheduler) Active() int { return len(s.active) }
 func (s *Scheduler) Idle() bool {
 	return len(s.active) == 0 && len(s.waiting) == 0 && len(s.tokens) == 0 && len(s.removals) == 0
 }
+
+// requestTimes are the moments rank 0's driver times a request by: it
+// arrived (read off the bus), was first scheduled into a step's batch,
+// and its first and last tokens were sampled.
+type requestTimes struct{ received, scheduled, first, last time.Time }
 
 // Next builds step k of epoch: the tokens sampled at step k-1, the
 // sequences that finished then, and as many waiting requests as fit in the

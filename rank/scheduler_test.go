@@ -580,3 +580,39 @@ func TestSchedulerMaxStepBytes(t *testing.T) {
 		t.Fatalf("oversized prompt: admitted %v", admittedSeqs(st))
 	}
 }
+
+// TestFirstTokensFirst: rank 0 sends a step's replies with the first
+// tokens of newly admitted requests before the others' next tokens, each
+// group in row order.
+func TestFirstTokensFirst(t *testing.T) {
+	s := newStepper(t, SchedulerConfig{MaxBatch: 4, MaxQueue: 10, EOS: -1})
+	submit := func() *Request {
+		r := newReq(10)
+		if err := s.sched.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := submit(), submit()
+	s.next()
+	s.sample(7, nil, nil) // a and b have their first tokens
+	c, d := submit(), submit()
+	s.next() // rows a, b, c, d
+	events := firstTokensFirst(s.sample(7, nil, nil))
+	var got []*Request
+	var idx []int
+	for _, ev := range events {
+		got, idx = append(got, ev.Req), append(idx, ev.Index)
+	}
+	if want := []*Request{c, d, a, b}; !slices.Equal(got, want) || !slices.Equal(idx, []int{0, 0, 1, 1}) {
+		t.Fatalf("event order %v (indices %v), want c, d (first tokens) then a, b", seqsOf(got), idx)
+	}
+}
+
+func seqsOf(rs []*Request) []uint64 {
+	out := make([]uint64, len(rs))
+	for i, r := range rs {
+		out[i] = r.Seq
+	}
+	return out
+}

@@ -120,12 +120,13 @@ func FailedReply(err error, code string) GenerateReply {
 	return r
 }
 
-// Timings of a finished request, in milliseconds.
+// Timings of a finished request, in milliseconds, as rank 0 measured
+// them from the request's arrival off the bus.
 type Timings struct {
-	QueueMs      float64 `json:"queue_ms"`
-	FirstTokenMs float64 `json:"first_token_ms"`
-	MeanITLMs    float64 `json:"mean_itl_ms"`
-	TotalMs      float64 `json:"total_ms"`
+	QueueMs      float64 `json:"queue_ms"`       // arrival → first scheduled into a step
+	FirstTokenMs float64 `json:"first_token_ms"` // arrival → first token sampled
+	MeanITLMs    float64 `json:"mean_itl_ms"`    // between its tokens
+	TotalMs      float64 `json:"total_ms"`       // arrival → finished
 }
 
 // PeerStatus is rank 0's view of one follower.

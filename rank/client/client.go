@@ -274,6 +274,12 @@ func (s *stream) judge(a keepaliveAnswer) (*GenerateReply, bool, error) {
 // then what Generate returns), as does a malformed reply (err).
 func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
 	s.verdict = keepaliveVerdict{} // rank 0 is there and has the request
+	if tok, index, ok := parseTokenReply(b); ok {
+		if s.cb.Token != nil {
+			s.cb.Token(index, tok)
+		}
+		return nil, false, nil
+	}
 	var r GenerateReply
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, true, fmt.Errorf("malformed reply from rank 0: %w", err)

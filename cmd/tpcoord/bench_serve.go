@@ -19,9 +19,10 @@ API from this process on loopback (the gateway of 'tpcoord serve', on a NATS
 connection of its own). After a warm-up, it runs --rounds rounds of each
 path, alternating HTTP, NATS, HTTP, ...: --clients concurrent clients, each
 sending its next request when the last ended, --requests requests per round
-or for --duration. HTTP streams /v1/completions (token-ID prompts, SSE) with
-a plain net/http client; NATS sends the same requests with
-rank/client.Stream. Every request has max_tokens --max-tokens, ignore_eos,
+or for --duration. HTTP streams /v1/completions (token-ID prompts, SSE)
+with --http-client: raw, HTTP/1.1 written and read on each client's own
+goroutine, or net/http, Go's client (a write loop and a read loop per
+connection); NATS sends the same requests with rank/client.Mux.Stream. Every request has max_tokens --max-tokens, ignore_eos,
 temperature 0.8 and a fixed seed; request i of a round is the same on both
 paths.
 
@@ -58,6 +59,7 @@ stderr.`,
 	fs.IntVar(&o.Vocab, "vocab", 100352, "vocabulary size")
 	fs.DurationVar(&o.ForwardTime, "forward-time", 20*time.Millisecond, "synthetic forward pass wall time")
 	fs.StringVar(&o.Gateway, "gateway", serve.GatewayLaunch, "where the gateway runs: launch (in the job's launch process, launch --http: apart from the clients, as deployed) or in-process (in this bench's process, beside the clients)")
+	fs.StringVar(&o.HTTPClient, "http-client", serve.HTTPClientRaw, "the HTTP path's client: raw (HTTP/1.1 on the client's goroutine, no goroutine hand-offs of its own) or net/http (Go's client)")
 	fs.DurationVar(&o.Think, "think", 40*time.Millisecond, "most a client waits before its next request (a draw fixed by the request, the same on both paths): spreads submissions over the step")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write this process's CPU profile (gateway and clients) over the rounds to this file")

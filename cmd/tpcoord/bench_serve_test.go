@@ -15,14 +15,16 @@ func TestBenchServeJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real cluster")
 	}
-	for _, gw := range []string{serve.GatewayLaunch, serve.GatewayInProcess} {
-		t.Run(gw, func(t *testing.T) { benchServeJSON(t, gw) })
+	for _, tc := range []struct{ gw, client string }{
+		{serve.GatewayLaunch, serve.HTTPClientRaw}, {serve.GatewayInProcess, serve.HTTPClientNetHTTP},
+	} {
+		t.Run(tc.gw, func(t *testing.T) { benchServeJSON(t, tc.gw, tc.client) })
 	}
 }
 
-func benchServeJSON(t *testing.T, gw string) {
+func benchServeJSON(t *testing.T, gw, httpClient string) {
 	out, err := execBench(t, newBenchServeCmd(), "--nproc", "2", "--clients", "2", "--requests", "3", "--rounds", "2",
-		"--max-tokens", "4", "--vocab", "4096", "--forward-time", "1ms", "--json", "--gateway", gw)
+		"--max-tokens", "4", "--vocab", "4096", "--forward-time", "1ms", "--json", "--gateway", gw, "--http-client", httpClient)
 	if err != nil {
 		t.Fatalf("bench serve: %v\noutput:\n%s", err, out)
 	}
@@ -46,7 +48,7 @@ func benchServeJSON(t *testing.T, gw string) {
 	if s.Kind != "summary" || s.HTTP.Rounds != 2 || s.NATS.Rounds != 2 || len(s.PairRatios) != 2 {
 		t.Errorf("summary %+v", s)
 	}
-	if s.NProc != 2 || s.Clients != 2 || s.Requests != 3 || s.MaxTokens != 4 || s.Vocab != 4096 || s.ForwardTimeMS != 1 || s.DurationS != 0 || s.Gateway != gw {
+	if s.NProc != 2 || s.Clients != 2 || s.Requests != 3 || s.MaxTokens != 4 || s.Vocab != 4096 || s.ForwardTimeMS != 1 || s.DurationS != 0 || s.Gateway != gw || s.HTTPClient != httpClient {
 		t.Errorf("summary setup %+v", s.Setup)
 	}
 	if want := s.HTTP.TokensPerS / s.NATS.TokensPerS; s.TokensRatio != want {
@@ -74,6 +76,7 @@ func TestBenchServeBadFlags(t *testing.T) {
 		{[]string{"--requests", "4", "--duration", "1s"}, "--duration"},
 		{[]string{"--duration", "0"}, "--duration"},
 		{[]string{"--forward-time", "-1ms"}, "--forward-time"},
+		{[]string{"--http-client", "curl"}, "--http-client"},
 	} {
 		_, err := execBench(t, newBenchServeCmd(), tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {

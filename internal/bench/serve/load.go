@@ -69,15 +69,19 @@ type load struct {
 	vocab     int
 	seed      uint64
 	think     time.Duration // the most a client waits before request i
+	// round picks the round's think times: each round draws its own, and
+	// a round's two paths draw the same.
+	round int
 }
 
 // thinkTime is request i's wait before it is sent: in [0, l.think), from
-// a hash of the seed and i (splitmix64), so both paths wait alike.
+// a hash of the seed, the round and i (splitmix64), so both paths of a
+// round wait alike and the rounds sample different phases of the step.
 func (l load) thinkTime(i int) time.Duration {
 	if l.think <= 0 {
 		return 0
 	}
-	z := l.seed + uint64(i)*0x9e3779b97f4a7c15
+	z := l.seed ^ uint64(l.round)<<40 + uint64(i)*0x9e3779b97f4a7c15
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	z ^= z >> 31

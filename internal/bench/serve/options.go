@@ -14,6 +14,12 @@ const (
 	GatewayInProcess = "in-process"
 )
 
+// The HTTP clients the bench can stream with.
+const (
+	HTTPClientRaw     = "raw"
+	HTTPClientNetHTTP = "net/http"
+)
+
 // Options configure Run. Errors of Validate name the tpcoord flag.
 type Options struct {
 	Self        string        // the tpcoord binary to run launch from
@@ -33,7 +39,11 @@ type Options struct {
 	// Gateway is where the gateway runs (--gateway): GatewayLaunch, in
 	// the job's launch process (launch --http), apart from the clients as
 	// in a deployment; GatewayInProcess, in the bench's own process.
-	Gateway    string
+	Gateway string
+	// HTTPClient is the HTTP path's client (--http-client): HTTPClientRaw,
+	// HTTP/1.1 written and read on the caller's goroutine, or
+	// HTTPClientNetHTTP, Go's net/http client.
+	HTTPClient string
 	JSON       bool          // --json: JSON lines instead of a table
 	CPUProfile string        // --cpuprofile: this process's CPU profile over the rounds
 	Timeout    time.Duration // --timeout: the whole run
@@ -62,6 +72,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--forward-time: must be >= 0, got %v", o.ForwardTime)
 	case o.Gateway != GatewayLaunch && o.Gateway != GatewayInProcess:
 		return fmt.Errorf("--gateway: %q is not one of %s, %s", o.Gateway, GatewayLaunch, GatewayInProcess)
+	case o.HTTPClient != HTTPClientRaw && o.HTTPClient != HTTPClientNetHTTP:
+		return fmt.Errorf("--http-client: %q is not one of %s, %s", o.HTTPClient, HTTPClientRaw, HTTPClientNetHTTP)
 	case o.Think < 0:
 		return fmt.Errorf("--think: must be >= 0, got %v", o.Think)
 	case o.Timeout <= 0:

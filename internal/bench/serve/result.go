@@ -78,6 +78,7 @@ type Setup struct {
 	ForwardTimeMS float64 `json:"forward_time_ms"`
 	ThinkMS       float64 `json:"think_ms"`
 	Gateway       string  `json:"gateway"`
+	HTTPClient    string  `json:"http_client"`
 }
 
 // Summary is the last JSON line: both paths and the gateway's cost.

@@ -62,7 +62,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 
 func (o Options) setup() Setup {
 	return Setup{NProc: o.NProc, Clients: o.Clients, Requests: o.Requests, DurationS: o.Duration.Seconds(),
-		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime), ThinkMS: ms(o.Think), Gateway: o.Gateway}
+		MaxTokens: o.MaxTokens, Vocab: o.Vocab, ForwardTimeMS: ms(o.ForwardTime), ThinkMS: ms(o.Think), Gateway: o.Gateway, HTTPClient: o.HTTPClient}
 }
 
 // runPaths runs the rounds on the two ways to the job: HTTP through the
@@ -73,7 +73,16 @@ func runPaths(ctx context.Context, j *job.Job, url string, o Options, stdout, pr
 		return nil, err
 	}
 	defer mux.Close()
-	paths := []sender{newHTTPSender(url, model, o.Clients), &natsSender{mux: mux, subj: j.Subjects()}}
+	var web sender = newHTTPSender(url, model, o.Clients)
+	if o.HTTPClient == HTTPClientRaw {
+		raw, err := newRawSender(url, model, o.Clients)
+		if err != nil {
+			return nil, err
+		}
+		defer raw.close()
+		web = raw
+	}
+	paths := []sender{web, &natsSender{mux: mux, subj: j.Subjects()}}
 	return runRounds(ctx, paths, o, stdout, progress)
 }
 
@@ -127,6 +136,7 @@ func runRounds(ctx context.Context, paths []sender, o Options, stdout, progress 
 	defer stopProfile()
 	var out []RoundResult
 	for r := range o.Rounds {
+		l.round = r
 		for _, p := range paths {
 			rs, err := runRound(ctx, p, o.Clients, l)
 			if err != nil {

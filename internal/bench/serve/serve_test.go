@@ -125,7 +125,7 @@ func TestLoadNext(t *testing.T) {
 }
 
 func TestValidateNamesTheFlag(t *testing.T) {
-	good := Options{Self: "x", NProc: 2, Clients: 4, Rounds: 1, Requests: 4, MaxTokens: 4, Vocab: 4096, Timeout: time.Minute, Gateway: GatewayLaunch}
+	good := Options{Self: "x", NProc: 2, Clients: 4, Rounds: 1, Requests: 4, MaxTokens: 4, Vocab: 4096, Timeout: time.Minute, Gateway: GatewayLaunch, HTTPClient: HTTPClientRaw}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("valid options: %v", err)
 	}
@@ -143,6 +143,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.Vocab = 8 }, "--vocab"},
 		{func(o *Options) { o.ForwardTime = -time.Millisecond }, "--forward-time"},
 		{func(o *Options) { o.Timeout = 0 }, "--timeout"},
+		{func(o *Options) { o.HTTPClient = "curl" }, "--http-client"},
 		{func(o *Options) { o.Self = "" }, "Self"},
 	} {
 		o := good
@@ -167,6 +168,17 @@ func TestThinkTime(t *testing.T) {
 	}
 	if len(seen) < 35 {
 		t.Fatalf("1000 draws hit %d of 40 millisecond buckets", len(seen))
+	}
+	other := l
+	other.round = 1
+	differ := 0
+	for i := range 100 {
+		if other.thinkTime(i) != l.thinkTime(i) {
+			differ++
+		}
+	}
+	if differ < 90 {
+		t.Fatalf("rounds 0 and 1 share %d of 100 think times; each round draws its own", 100-differ)
 	}
 	if (load{}).thinkTime(3) != 0 {
 		t.Fatal("no think bound, yet a think time")

@@ -31,6 +31,8 @@ type serveSummary struct {
 	NATS          servePath `json:"nats"`
 	TokensRatio   float64   `json:"http_vs_nats_tokens_per_s"`
 	TTFTDiffMS    float64   `json:"ttft_p50_diff_ms"`
+	TTFTDiffCI95  []float64 `json:"ttft_p50_diff_ci95_ms"` // absent in older runs
+	HTTPClient    string    `json:"http_client"`
 }
 
 // serve writes the summary's table and plot (serve.png).
@@ -57,7 +59,11 @@ func (g *gen) serve(recs []record) error {
 	}{{"HTTP gateway", s.HTTP}, {"NATS direct", s.NATS}} {
 		g.p("| %s | %.0f | %.2f | %.2f | %.2f | %.2f |\n", q.name, q.s.TokensPerS, q.s.TTFTP50MS, q.s.TTFTP99MS, q.s.ITLP50MS, q.s.ITLP99MS)
 	}
-	g.p("\nHTTP/NATS tokens/s %.3f×, TTFT p50 %+.2f ms.\n\n", s.TokensRatio, s.TTFTDiffMS)
+	g.p("\nHTTP/NATS tokens/s %.3f×, TTFT p50 %+.2f ms", s.TokensRatio, s.TTFTDiffMS)
+	if len(s.TTFTDiffCI95) == 2 {
+		g.p(" (over all requests; 95%% interval [%+.2f, %+.2f], paired-round bootstrap; HTTP client %s)", s.TTFTDiffCI95[0], s.TTFTDiffCI95[1], s.HTTPClient)
+	}
+	g.p(".\n\n")
 	p, err := servePlot(s)
 	if err != nil {
 		return err

@@ -199,7 +199,8 @@ func printSummary(w io.Writer, s Summary, asJSON bool) error {
 	if !s.TargetMet {
 		met = "NOT met"
 	}
-	_, err := fmt.Fprintf(w, "gateway: tokens/s %.3f× NATS (target ≥ %.2f), TTFT p50 %+.2f ms (target ≤ %.0f ms): %s; %s, %d cores; load %s -> %s\n",
-		s.TokensRatio, TargetTokensRatio, s.TTFTDiffMS, TargetTTFTDiffMS, met, s.CPU, s.Cores, s.LoadBefore, s.LoadAfter)
+	fmt.Fprintf(w, "all requests: TTFT p50 http %.2f ms, nats %.2f ms\n", s.HTTP.TTFTP50AllMS, s.NATS.TTFTP50AllMS)
+	_, err := fmt.Fprintf(w, "gateway: tokens/s %.3f× NATS (target ≥ %.2f), TTFT p50 %+.2f ms, 95%% interval [%+.2f, %+.2f] (target ≤ %.0f ms): %s; %s, %d cores; load %s -> %s\n",
+		s.TokensRatio, TargetTokensRatio, s.TTFTDiffMS, s.TTFTDiffCI95MS[0], s.TTFTDiffCI95MS[1], TargetTTFTDiffMS, met, s.CPU, s.Cores, s.LoadBefore, s.LoadAfter)
 	return err
 }

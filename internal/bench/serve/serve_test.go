@@ -44,7 +44,11 @@ func TestSummarize(t *testing.T) {
 // p50 difference, and the target.
 func TestCompare(t *testing.T) {
 	round := func(path string, tps, ttft float64) RoundResult {
-		return RoundResult{Path: path, TokensPerS: tps, TTFTP50MS: ttft, TTFTP99MS: 2 * ttft, ITLP50MS: 20, ITLP99MS: 30}
+		return RoundResult{Path: path, TokensPerS: tps, TTFTP50MS: ttft, TTFTP99MS: 2 * ttft, ITLP50MS: 20, ITLP99MS: 30,
+			ttft: []float64{ttft - 1, ttft, ttft + 1}}
+	}
+	setTTFT := func(r *RoundResult, ttft float64) {
+		r.TTFTP50MS, r.ttft = ttft, []float64{ttft - 1, ttft, ttft + 1}
 	}
 	rounds := []RoundResult{
 		round(PathHTTP, 960, 10.5), round(PathNATS, 1000, 10),
@@ -59,8 +63,12 @@ func TestCompare(t *testing.T) {
 	if s.NATS.Rounds != 3 || s.NATS.TokensPerS != 1000 || s.NATS.TTFTP50MS != 10 || s.NATS.ITLP99MS != 30 {
 		t.Errorf("nats %+v", s.NATS)
 	}
-	if s.TokensRatio != 0.96 || s.TTFTDiffMS != 1 {
-		t.Errorf("ratio %v, diff %v, want 0.96 and 1", s.TokensRatio, s.TTFTDiffMS)
+	// Pooled: HTTP {9.5 10 10.5 11 11 11.5 12 12 13}, NATS {9 9 10 10 10 11 11 11 12}.
+	if s.TokensRatio != 0.96 || s.TTFTDiffMS != 1 || s.HTTP.TTFTP50AllMS != 11 || s.TTFTDiffRoundsMS != 1 {
+		t.Errorf("ratio %v, diff %v (pooled p50 %v), over rounds %v; want 0.96, 1, 11, 1", s.TokensRatio, s.TTFTDiffMS, s.HTTP.TTFTP50AllMS, s.TTFTDiffRoundsMS)
+	}
+	if ci := s.TTFTDiffCI95MS; !(ci[0] <= s.TTFTDiffMS && s.TTFTDiffMS <= ci[1] && ci[0] < ci[1]) {
+		t.Errorf("interval %v around %v", ci, s.TTFTDiffMS)
 	}
 	if want := []float64{0.96, 0.9, 0.9}; len(s.PairRatios) != 3 || s.PairRatios[0] != want[0] || s.PairRatios[1] != want[1] || s.PairRatios[2] != want[2] {
 		t.Errorf("pair ratios %v, want %v", s.PairRatios, want)
@@ -68,12 +76,15 @@ func TestCompare(t *testing.T) {
 	if !s.TargetMet {
 		t.Error("0.96× and +1 ms: the target is met")
 	}
-	rounds[0].TTFTP50MS, rounds[2].TTFTP50MS, rounds[4].TTFTP50MS = 12, 12, 12
+	setTTFT(&rounds[0], 12)
+	setTTFT(&rounds[2], 12)
+	setTTFT(&rounds[4], 12)
 	compare(&s, rounds)
 	if s.TargetMet || s.TTFTDiffMS != 2 {
 		t.Errorf("+2 ms TTFT: met %v, diff %v", s.TargetMet, s.TTFTDiffMS)
 	}
-	rounds[0].TTFTP50MS, rounds[0].TokensPerS = 10, 940
+	setTTFT(&rounds[0], 10)
+	rounds[0].TokensPerS = 940
 	compare(&s, []RoundResult{rounds[0], rounds[1]})
 	if s.TargetMet || s.TokensRatio != 0.94 {
 		t.Errorf("0.94×: met %v, ratio %v", s.TargetMet, s.TokensRatio)
@@ -182,5 +193,25 @@ func TestThinkTime(t *testing.T) {
 	}
 	if (load{}).thinkTime(3) != 0 {
 		t.Fatal("no think bound, yet a think time")
+	}
+}
+
+// A constant shift between paired rounds is the only difference every
+// resampling sees: the interval is that shift alone.
+func TestBootstrapConstantShift(t *testing.T) {
+	var h, n []RoundResult
+	for r := range 6 {
+		base := []float64{30 + float64(r), 35, 40 + float64(r%3), 44}
+		shifted := make([]float64, len(base))
+		for i, v := range base {
+			shifted[i] = v + 0.75
+		}
+		h, n = append(h, RoundResult{ttft: shifted}), append(n, RoundResult{ttft: base})
+	}
+	if ci := bootstrapTTFTDiff(h, n, 200, 1); ci != [2]float64{0.75, 0.75} {
+		t.Fatalf("interval %v, want [0.75 0.75]", ci)
+	}
+	if ci := bootstrapTTFTDiff(nil, n, 200, 1); ci != [2]float64{} {
+		t.Fatalf("no rounds: %v", ci)
 	}
 }

@@ -52,9 +52,10 @@ new key of the job's, kept with the message key.
 
 With --tune-runtime (the default) each rank's Go runtime, and launch's own
 (it re-executes itself once), is set for a host they share: GOMAXPROCS =
-cores/processes (at least 1) and GODEBUG=schedtrace=2147483647, which keeps
-the runtime's sysmon thread from parking between steps; variables already
-set are kept. See docs/operations.md.
+cores/processes (at least 1; launch serving --http keeps every core for the
+gateway) and GODEBUG=schedtrace=2147483647, which keeps the runtime's sysmon
+thread from parking between steps; variables already set are kept. See
+docs/operations.md.
 
 SIGINT/SIGTERM are forwarded to the ranks; launch exits 0 once they stop.
 SIGUSR1 is relayed to every rank (flight recorder dumps).
@@ -136,7 +137,7 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		if !again && !rankproc.GodebugHas(os.Getenv("GODEBUG"), "schedtrace") {
 			log.Warn("not re-executing with the sysmon setting: the config file cannot be read twice (not a regular file)")
 		}
-		rankproc.TuneSelf(o.NProc+1, again && reexec, log)
+		rankproc.TuneSelf(launchShare(o.NProc, gw != nil), again && reexec, log)
 	}
 	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)
 	cfg.AgentArgs = agentArgs(fs, launchOwnFlags...)
@@ -206,4 +207,17 @@ func rereadable(fs *pflag.FlagSet) bool {
 	}
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// launchShare is how many processes launch's own GOMAXPROCS shares the
+// cores among: itself and the ranks, as one of nproc+1; but serving HTTP
+// it takes them all, as Go's default would. The gateway's work comes in
+// bursts (every stream's token, right after each step) while the ranks
+// wait on their forward passes, and a single P queues a new request's
+// first token behind the other streams' events.
+func launchShare(nproc int, serving bool) int {
+	if serving {
+		return 1
+	}
+	return nproc + 1
 }

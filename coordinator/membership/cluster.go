@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -435,6 +436,12 @@ func (c *Cluster) hasJoined() bool {
 // and learn it only at the next periodic state exchange (15–30 s later), as
 // a rank restarted just as rank 0 announced its next epoch did.
 func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
+	return c.updateMeta(update, timeout, len(c.Members()))
+}
+
+// updateMeta is UpdateMeta exchanging state with at most limit others,
+// chosen by exchangePeers.
+func (c *Cluster) updateMeta(update func(*Meta), timeout time.Duration, limit int) error {
 	c.mu.Lock()
 	update(&c.cfg.Meta)
 	b, err := c.cfg.Meta.encode()
@@ -446,18 +453,49 @@ func (c *Cluster) UpdateMeta(update func(*Meta), timeout time.Duration) error {
 		return err
 	}
 	gossipErr := c.ml.UpdateNode(timeout)
-	var peers []string
-	for _, m := range c.Members() {
-		if m.Name != c.name {
-			peers = append(peers, m.Addr)
-		}
-	}
+	c.mu.Lock()
+	self := c.cfg.Meta.Rank
+	c.mu.Unlock()
+	peers := exchangePeers(c.Members(), c.name, self, limit)
 	var syncErr error
 	if len(peers) > 0 {
 		n, err := c.ml.Join(peers)
 		syncErr = exchangeErr(n, len(peers), err)
 	}
 	return errors.Join(gossipErr, syncErr)
+}
+
+// exchangePeers lists the addresses of at most limit members other than
+// self (named name, of rank rank): rank 0 first, then the ranks after
+// rank in a ring, so that the members a departure is handed to are spread
+// over the world, and members of no rank order last.
+func exchangePeers(members []Member, name string, rank, limit int) []string {
+	world := 1
+	for _, m := range members {
+		world = max(world, m.Meta.Rank+1, m.Meta.World)
+	}
+	dist := func(m Member) int {
+		switch r := m.Meta.Rank; {
+		case r == 0:
+			return 0
+		case r < 0 || r >= world:
+			return world + 1
+		default:
+			return (r-rank+world)%world + 1
+		}
+	}
+	others := make([]Member, 0, len(members))
+	for _, m := range members {
+		if m.Name != name {
+			others = append(others, m)
+		}
+	}
+	slices.SortStableFunc(others, func(a, b Member) int { return cmp.Compare(dist(a), dist(b)) })
+	peers := make([]string, 0, min(limit, len(others)))
+	for _, m := range others[:min(limit, len(others))] {
+		peers = append(peers, m.Addr)
+	}
+	return peers
 }
 
 // exchangeErr says how a state exchange with total members went, when
@@ -563,13 +601,22 @@ func (c *Cluster) Abandon(timeout time.Duration) error {
 	return c.leaveErr
 }
 
+// leaveExchanges bounds the members a leaving member hands its departure
+// to in a state exchange. When a whole job stops, every member leaves at
+// once: exchanging with all the others made N·(N-1) full-state exchanges,
+// some 4,000 at 64 ranks, which on a small host outlasted the stop grace
+// and set off false suspicions.
+const leaveExchanges = 8
+
 // announceLeaving re-advertises this member's metadata with State
-// MetaLeaving, gossips it and hands it to every member in a state exchange
-// (UpdateMeta), so that peers see the departure that follows as a leave,
-// not a failure. Gossip alone can lose the race with the leave itself on a
-// loaded host; the exchange is synchronous.
+// MetaLeaving, gossips it and hands it to rank 0 and the next ranks in a
+// state exchange (at most leaveExchanges), so that peers see the departure
+// that follows as a leave, not a failure. Gossip alone can lose the race
+// with the leave itself on a loaded host; the exchange is synchronous. The
+// members beyond the exchange learn it from the gossip and from the
+// stopping phase of this rank's last heartbeat on the bus.
 func (c *Cluster) announceLeaving(timeout time.Duration) {
-	if err := c.UpdateMeta(func(m *Meta) { m.State = MetaLeaving }, timeout); err != nil {
+	if err := c.updateMeta(func(m *Meta) { m.State = MetaLeaving }, timeout, leaveExchanges); err != nil {
 		c.log.Debug("leaving announcement not confirmed", "err", err)
 	}
 }

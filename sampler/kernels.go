@@ -104,16 +104,24 @@ func blockMaxesGo(v, out []float32) bool {
 }
 
 // blockMaxGo returns the maximum of the non-NaN values of v (zero as +0,
-// −Inf if there are none) and whether v holds a NaN.
-//
-// The loop uses the builtin max, which has no data-dependent branch (a
-// machine instruction on amd64, arm64, s390x and ppc64 from POWER9): a
-// compare-and-branch running maximum mispredicts on the first tokens of
-// every lane, and on rows streamed from memory each mispredict also throws
-// away loads in flight, which made it 3x slower. The builtin returns NaN
-// if any input is NaN; such a block (a row that is rejected anyway) is
-// redone by blockMaxNaN, which skips NaNs.
+// −Inf if there are none) and whether v holds a NaN. The two definitions
+// below return the same bits for every input (TestBlockMaxVariantsAgree);
+// the build picks the one that is fast on the target.
 func blockMaxGo(v []float32) (float32, bool) {
+	if builtinMaxIsCall {
+		return blockMaxCompare(v)
+	}
+	return blockMaxBuiltin(v)
+}
+
+// blockMaxBuiltin uses the builtin max, which has no data-dependent branch
+// where it is a machine instruction (amd64, arm64, s390x, ppc64 from
+// POWER9): a compare-and-branch running maximum mispredicts on the first
+// tokens of every lane, and on rows streamed from memory each mispredict
+// also throws away loads in flight. The builtin returns NaN if any input
+// is NaN; such a block (a row that is rejected anyway) is redone by
+// blockMaxNaN, which skips NaNs.
+func blockMaxBuiltin(v []float32) (float32, bool) {
 	inf := float32(math.Inf(-1))
 	m0, m1, m2, m3, m4, m5, m6, m7 := inf, inf, inf, inf, inf, inf, inf, inf
 	w := v
@@ -133,6 +141,59 @@ func blockMaxGo(v []float32) (float32, bool) {
 		m = 0 // +0 whichever zeros the block holds
 	}
 	return m, false
+}
+
+// blockMaxCompare is the running maximum by compare and branch, for
+// targets where the builtin max on float32 is a function call (POWER8,
+// see builtinMaxIsCall). One compare per token: !(x <= m) is true for a
+// new maximum and for NaN, both rare after the first tokens of a lane.
+func blockMaxCompare(v []float32) (float32, bool) {
+	inf := float32(math.Inf(-1))
+	m0, m1, m2, m3, m4, m5, m6, m7 := inf, inf, inf, inf, inf, inf, inf, inf
+	nan := false
+	for ; len(v) >= 8; v = v[8:] {
+		x := v[:8:8]
+		if !(x[0] <= m0) {
+			m0, nan = maxStep(m0, x[0], nan)
+		}
+		if !(x[1] <= m1) {
+			m1, nan = maxStep(m1, x[1], nan)
+		}
+		if !(x[2] <= m2) {
+			m2, nan = maxStep(m2, x[2], nan)
+		}
+		if !(x[3] <= m3) {
+			m3, nan = maxStep(m3, x[3], nan)
+		}
+		if !(x[4] <= m4) {
+			m4, nan = maxStep(m4, x[4], nan)
+		}
+		if !(x[5] <= m5) {
+			m5, nan = maxStep(m5, x[5], nan)
+		}
+		if !(x[6] <= m6) {
+			m6, nan = maxStep(m6, x[6], nan)
+		}
+		if !(x[7] <= m7) {
+			m7, nan = maxStep(m7, x[7], nan)
+		}
+	}
+	for _, x := range v {
+		if !(x <= m0) {
+			m0, nan = maxStep(m0, x, nan)
+		}
+	}
+	m := max32(max32(max32(m0, m1), max32(m2, m3)), max32(max32(m4, m5), max32(m6, m7)))
+	return m, nan
+}
+
+// maxStep is blockMaxCompare's update for x with !(x <= m): a new maximum,
+// or a NaN, which leaves m and sets the flag.
+func maxStep(m, x float32, nan bool) (float32, bool) {
+	if x != x {
+		return m, true
+	}
+	return x, nan
 }
 
 // blockMaxNaN is blockMaxGo for a block that holds a NaN.

@@ -55,16 +55,18 @@ func adversarialRow(kind string, vocab int, r *rand.Rand) []float32 {
 
 // TestPrunedArgmaxMatchesFullRow: with adversarial rows, vocabularies that
 // are not multiples of the block size, and temperatures from near-greedy to
-// 10^4, the pruned paths (inline and pool noise) return exactly the
-// full-row argmax for every seeded noise row.
+// 10^4, the pruned paths (inline and pool noise; the sparse paths and, with
+// them turned off, the dense ones) return exactly the full-row argmax for
+// every seeded noise row.
 func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 	kinds := []string{"ties", "equal", "neginf", "gap", "zeros", "huge"}
 	vocabs := []int{1, 2, 3, 17, 255, 256, 257, 511, 769, 1000}
 	temps := []float32{2e-5, 1e-3, 0.05, 0.3, 1, 3, 100, 1e4}
-	modes := []Params{{}, {MinP: 0.1}, {TopP: 0.9}, {TopK: 3}}
+	modes := []Params{{}, {MinP: 0.1}, {TopP: 0.9}, {TopK: 3}, {TopK: 20, TopP: 0.5}}
 	draws := scale(6)
 	r := rand.New(rand.NewPCG(18, 5))
-	s := New(DefaultConfig())
+	s, dense := New(DefaultConfig()), New(DefaultConfig())
+	dense.denseOnly = true
 	rows := 0
 	for _, kind := range kinds {
 		for _, vocab := range vocabs {
@@ -84,12 +86,13 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 						noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
 						pooled := row
 						pooled.Noise = noise
-						var out [2]Result
-						s.Sample([]Row{row, pooled}, out[:])
+						var out [4]Result
+						s.Sample([]Row{row, pooled}, out[:2])
+						dense.Sample([]Row{row, pooled}, out[2:])
 						for i, res := range out {
 							if res.Err != nil || res.Token != want {
-								t.Fatalf("%s vocab %d T %v %+v key %d row %d (pool=%v): got %d %v, full row gives %d",
-									kind, vocab, T, m, row.NoiseKey, d, i == 1, res.Token, res.Err, want)
+								t.Fatalf("%s vocab %d T %v %+v key %d row %d (pool=%v dense=%v): got %d %v, full row gives %d",
+									kind, vocab, T, m, row.NoiseKey, d, i%2 == 1, i >= 2, res.Token, res.Err, want)
 							}
 						}
 						rows++
@@ -98,7 +101,7 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d rows, each sampled with inline and pool noise", rows)
+	t.Logf("%d rows, each sampled with inline and pool noise, sparse and dense", rows)
 }
 
 // TestLogitCutIsExact: logitCut is the smallest logit whose best possible

@@ -191,7 +191,7 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	}
 	nb := (vocab + blockSize - 1) / blockSize
 	s.indexOverrides(vocab, nb)
-	if len(p.AllowedTokenIDs) == 0 && !s.denseOnly {
+	if len(p.AllowedTokenIDs) == 0 && !s.denseOnly && preferSparse(p, vocab) {
 		if tok, ok, err := s.sampleSparse(r, p, base, nb); ok {
 			return tok, err
 		}

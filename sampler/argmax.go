@@ -134,7 +134,10 @@ func (s *Sampler) scanPool(a *argmaxState, vals, nz []float32, lo int) {
 // scaled sb) that can reach tau, computing noise only for those whose bits
 // pass the bounds. It first gathers the offsets of the tokens at or above
 // cut without a branch (the compare is true for a data-dependent fraction of
-// tokens, which a branch would mispredict), then hashes only those.
+// tokens, which a branch would mispredict), then hashes only those, each
+// on its own: sharing one hash between the two tokens of a pair needs a
+// branch on whether the next gathered token is the neighbour, which
+// mispredicts about as often as it saves a hash.
 func (s *Sampler) scanInline(a *argmaxState, vals []float32, seed uint64, lo int, sb float32) {
 	var offs [blockSize]uint16
 	n, cut := 0, a.cut
@@ -147,14 +150,9 @@ func (s *Sampler) scanInline(a *argmaxState, vals []float32, seed uint64, lo int
 		n += inc
 	}
 	thr := s.keyThreshold(sb, a.tau)
-	pair, h := -1, uint64(0)
 	for _, o := range offs[:n] {
 		i := lo + int(o)
-		if i>>1 != pair {
-			pair = i >> 1
-			h = noisepool.PairBits(seed, pair)
-		}
-		bits := uint32(h >> (32 * uint(i&1)))
+		bits := noisepool.Bits(seed, i)
 		key := bits ^ s.flip
 		if key < thr {
 			continue

@@ -204,7 +204,9 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	}
 	M := float32(math.Inf(-1))
 	for _, m := range s.blockMax[:nb] {
-		M = max(M, m)
+		if m > M { // not the builtin max: a call on POWER8 (see builtinMaxIsCall)
+			M = m
+		}
 	}
 	if M == float32(math.Inf(-1)) {
 		return -1, ErrNoCandidates

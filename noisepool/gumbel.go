@@ -44,9 +44,13 @@ func RowSeed(key, row uint64) uint64 { return mix64(mix64(key) + row*golden) }
 // whose seed is seed. One 64-bit hash serves two neighbouring indices: index
 // 2p takes the low half and 2p+1 the high half of mix64(seed + p*golden).
 func Bits(seed uint64, index int) uint32 {
-	h := mix64(seed + uint64(index>>1)*golden)
-	return uint32(h >> (32 * uint(index&1)))
+	return uint32(PairBits(seed, index>>1) >> (32 * uint(index&1)))
 }
+
+// PairBits returns the 64 random bits of the index pair p (p >= 0): the
+// low half is Bits(seed, 2p) and the high half Bits(seed, 2p+1), so a
+// caller that needs both neighbours hashes once.
+func PairBits(seed uint64, p int) uint64 { return mix64(seed + uint64(p)*golden) }
 
 // Gumbel returns the standard Gumbel noise value for (key, row, index).
 // It is a pure function: any caller, on any core, in any order, gets the

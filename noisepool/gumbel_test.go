@@ -97,6 +97,10 @@ func TestStagesCompose(t *testing.T) {
 		if math.Float32bits(g) != math.Float32bits(h) {
 			t.Fatalf("Gumbel(%d,%d,%d) = %v, staged = %v", key, row, i, g, h)
 		}
+		seed, p := RowSeed(key, row), i>>1
+		if pb := PairBits(seed, p); uint32(pb) != Bits(seed, 2*p) || uint32(pb>>32) != Bits(seed, 2*p+1) {
+			t.Fatalf("PairBits(%d, %d) = %#x, Bits gives %#x and %#x", seed, p, pb, Bits(seed, 2*p), Bits(seed, 2*p+1))
+		}
 	}
 }
 

@@ -11,8 +11,8 @@
 // temperature, top-k, top-p, min-p, then the Gumbel-max draw; the source
 // states the exact arithmetic of each step next to the constants it uses.
 //
-// Exactness: whatever path a row takes (pool or inline noise, pruned or
-// not), the token is exactly the argmax over all kept tokens of
+// Exactness: whatever path a row takes (pool or inline noise, sparse or
+// dense, pruned or not), the token is exactly the argmax over all kept tokens of
 // float32(float32(l·float32(1/T)) + noisepool.Gumbel(key, row, i)), lowest
 // index on ties. The tests check this bit for bit against a brute-force
 // full-row computation.

@@ -104,9 +104,50 @@ func blockMaxesGo(v, out []float32) bool {
 }
 
 // blockMaxGo returns the maximum of the non-NaN values of v (zero as +0,
-// −Inf if there are none) and whether v holds a NaN. One compare per token:
-// !(x <= m) is true for a new maximum and for NaN, both rare.
+// −Inf if there are none) and whether v holds a NaN. The two definitions
+// below return the same bits for every input (TestBlockMaxVariantsAgree);
+// the build picks the one that is fast on the target.
 func blockMaxGo(v []float32) (float32, bool) {
+	if builtinMaxIsCall {
+		return blockMaxCompare(v)
+	}
+	return blockMaxBuiltin(v)
+}
+
+// blockMaxBuiltin uses the builtin max, which has no data-dependent branch
+// where it is a machine instruction (amd64, arm64, s390x, ppc64 from
+// POWER9): a compare-and-branch running maximum mispredicts on the first
+// tokens of every lane, and on rows streamed from memory each mispredict
+// also throws away loads in flight. The builtin returns NaN if any input
+// is NaN; such a block (a row that is rejected anyway) is redone by
+// blockMaxNaN, which skips NaNs.
+func blockMaxBuiltin(v []float32) (float32, bool) {
+	inf := float32(math.Inf(-1))
+	m0, m1, m2, m3, m4, m5, m6, m7 := inf, inf, inf, inf, inf, inf, inf, inf
+	w := v
+	for ; len(w) >= 8; w = w[8:] {
+		x := w[:8:8]
+		m0, m1, m2, m3 = max(m0, x[0]), max(m1, x[1]), max(m2, x[2]), max(m3, x[3])
+		m4, m5, m6, m7 = max(m4, x[4]), max(m5, x[5]), max(m6, x[6]), max(m7, x[7])
+	}
+	for _, x := range w {
+		m0 = max(m0, x)
+	}
+	m := max(m0, m1, m2, m3, m4, m5, m6, m7)
+	if m != m {
+		return blockMaxNaN(v)
+	}
+	if m == 0 {
+		m = 0 // +0 whichever zeros the block holds
+	}
+	return m, false
+}
+
+// blockMaxCompare is the running maximum by compare and branch, for
+// targets where the builtin max on float32 is a function call (POWER8,
+// see builtinMaxIsCall). One compare per token: !(x <= m) is true for a
+// new maximum and for NaN, both rare after the first tokens of a lane.
+func blockMaxCompare(v []float32) (float32, bool) {
 	inf := float32(math.Inf(-1))
 	m0, m1, m2, m3, m4, m5, m6, m7 := inf, inf, inf, inf, inf, inf, inf, inf
 	nan := false
@@ -146,11 +187,24 @@ func blockMaxGo(v []float32) (float32, bool) {
 	return m, nan
 }
 
+// maxStep is blockMaxCompare's update for x with !(x <= m): a new maximum,
+// or a NaN, which leaves m and sets the flag.
 func maxStep(m, x float32, nan bool) (float32, bool) {
 	if x != x {
 		return m, true
 	}
 	return x, nan
+}
+
+// blockMaxNaN is blockMaxGo for a block that holds a NaN.
+func blockMaxNaN(v []float32) (float32, bool) {
+	m := float32(math.Inf(-1))
+	for _, x := range v {
+		if x == x {
+			m = max32(m, x)
+		}
+	}
+	return max32(m, m), true
 }
 
 func scoreMaxGo(l, g []float32, invT, floor float32) float32 {

@@ -130,6 +130,44 @@ func TestKernelBlockMaxes(t *testing.T) {
 	}
 }
 
+// TestBlockMaxVariantsAgree: the builtin-max and compare-and-branch
+// block maxima (the build picks one, see builtinMaxIsCall) return the same
+// bits and NaN flag on every machine, for block-sized and ragged inputs
+// with every special value planted at every position class.
+func TestBlockMaxVariantsAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	check := func(v []float32, what string) {
+		m1, n1 := blockMaxBuiltin(v)
+		m2, n2 := blockMaxCompare(v)
+		if math.Float32bits(m1) != math.Float32bits(m2) || n1 != n2 {
+			t.Fatalf("%s len %d: builtin %v nan %v, compare %v nan %v", what, len(v), m1, n1, m2, n2)
+		}
+	}
+	for n := 0; n <= 2*blockSize+9; n++ {
+		v := randRow(n, r)
+		check(v, "random")
+		for _, p := range positions(n, r) {
+			for _, x := range specials {
+				old := v[p]
+				v[p] = x
+				check(v, "special")
+				v[p] = old
+			}
+		}
+	}
+	for _, n := range []int{1, 8, 9, 256, 300} {
+		v := allAt(n, -1)
+		for i := range v {
+			if r.IntN(2) == 0 {
+				v[i] = float32(math.Copysign(0, -1))
+			} else if r.IntN(4) == 0 {
+				v[i] = 0
+			}
+		}
+		check(v, "zeros")
+	}
+}
+
 func TestKernelScoreMax(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	impls := vectorImpls(t)

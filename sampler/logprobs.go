@@ -54,6 +54,7 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 		return Logprobs{}, err
 	}
 	nb := (vocab + blockSize - 1) / blockSize
+	s.indexOverrides(vocab, nb)
 	if err := s.blockBounds(base, nb); err != nil {
 		return Logprobs{}, err
 	}

@@ -70,6 +70,9 @@ type cand struct {
 // A Sampler is not safe for concurrent use; give each goroutine its own.
 type Sampler struct {
 	cfg Config
+	// denseOnly turns the sparse paths (sparse.go) off, for the tests
+	// that compare them with the dense ones.
+	denseOnly bool
 
 	// Noise bound tables, derived from noisepool.GumbelFromBits once.
 	// key(bits) = bits ^ flip is non-decreasing in the Gumbel value.
@@ -91,7 +94,10 @@ type Sampler struct {
 	idx      []int32
 	noise    []float32
 	sel      []float32
-	lp       []float64 // Logprobs: the row's log-softmax
+	bnd      []cand      // nucleusCut: the boundary bucket's tokens
+	head     []cand      // sparseNucleus: the gathered tokens of the known buckets
+	top      [32]float32 // sampleCut: the largest sampled logits
+	lp       []float64   // Logprobs: the row's log-softmax
 	mass     [massBuckets]float64
 	blockBuf [blockSize]float32
 }
@@ -174,20 +180,9 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	if p == nil {
 		p = &defaultParams
 	}
-	if r.Dtype > BFloat16 {
-		return -1, fmt.Errorf("sampler: unknown dtype %v", r.Dtype)
-	}
-	vocab := r.Vocab()
-	if vocab == 0 {
-		return -1, fmt.Errorf("sampler: empty logits row")
-	}
-	if s.cfg.CheckParams {
-		if err := p.Validate(vocab); err != nil {
-			return -1, fmt.Errorf("sampler: %w", err)
-		}
-	}
-	if r.Noise != nil && len(r.Noise) != vocab {
-		return -1, fmt.Errorf("sampler: noise row has %d values for vocab %d", len(r.Noise), vocab)
+	vocab, err := s.checkRow(r, p)
+	if err != nil {
+		return -1, err
 	}
 	s.grow(vocab)
 	base := s.baseRow(r)
@@ -195,6 +190,12 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 		return -1, err
 	}
 	nb := (vocab + blockSize - 1) / blockSize
+	s.indexOverrides(vocab, nb)
+	if len(p.AllowedTokenIDs) == 0 && !s.denseOnly && preferSparse(p, vocab) {
+		if tok, ok, err := s.sampleSparse(r, p, base, nb); ok {
+			return tok, err
+		}
+	}
 	if err := s.blockBounds(base, nb); err != nil {
 		return -1, err
 	}
@@ -203,7 +204,9 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	}
 	M := float32(math.Inf(-1))
 	for _, m := range s.blockMax[:nb] {
-		M = max(M, m)
+		if m > M { // not the builtin max: a call on POWER8 (see builtinMaxIsCall)
+			M = m
+		}
 	}
 	if M == float32(math.Inf(-1)) {
 		return -1, ErrNoCandidates
@@ -228,6 +231,27 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 		floor = max(floor, minPFloor(M, invT, p.MinP))
 	}
 	return s.lazyArgmax(r, base, nb, M, t0, invT, floor), nil
+}
+
+// checkRow returns the row's vocabulary size, or an error for a row that
+// cannot be sampled as given.
+func (s *Sampler) checkRow(r *Row, p *Params) (int, error) {
+	if r.Dtype > BFloat16 {
+		return 0, fmt.Errorf("sampler: unknown dtype %v", r.Dtype)
+	}
+	vocab := r.Vocab()
+	if vocab == 0 {
+		return 0, fmt.Errorf("sampler: empty logits row")
+	}
+	if s.cfg.CheckParams {
+		if err := p.Validate(vocab); err != nil {
+			return 0, fmt.Errorf("sampler: %w", err)
+		}
+	}
+	if r.Noise != nil && len(r.Noise) != vocab {
+		return 0, fmt.Errorf("sampler: noise row has %d values for vocab %d", len(r.Noise), vocab)
+	}
+	return vocab, nil
 }
 
 // buildOverrides computes the processed logit of every token that steps 2
@@ -327,7 +351,8 @@ func (s *Sampler) resetMarks() {
 	}
 }
 
-// blockBounds sets blockMax[b] to the maximum processed logit of block b and
+// blockBounds sets blockMax[b] to the maximum processed logit of block b
+// (indexOverrides must have run for the row) and
 // rejects rows with NaN or +Inf. A zero maximum is +0 (see kernels.go).
 func (s *Sampler) blockBounds(base []float32, nb int) error {
 	bad := active.blockMaxesRow(base, s.blockMax[:nb])
@@ -345,21 +370,26 @@ func (s *Sampler) blockBounds(base []float32, nb int) error {
 		}
 	}
 	// Blocks holding overrides get their exact processed maximum.
-	oi := 0
-	for b := range nb {
-		s.ovStart[b] = int32(oi)
-		end := int32(min((b+1)<<blockShift, len(base)))
-		for oi < len(s.ov) && s.ov[oi].idx < end {
-			oi++
-		}
-	}
-	s.ovStart[nb] = int32(oi)
 	for b := range nb {
 		if s.ovStart[b] != s.ovStart[b+1] {
 			s.blockMax[b], _ = blockMaxGo(s.blockVals(base, b)) // overrides are finite or −Inf
 		}
 	}
 	return nil
+}
+
+// indexOverrides sets ovStart: the overrides of block b are
+// s.ov[ovStart[b]:ovStart[b+1]].
+func (s *Sampler) indexOverrides(n, nb int) {
+	oi := 0
+	for b := range nb {
+		s.ovStart[b] = int32(oi)
+		end := int32(min((b+1)<<blockShift, n))
+		for oi < len(s.ov) && s.ov[oi].idx < end {
+			oi++
+		}
+	}
+	s.ovStart[nb] = int32(oi)
 }
 
 // blockVals returns the processed logits of block b: the base row itself, or
@@ -400,96 +430,6 @@ func (s *Sampler) effective(base []float32, t int32) float32 {
 	return base[t]
 }
 
-// keyThreshold returns the smallest noise key that can lift a token whose
-// scaled logit is at most sb to tau: for key < thr, float32(sb + g) < tau.
-// It needs no rounding margin: it compares the same rounded sums the sampler
-// computes, and float32 addition is monotone in each operand.
-func (s *Sampler) keyThreshold(sb, tau float32) uint32 {
-	// Largest j with float32(sb + tab[j]) < tau; tab is non-decreasing.
-	lo, hi := -1, tabSize // fails(lo) holds by convention; fails(tabSize) does not (block not skipped)
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if float32(sb+s.tab[mid]) < tau {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	if lo < 0 {
-		return 0
-	}
-	return uint32(lo)<<tabShift + 1
-}
-
-// lazyArgmax returns argmax over tokens with l >= floor of float32(s + g).
-//
-// It starts from t0 (the first maximum of l), whose score tau bounds the
-// winner from below, and skips every block whose bound cannot reach tau: a
-// block with max logit bm holds no winner if float32(bm·invT + gMax) < tau
-// (noise bound pruning). With inline noise, a surviving block computes only
-// each token's 32 random bits and compares them with the block's key
-// threshold; only tokens that pass pay for the logs (lazy noise). With pool
-// noise and a vector kernel, a surviving block is first reduced to its best
-// kept score (scoreMax), and only a block whose best reaches tau is scanned
-// token by token. Every skip is exact, so the result equals the full-row
-// argmax.
-func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32, invT, floor float32) int32 {
-	seed := noisepool.RowSeed(r.NoiseKey, r.NoiseRow)
-	noise := r.Noise
-	var g0 float32
-	if noise != nil {
-		g0 = noise[t0]
-	} else {
-		g0 = noisepool.GumbelFromBits(noisepool.Bits(seed, int(t0)))
-	}
-	tau := float32(float32(M*invT) + g0)
-	best := t0
-	for b := range nb {
-		bm := s.blockMax[b]
-		if bm < floor {
-			continue
-		}
-		sb := float32(bm * invT)
-		if float32(sb+s.gMax) < tau {
-			continue
-		}
-		vals := s.blockVals(base, b)
-		lo := b << blockShift
-		if noise != nil {
-			nz := noise[lo : lo+len(vals)]
-			if active.vector && active.scoreMaxOf(vals, nz, invT, floor) < tau {
-				continue // no kept token of the block reaches tau
-			}
-			for j, l := range vals {
-				sc := float32(float32(l*invT) + nz[j])
-				if sc >= tau && l >= floor {
-					if i := int32(lo + j); sc > tau || i < best {
-						tau, best = sc, i
-					}
-				}
-			}
-			continue
-		}
-		thr := s.keyThreshold(sb, tau)
-		for j, l := range vals {
-			if l < floor {
-				continue
-			}
-			bits := noisepool.Bits(seed, lo+j)
-			if bits^s.flip < thr {
-				continue
-			}
-			sc := float32(float32(l*invT) + noisepool.GumbelFromBits(bits))
-			if sc >= tau {
-				if i := int32(lo + j); sc > tau || i < best {
-					tau, best = sc, i
-				}
-			}
-		}
-	}
-	return best
-}
-
 // nucleusFloor returns l* such that the top-p nucleus is {i : l_i >= l*}.
 //
 // One vector pass (expSum) sums every weight w = fastExp(s - s_max) and
@@ -502,44 +442,61 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 // that was too tight), nucleusFloorFull decides.
 func (s *Sampler) nucleusFloor(base []float32, nb int, M, invT, topP float32) float32 {
 	smax := float32(M * invT)
+	dh, bh := nucleusHead(len(base), invT, topP)
+	target := float64(topP) * s.weightSum(base, nb, expSumArgs{invT: invT, smax: smax, M: M, dh: dh})
+	s.headHistogram(base, nb, M, invT)
+	if l, ok := s.nucleusCut(s.cands, target, M, bh+1); ok {
+		return l
+	}
+	return s.nucleusFloorFull(base, nb, M, invT, topP)
+}
+
+// nucleusHead returns dh and bh of nucleusFloor: the head is the tokens
+// with float32(M - l) < dh, that is the mass buckets 0..bh.
+func nucleusHead(vocab int, invT, topP float32) (dh float32, bh uint32) {
 	// Tail tokens have s - smax < -G, so weight < e^-G each, and total >= 1
 	// (the maximum's weight): with G = ln(vocab/(1-p)) + 1 the tail holds
 	// less than (1-p)/e of the total.
-	G := math.Log(float64(len(base))/(1-float64(topP))) + 1
-	bh := math.Float32bits(float32(G/float64(invT))) >> massShift
-	dh := float32(math.Inf(1))
+	G := math.Log(float64(vocab)/(1-float64(topP))) + 1
+	bh = math.Float32bits(float32(G/float64(invT))) >> massShift
+	dh = float32(math.Inf(1))
 	if (bh+1)<<massShift < 0x7f800000 {
 		dh = math.Float32frombits((bh + 1) << massShift)
 	}
-	target := float64(topP) * s.weightSum(base, nb, expSumArgs{invT: invT, smax: smax, M: M, dh: dh})
-	s.headHistogram(base, nb, M, invT)
+	return dh, bh
+}
+
+// nucleusCut returns the top-p floor for the weight target from s.mass,
+// whose buckets below known hold the whole weight of their tokens, and
+// head, every token of those buckets with its weight. ok is false if the
+// cumulative mass does not reach target within the known buckets. It
+// leaves head unchanged, so a caller can ask for several targets.
+func (s *Sampler) nucleusCut(head []cand, target float64, M float32, known uint32) (float32, bool) {
 	var cum float64
 	B := uint32(0)
 	for ; ; B++ {
-		if B > bh || B >= massBuckets {
-			return s.nucleusFloorFull(base, nb, M, invT, topP)
+		if B >= known || B >= massBuckets {
+			return 0, false
 		}
 		if cum+s.mass[B] >= target {
 			break
 		}
 		cum += s.mass[B]
 	}
-	n := 0
-	for _, c := range s.cands {
+	s.bnd = s.bnd[:0]
+	for _, c := range head {
 		if math.Float32bits(float32(M-c.l))>>massShift == B {
-			s.cands[n] = c
-			n++
+			s.bnd = append(s.bnd, c)
 		}
 	}
-	s.cands = s.cands[:n]
-	sortCands(s.cands)
-	for _, c := range s.cands {
+	sortCands(s.bnd)
+	for _, c := range s.bnd {
 		cum += float64(c.w)
 		if cum >= target {
-			return c.l
+			return c.l, true
 		}
 	}
-	return s.cands[len(s.cands)-1].l
+	return s.bnd[len(s.bnd)-1].l, true
 }
 
 // weightSum runs the expSum kernel over the blocks that can hold a nonzero
@@ -708,6 +665,12 @@ func (s *Sampler) selectTopK(base []float32, nb, k int) {
 			}
 		}
 	}
+	s.keepTopK(k)
+}
+
+// keepTopK keeps the tokens of s.cands with l >= the k-th largest l of
+// s.cands (all of them if there are at most k), in their order.
+func (s *Sampler) keepTopK(k int) {
 	if len(s.cands) <= k {
 		return
 	}
@@ -822,17 +785,7 @@ func (s *Sampler) sampleList(r *Row, p *Params, invT float32) (int32, error) {
 	for _, x := range c {
 		s.idx = append(s.idx, x.idx)
 	}
-	if cap(s.noise) < len(c) {
-		s.noise = make([]float32, len(c), 2*len(c))
-	}
-	s.noise = s.noise[:len(c)]
-	if r.Noise != nil {
-		for i, t := range s.idx {
-			s.noise[i] = r.Noise[t]
-		}
-	} else {
-		noisepool.FillIndices(r.NoiseKey, r.NoiseRow, s.idx, s.noise)
-	}
+	s.fillNoise(r)
 	best, tau := int32(-1), float32(math.Inf(-1))
 	for i, x := range c {
 		sc := float32(float32(x.l*invT) + s.noise[i])

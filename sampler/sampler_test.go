@@ -46,7 +46,7 @@ func exactCases() []exactCase {
 }
 
 // TestMatchesFullRow: the fast paths, with pool noise and with inline noise,
-// return exactly the full-row argmax for every noise row.
+// sparse and dense, return exactly the full-row argmax for every noise row.
 func TestMatchesFullRow(t *testing.T) {
 	rowsets := map[string][]float32{
 		"zipf":  zipfRow(1000, 1.0, 1),
@@ -54,7 +54,8 @@ func TestMatchesFullRow(t *testing.T) {
 		"flat":  gaussRow(1000, 0.01, 0, 3),
 	}
 	draws := scale(120)
-	s := New(DefaultConfig())
+	s, dense := New(DefaultConfig()), New(DefaultConfig())
+	dense.denseOnly = true
 	for rname, logits := range rowsets {
 		for _, c := range exactCases() {
 			t.Run(rname+"/"+c.name, func(t *testing.T) {
@@ -67,14 +68,15 @@ func TestMatchesFullRow(t *testing.T) {
 				for d := range draws {
 					row := Row{Logits: logits, Params: &p, Prompt: c.prompt, Output: c.output, EOS: eos, NoiseKey: 77, NoiseRow: uint64(d)}
 					want := fullRow(row)
-					var out [2]Result
+					var out [4]Result
 					noisepool.FillRow(77, uint64(d), noise)
 					pooled := row
 					pooled.Noise = noise
-					s.Sample([]Row{row, pooled}, out[:])
+					s.Sample([]Row{row, pooled}, out[:2])
+					dense.Sample([]Row{row, pooled}, out[2:])
 					for i, r := range out {
 						if r.Err != nil || r.Token != want {
-							t.Fatalf("draw %d (pool=%v): got %d %v, full row gives %d", d, i == 1, r.Token, r.Err, want)
+							t.Fatalf("draw %d (pool=%v dense=%v): got %d %v, full row gives %d", d, i%2 == 1, i >= 2, r.Token, r.Err, want)
 						}
 					}
 				}

@@ -1,0 +1,169 @@
+package sampler
+
+import (
+	"math"
+
+	"github.com/tpcoord/tpcoord/noisepool"
+)
+
+// argmaxState is lazyArgmax's running best: token best with score tau,
+// lowest index among equal scores so far. cut is the smallest logit that
+// can still matter: a token with l < cut is below the floor, or has
+// float32(float32(l·invT) + gMax) < tau, so no noise value lifts it to tau.
+type argmaxState struct {
+	tau, cut       float32
+	best           int32
+	invT, floor, M float32
+	gMax           float32
+}
+
+// offer records token i with score sc if it beats the running best (higher
+// score, or the same score at a lower index), raising cut with tau.
+func (a *argmaxState) offer(i int32, sc float32) {
+	switch {
+	case sc > a.tau:
+		a.tau, a.best = sc, i
+		a.cut = max(logitCut(a.M, a.invT, a.gMax, sc), a.floor)
+	case sc == a.tau && i < a.best:
+		a.best = i
+	}
+}
+
+// logitCut returns the smallest float32 l <= M with
+// float32(float32(l·invT) + gMax) >= tau, or −Inf if every finite l has it.
+// The predicate is the sampler's own rounded arithmetic, which is
+// non-decreasing in l for invT > 0, so a binary search over the ordered
+// float32 values finds the exact boundary: no margin is needed. The caller
+// guarantees that M satisfies it (tau is the score of a token with l <= M).
+func logitCut(M, invT, gMax, tau float32) float32 {
+	ok := func(l float32) bool { return float32(float32(l*invT)+gMax) >= tau }
+	lo, hi := orderedKey(-math.MaxFloat32), orderedKey(M)
+	if ok(fromOrderedKey(lo)) {
+		return float32(math.Inf(-1))
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if ok(fromOrderedKey(mid)) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return fromOrderedKey(hi)
+}
+
+// keyThreshold returns the smallest noise key that can lift a token whose
+// scaled logit is at most sb to tau: for key < thr, float32(sb + g) < tau.
+// It needs no rounding margin: it compares the same rounded sums the sampler
+// computes, and float32 addition is monotone in each operand.
+func (s *Sampler) keyThreshold(sb, tau float32) uint32 {
+	// Largest j with float32(sb + tab[j]) < tau; tab is non-decreasing.
+	lo, hi := -1, tabSize // fails(lo) holds by convention; fails(tabSize) does not (block not skipped)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if float32(sb+s.tab[mid]) < tau {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo < 0 {
+		return 0
+	}
+	return uint32(lo)<<tabShift + 1
+}
+
+// lazyArgmax returns argmax over tokens with l >= floor of float32(s + g).
+//
+// It starts from t0 (the first maximum of l), whose score tau bounds the
+// winner from below. Noise is at most gMax = GumbelFromBits of the
+// generator's top input, so only tokens with l >= cut (see argmaxState) can
+// reach tau; blocks whose maximum is below cut are skipped whole, and in the
+// others every token below cut is skipped after one compare, before its
+// noise is read or computed (noise bound pruning). With inline noise, a
+// token at or above cut computes only its 32 random bits (one hash per
+// index pair) and compares them with the block's key threshold, then with
+// the noise table's bound for its own logit; only tokens that pass both pay
+// for the logs (lazy noise). With pool noise and a vector kernel, a block is
+// first reduced to its best kept score (scoreMax). Every skip is exact, so
+// the result equals the full-row argmax.
+func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32, invT, floor float32) int32 {
+	seed := noisepool.RowSeed(r.NoiseKey, r.NoiseRow)
+	var g0 float32
+	if r.Noise != nil {
+		g0 = r.Noise[t0]
+	} else {
+		g0 = noisepool.GumbelFromBits(noisepool.Bits(seed, int(t0)))
+	}
+	a := argmaxState{best: t0, invT: invT, floor: floor, M: M, gMax: s.gMax}
+	a.tau = float32(float32(M*invT) + g0)
+	a.cut = max(logitCut(M, invT, s.gMax, a.tau), floor)
+	for b := range nb {
+		bm := s.blockMax[b]
+		if bm < a.cut {
+			continue
+		}
+		vals := s.blockVals(base, b)
+		lo := b << blockShift
+		if r.Noise != nil {
+			s.scanPool(&a, vals, r.Noise[lo:lo+len(vals)], lo)
+		} else {
+			s.scanInline(&a, vals, seed, lo, float32(bm*invT))
+		}
+	}
+	return a.best
+}
+
+// scanPool offers every token of a block (first index lo, noise nz) that
+// can reach tau. Scores are computed for the whole block: the compare with
+// tau is almost never true, so the loop has no unpredictable branch, which
+// a per-token compare with cut would add.
+func (s *Sampler) scanPool(a *argmaxState, vals, nz []float32, lo int) {
+	if active.vector && active.scoreMaxOf(vals, nz, a.invT, a.floor) < a.tau {
+		return // no kept token of the block reaches tau
+	}
+	nz = nz[:len(vals)]
+	for j, l := range vals {
+		if sc := float32(float32(l*a.invT) + nz[j]); sc >= a.tau && l >= a.cut {
+			a.offer(int32(lo+j), sc)
+		}
+	}
+}
+
+// scanInline offers every token of a block (first index lo, block maximum
+// scaled sb) that can reach tau, computing noise only for those whose bits
+// pass the bounds. It first gathers the offsets of the tokens at or above
+// cut without a branch (the compare is true for a data-dependent fraction of
+// tokens, which a branch would mispredict), then hashes only those, each
+// on its own: sharing one hash between the two tokens of a pair needs a
+// branch on whether the next gathered token is the neighbour, which
+// mispredicts about as often as it saves a hash.
+func (s *Sampler) scanInline(a *argmaxState, vals []float32, seed uint64, lo int, sb float32) {
+	var offs [blockSize]uint16
+	n, cut := 0, a.cut
+	for j, l := range vals[:min(len(vals), blockSize)] {
+		offs[n&(blockSize-1)] = uint16(j)
+		inc := 0
+		if l >= cut {
+			inc = 1
+		}
+		n += inc
+	}
+	thr := s.keyThreshold(sb, a.tau)
+	for _, o := range offs[:n] {
+		i := lo + int(o)
+		bits := noisepool.Bits(seed, i)
+		key := bits ^ s.flip
+		if key < thr {
+			continue
+		}
+		l := vals[o]
+		sl := float32(l * a.invT)
+		if l < a.cut || float32(sl+s.tab[key>>tabShift+1]) < a.tau {
+			continue // the noise of every key in this table interval is at most tab[j+1]
+		}
+		if sc := float32(sl + noisepool.GumbelFromBits(bits)); sc >= a.tau {
+			a.offer(int32(i), sc)
+		}
+	}
+}

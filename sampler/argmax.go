@@ -36,7 +36,13 @@ func (a *argmaxState) offer(i int32, sc float32) {
 // float32 values finds the exact boundary: no margin is needed. The caller
 // guarantees that M satisfies it (tau is the score of a token with l <= M).
 func logitCut(M, invT, gMax, tau float32) float32 {
-	ok := func(l float32) bool { return float32(float32(l*invT)+gMax) >= tau }
+	return smallestWith(M, func(l float32) bool { return float32(float32(l*invT)+gMax) >= tau })
+}
+
+// smallestWith returns the smallest float32 l <= M for which ok holds, by
+// bisection over the ordered keys of the float32 values: ok must hold at M
+// and be monotone in l. -Inf when ok holds at -MaxFloat32.
+func smallestWith(M float32, ok func(float32) bool) float32 {
 	lo, hi := orderedKey(-math.MaxFloat32), orderedKey(M)
 	if ok(fromOrderedKey(lo)) {
 		return float32(math.Inf(-1))

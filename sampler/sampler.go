@@ -614,20 +614,7 @@ func (s *Sampler) nucleusFloorFull(base []float32, nb int, M, invT, topP float32
 func minPFloor(M, invT, minP float32) float32 {
 	smax := float64(float32(M * invT))
 	lnp := math.Log(float64(minP))
-	ok := func(l float32) bool { return float64(float32(l*invT))-smax >= lnp }
-	lo, hi := orderedKey(-math.MaxFloat32), orderedKey(M) // ok(hi) holds
-	if ok(fromOrderedKey(lo)) {
-		return float32(math.Inf(-1))
-	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if ok(fromOrderedKey(mid)) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return fromOrderedKey(hi)
+	return smallestWith(M, func(l float32) bool { return float64(float32(l*invT))-smax >= lnp })
 }
 
 // sortCands orders by l descending, then index ascending.

@@ -101,10 +101,18 @@ func TestKernelBlockMaxes(t *testing.T) {
 			}
 		}
 	}
-	for n := 0; n <= 1100; n++ {
+	blockMaxRows(r, 1100, plantAt, []int{8, 32, 256, 300, 1024}, check)
+}
+
+// blockMaxRows hands check a random row of every length up to maxLen;
+// for the lengths plant accepts, the row again with every special value
+// planted at every position class; then rows of zero maxima with both
+// signs in every lane pattern, of the zeroLens lengths.
+func blockMaxRows(r *rand.Rand, maxLen int, plant func(int) bool, zeroLens []int, check func([]float32, string)) {
+	for n := 0; n <= maxLen; n++ {
 		v := randRow(n, r)
 		check(v, "random")
-		if !plantAt(n) {
+		if !plant(n) {
 			continue
 		}
 		for _, p := range positions(n, r) {
@@ -116,8 +124,7 @@ func TestKernelBlockMaxes(t *testing.T) {
 			}
 		}
 	}
-	// Zero maxima with both signs in every lane pattern.
-	for _, n := range []int{8, 32, 256, 300, 1024} {
+	for _, n := range zeroLens {
 		v := allAt(n, -1)
 		for i := range v {
 			if r.IntN(2) == 0 {
@@ -143,29 +150,7 @@ func TestBlockMaxVariantsAgree(t *testing.T) {
 			t.Fatalf("%s len %d: builtin %v nan %v, compare %v nan %v", what, len(v), m1, n1, m2, n2)
 		}
 	}
-	for n := 0; n <= 2*blockSize+9; n++ {
-		v := randRow(n, r)
-		check(v, "random")
-		for _, p := range positions(n, r) {
-			for _, x := range specials {
-				old := v[p]
-				v[p] = x
-				check(v, "special")
-				v[p] = old
-			}
-		}
-	}
-	for _, n := range []int{1, 8, 9, 256, 300} {
-		v := allAt(n, -1)
-		for i := range v {
-			if r.IntN(2) == 0 {
-				v[i] = float32(math.Copysign(0, -1))
-			} else if r.IntN(4) == 0 {
-				v[i] = 0
-			}
-		}
-		check(v, "zeros")
-	}
+	blockMaxRows(r, 2*blockSize+9, func(int) bool { return true }, []int{1, 8, 9, 256, 300}, check)
 }
 
 func TestKernelScoreMax(t *testing.T) {

@@ -15,8 +15,9 @@ func newBenchServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "The HTTP gateway's cost: streaming clients over HTTP vs the same requests straight over NATS",
 		Long: `Runs 'tpcoord launch' (synthetic executor) and serves its OpenAI-compatible
-API from this process on loopback (the gateway of 'tpcoord serve', on a NATS
-connection of its own). After a warm-up, it runs --rounds rounds of each
+API on loopback: with --gateway launch (the default) from launch's process
+(launch --http), with --gateway in-process from this process (the gateway
+of 'tpcoord serve', on a NATS connection of its own). After a warm-up, it runs --rounds rounds of each
 path, alternating HTTP, NATS, HTTP, ...: --clients concurrent clients, each
 sending its next request when the last ended, --requests requests per round
 or for --duration. HTTP streams /v1/completions (token-ID prompts, SSE)

@@ -69,9 +69,14 @@ type completionBody struct {
 	Stream      bool    `json:"stream"`
 }
 
-func (s *httpSender) send(ctx context.Context, r request, onTokens func(int)) error {
-	body, err := json.Marshal(completionBody{Model: s.model, Prompt: r.prompt, MaxTokens: r.maxTokens,
+// completionJSON is request r's body for model.
+func completionJSON(model string, r request) ([]byte, error) {
+	return json.Marshal(completionBody{Model: model, Prompt: r.prompt, MaxTokens: r.maxTokens,
 		Temperature: temperature, Seed: r.seed, IgnoreEOS: true, Stream: true})
+}
+
+func (s *httpSender) send(ctx context.Context, r request, onTokens func(int)) error {
+	body, err := completionJSON(s.model, r)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -73,8 +72,7 @@ func (s *rawSender) conn(ctx context.Context) (*rawConn, error) {
 }
 
 func (s *rawSender) send(ctx context.Context, r request, onTokens func(int)) error {
-	body, err := json.Marshal(completionBody{Model: s.model, Prompt: r.prompt, MaxTokens: r.maxTokens,
-		Temperature: temperature, Seed: r.seed, IgnoreEOS: true, Stream: true})
+	body, err := completionJSON(s.model, r)
 	if err != nil {
 		return err
 	}

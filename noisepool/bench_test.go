@@ -49,6 +49,19 @@ func BenchmarkFillRowPortable(b *testing.B) {
 	BenchmarkFillRow(b)
 }
 
+// BenchmarkFillBoundRow fills a bound row (FormBound): the hash and one
+// table load per value, the same code on every architecture.
+func BenchmarkFillBoundRow(b *testing.B) {
+	dst := make([]float32, benchVocab)
+	b.SetBytes(benchVocab * 4)
+	row := uint64(0)
+	for b.Loop() {
+		FillBoundRow(1, row, dst)
+		row++
+	}
+	reportPerValue(b, benchVocab)
+}
+
 // BenchmarkFillRowNaive is the naive Go loop the issue compares against:
 // the same hash, then float64 math.Log twice per value.
 func BenchmarkFillRowNaive(b *testing.B) {

@@ -3,6 +3,10 @@
 // token index) (Gumbel, FillRow, FillIndices, and the stages RowSeed, Bits,
 // GumbelFromBits), stream keys (StreamKey, NewBase), and Pool, an async ring
 // buffer of rows that background producers fill ahead of the consumer.
+// A pool row holds either the exact values or upper bounds on them
+// (FormBound, BoundFromBits: a hash and a table load a value, no logs),
+// and a pool sizes its own producers from the measured cost of a row
+// (AutoProducers, ProducersFor).
 //
 // Every path (scalar, portable block kernel, AVX-512 kernel, pool, inline)
 // gives the same bits on every architecture. Benchmarks and measured

@@ -3,6 +3,7 @@ package noisepool
 import (
 	"context"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,13 @@ type RowID struct {
 }
 
 // Row is a noise row handed out by Pool.Take: Values[i] == Gumbel(Key, Row, i)
-// for every token i. Values is a view of pool memory, valid until the row is
+// for every token i, or with Form FormBound an upper bound on it (see
+// BoundFromBits). Values is a view of pool memory, valid until the row is
 // passed to Release; it must not be used afterwards.
 type Row struct {
 	RowID
 	Values []float32
+	Form   Form // FormExact or FormBound: the pool's Config.Form
 	// Inline is true when Take generated the row itself because no producer
 	// had it ready. The values are the same either way.
 	Inline bool
@@ -72,8 +75,9 @@ type stream struct {
 //
 // All methods are safe for concurrent use. Close stops the producers.
 type Pool struct {
-	cfg   Config
-	chunk int // values filled between shutdown checks; even
+	cfg    Config
+	sizing Sizing
+	chunk  int // values filled between shutdown checks; even
 
 	mu      sync.Mutex
 	slots   []slot
@@ -108,11 +112,22 @@ func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
 	if cfg.FillChunk == 0 {
 		cfg.FillChunk = DefaultConfig().FillChunk
 	}
+	if cfg.Form == FormAuto {
+		cfg.Form = DefaultForm()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	sizing := Sizing{Producers: cfg.Producers, KeepsUp: true}
+	if cfg.Producers == AutoProducers {
+		sizing.NsPerValue = Calibrate(cfg.Form, cfg.Vocab)
+		sizing.Producers, sizing.Need, sizing.KeepsUp = ProducersFor(cfg.Batch, cfg.Vocab, cfg.Step, sizing.NsPerValue, runtime.GOMAXPROCS(0))
+		cfg.Producers = min(sizing.Producers, cfg.Rows-1)
+		sizing.Producers = cfg.Producers
+	}
 	p := &Pool{
 		cfg:         cfg,
+		sizing:      sizing,
 		chunk:       (cfg.FillChunk + 1) &^ 1,
 		slots:       make([]slot, cfg.Rows),
 		free:        make([]int, 0, cfg.Rows),
@@ -134,8 +149,12 @@ func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
 	return p, nil
 }
 
-// Config returns the pool's configuration.
+// Config returns the pool's configuration, with Form and Producers
+// resolved.
 func (p *Pool) Config() Config { return p.cfg }
+
+// Sizing returns how New sized the producers.
+func (p *Pool) Sizing() Sizing { return p.sizing }
 
 // Activate registers a stream so producers prefetch its rows next,
 // next+1, …, next+Lookahead-1. Activating an active key (two requests with
@@ -213,7 +232,7 @@ func (p *Pool) Take(key, row uint64) (Row, error) {
 	p.notifyLocked()
 	p.mu.Unlock()
 	// The slot is held: no producer touches it.
-	fillRow(RowSeed(key, row), 0, r.Values)
+	fillForm(p.cfg.Form, RowSeed(key, row), 0, r.Values)
 	return r, nil
 }
 
@@ -370,7 +389,7 @@ func (p *Pool) fill(id RowID, buf []float32) bool {
 		if p.stopping.Load() {
 			return false
 		}
-		fillRow(seed, off, buf[off:min(off+p.chunk, len(buf))])
+		fillForm(p.cfg.Form, seed, off, buf[off:min(off+p.chunk, len(buf))])
 	}
 	return true
 }
@@ -448,7 +467,7 @@ func (p *Pool) handOutLocked(i int, id RowID, inline bool) Row {
 	s.gen++
 	p.held++
 	p.taken++
-	return Row{RowID: id, Values: s.buf, Inline: inline, slot: i, gen: s.gen}
+	return Row{RowID: id, Values: s.buf, Form: p.cfg.Form, Inline: inline, slot: i, gen: s.gen}
 }
 
 // advanceLocked moves an active stream past a taken row and drops the ready

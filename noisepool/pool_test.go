@@ -69,7 +69,10 @@ func TestConfigValidate(t *testing.T) {
 		flag string // the field the error names
 	}{
 		{func(c *Config) { c.Vocab = 0 }, "Vocab"},
-		{func(c *Config) { c.Producers = -1 }, "Producers"},
+		{func(c *Config) { c.Producers = -2 }, "Producers"},
+		{func(c *Config) { c.Batch = 0 }, "Batch"},
+		{func(c *Config) { c.Step = 0 }, "Step"},
+		{func(c *Config) { c.Form = FormBound + 1 }, "Form"},
 		{func(c *Config) { c.Rows = 0 }, "Rows"},
 		{func(c *Config) { c.Producers, c.Rows = 4, 4 }, "Rows"},
 		{func(c *Config) { c.Lookahead = -1 }, "Lookahead"},

@@ -229,6 +229,13 @@ type Picker interface {
 	Pick(rows []*Seq, reqs []*Request, logits []float32, vocab int, tokens []int32, errs []error)
 }
 
+// Prefetcher is a Picker that is told, before a step's forward pass, which
+// rows (and requests) it will sample, so that it can prepare for them
+// while the card works.
+type Prefetcher interface {
+	Prefetch(rows []*Seq, reqs []*Request)
+}
+
 // NewDriver wires a rank's loop. pick is used on rank 0 only.
 func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picker) *Driver {
 	cfg.defaults()
@@ -865,6 +872,14 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*Seq, sc *leadScratch) error {
 	d.cfg.Flight.enter(PhaseForward, time.Now())
 	fctx, fwd := d.span(sctx, "forward")
+	sc.tokens, sc.errs, sc.reqs = sc.tokens[:0], sc.errs[:0], sc.reqs[:0]
+	for _, r := range rows {
+		sc.tokens, sc.errs = append(sc.tokens, NoToken), append(sc.errs, nil)
+		sc.reqs = append(sc.reqs, d.sched.Request(r.ID))
+	}
+	if p, ok := d.pick.(Prefetcher); ok {
+		p.Prefetch(rows, sc.reqs) // noise rows made while the card works
+	}
 	d.lp.start() // the previous step's logprobs, while the card works
 	logits, err := d.ex.Forward(fctx, Batch{Epoch: d.cfg.Epoch, Step: k, Rows: rows})
 	fwd.End()
@@ -874,11 +889,6 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 			return nil
 		}
 		return fmt.Errorf("%w: rank 0: forward of step %d: %w", ErrAborted, k, err)
-	}
-	sc.tokens, sc.errs, sc.reqs = sc.tokens[:0], sc.errs[:0], sc.reqs[:0]
-	for _, r := range rows {
-		sc.tokens, sc.errs = append(sc.tokens, NoToken), append(sc.errs, nil)
-		sc.reqs = append(sc.reqs, d.sched.Request(r.ID))
 	}
 	_, smp := d.span(sctx, "sample", attribute.Int("rows", len(rows)))
 	d.cfg.Flight.enter(PhaseSample, time.Now())

@@ -77,7 +77,13 @@ func startRankOn(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg 
 // closed when the test ends.
 func runRank(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg DriverConfig, ex Executor) *runningRank {
 	t.Helper()
-	r := &runningRank{d: NewDriver(cfg, tr, ex, Greedy{}), tr: tr, done: make(chan error, 1)}
+	return runRankWith(t, ctx, tr, cfg, ex, Greedy{})
+}
+
+// runRankWith is runRank with rank 0's picker.
+func runRankWith(t *testing.T, ctx context.Context, tr broadcast.Transport, cfg DriverConfig, ex Executor, pick Picker) *runningRank {
+	t.Helper()
+	r := &runningRank{d: NewDriver(cfg, tr, ex, pick), tr: tr, done: make(chan error, 1)}
 	go func() { r.done <- r.d.Run(ctx) }()
 	t.Cleanup(tr.Close)
 	return r

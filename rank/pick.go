@@ -39,7 +39,10 @@ type Sampling struct {
 	takeErrs atomic.Uint64
 }
 
-var _ Picker = (*Sampling)(nil)
+var (
+	_ Picker     = (*Sampling)(nil)
+	_ Prefetcher = (*Sampling)(nil)
+)
 
 // rowSampler is what Sampler and Reference have in common.
 type rowSampler interface {
@@ -115,6 +118,35 @@ func wantsPoolRow(p *sampler.Params) bool {
 	return p.Temperature >= sampler.GreedyBelow && p.TopK == 0
 }
 
+// params are the sampling parameters of a row with request req (nil: the
+// defaults).
+func (p *Sampling) params(req *Request) sampler.Params {
+	if req == nil {
+		return sampler.DefaultParams()
+	}
+	return req.Params
+}
+
+// Prefetch activates, before the step's forward pass, the pool streams of
+// the rows that will read a full noise row, so that the producers make a
+// new request's first row while the card works instead of Pick making it
+// inline. Without a pool it does nothing.
+func (p *Sampling) Prefetch(rows []*Seq, reqs []*Request) {
+	if p.pool == nil {
+		return
+	}
+	for i, r := range rows {
+		params := p.params(reqs[i])
+		if !wantsPoolRow(&params) {
+			continue
+		}
+		if key := noisepool.StreamKey(params.Seed, p.base, r.ID); !p.active[key] {
+			p.pool.Activate(key, uint64(len(r.Output)))
+			p.active[key] = true
+		}
+	}
+}
+
 // Pick samples one token per row with its request's parameters (the
 // defaults for a row without a request). A row's noise is a pure function
 // of the request's seed, the base, the sequence and the output position,
@@ -129,10 +161,9 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 			Prompt: r.Prompt, Output: r.Output, EOS: p.eos,
 			NoiseRow: uint64(len(r.Output)),
 		}
-		params := sampler.DefaultParams()
-		if req := reqs[i]; req != nil {
-			params = req.Params
-			sr.Params = &req.Params
+		params := p.params(reqs[i])
+		if reqs[i] != nil {
+			sr.Params = &reqs[i].Params
 		}
 		sr.NoiseKey = noisepool.StreamKey(params.Seed, p.base, r.ID)
 		if p.sync && wantsPoolRow(&params) {
@@ -149,7 +180,7 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 				p.active[sr.NoiseKey] = true
 			}
 			if nr, err := p.pool.Take(sr.NoiseKey, sr.NoiseRow); err == nil {
-				sr.Noise = nr.Values
+				sr.Noise, sr.NoiseBound = nr.Values, nr.Form == noisepool.FormBound
 				p.taken = append(p.taken, nr)
 			} else {
 				p.takeErrs.Add(1) // inline noise instead: same tokens
@@ -180,15 +211,20 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 	clear(p.taken)
 }
 
-// Stats reports the noise pool's counters for status, or nil without one.
+// Stats reports the noise pool's counters for status, or nil without one;
+// noise_producers and noise_bound_rows (1 for bound rows) describe the pool.
 func (p *Sampling) Stats() map[string]uint64 {
 	if p.pool == nil {
 		return nil
 	}
-	s := p.pool.Stats()
+	s, c := p.pool.Stats(), p.pool.Config()
+	bound := uint64(0)
+	if c.Form == noisepool.FormBound {
+		bound = 1
+	}
 	return map[string]uint64{
 		"noise_rows_taken": s.Taken, "noise_rows_inline": s.Inline, "noise_rows_produced": s.Produced,
 		"noise_rows_ready": uint64(s.Ready), "noise_producer_busy_us": uint64(s.ProducerBusy.Microseconds()),
-		"noise_take_errors": p.takeErrs.Load(),
+		"noise_take_errors": p.takeErrs.Load(), "noise_producers": uint64(c.Producers), "noise_bound_rows": bound,
 	}
 }

@@ -2,8 +2,11 @@ package rank
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,13 +51,25 @@ func pickAll(t *testing.T, p Picker, temps []float32) []int32 {
 	return tokens
 }
 
-// NoiseSync only moves where the noise is made: same tokens as inline.
+// NoiseSync and NoisePool (exact or bound rows) only move where the noise
+// is made: same tokens as inline.
 func TestSamplingNoiseSyncSameTokens(t *testing.T) {
 	temps := []float32{0.8, 1, 0, 1.3, 0.5}
 	inline := pickAll(t, NewSamplingWith(SamplingConfig{Vocab: 512, EOS: -1, Base: 9, Noise: NoiseInline}), temps)
 	sync := pickAll(t, NewSamplingWith(SamplingConfig{Vocab: 512, EOS: -1, Base: 9, Noise: NoiseSync}), temps)
 	if !slices.Equal(inline, sync) {
 		t.Fatalf("inline %v, sync %v", inline, sync)
+	}
+	for _, form := range []noisepool.Form{noisepool.FormExact, noisepool.FormBound} {
+		pool, err := noisepool.New(noisepool.Config{Vocab: 512, Rows: 16, Producers: 1, Lookahead: 1, MaxBytes: 1 << 20, Form: form})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pooled := pickAll(t, NewSamplingWith(SamplingConfig{Vocab: 512, EOS: -1, Base: 9, Noise: NoisePool, Pool: pool}), temps)
+		pool.Close()
+		if !slices.Equal(inline, pooled) {
+			t.Fatalf("inline %v, %v pool %v", inline, form, pooled)
+		}
 	}
 	for _, noise := range []NoiseMode{NoiseInline, NoiseSync} {
 		soft := pickAll(t, NewSamplingWith(SamplingConfig{Vocab: 512, EOS: -1, Base: 9, Noise: noise, Softmax: true}), temps)
@@ -174,4 +189,128 @@ func pickOnce(t *testing.T, p *Sampling, vocab int) (weak.Pointer[float32], weak
 		}
 	}
 	return weak.Make(&logits[0]), weak.Make(req)
+}
+
+// TestPrefetchMakesFirstRows: rows told to Prefetch before the forward pass
+// get their first noise row from the producers; without it, Pick makes
+// each new request's first row inline. The tokens are the same.
+func TestPrefetchMakesFirstRows(t *testing.T) {
+	const vocab = 512
+	temps := []float32{0.8, 1, 0, 1.3} // the greedy row reads no noise row
+	inline := pickAll(t, NewSamplingWith(SamplingConfig{Vocab: vocab, EOS: -1, Base: 9, Noise: NoiseInline}), temps)
+	for _, prefetch := range []bool{false, true} {
+		pool, err := noisepool.New(noisepool.Config{Vocab: vocab, Rows: 16, Producers: 1, Lookahead: 1, MaxBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := NewSamplingWith(SamplingConfig{Vocab: vocab, EOS: -1, Base: 9, Noise: NoisePool, Pool: pool})
+		var pp Picker = p
+		if prefetch {
+			pp = prefetchFirst{p, pool, t}
+		}
+		got := pickAll(t, pp, temps)
+		s := pool.Stats()
+		pool.Close()
+		if !slices.Equal(got, inline) {
+			t.Fatalf("prefetch %v: tokens %v, inline noise gives %v", prefetch, got, inline)
+		}
+		wantInline := uint64(3)
+		if prefetch {
+			wantInline = 0
+		}
+		if s.Taken != 3 || s.Inline != wantInline {
+			t.Errorf("prefetch %v: %d rows taken, %d inline; want 3 taken, %d inline", prefetch, s.Taken, s.Inline, wantInline)
+		}
+	}
+}
+
+// prefetchFirst is the driver's order: Prefetch, the forward pass (here:
+// until the producers are done), Pick.
+type prefetchFirst struct {
+	*Sampling
+	pool *noisepool.Pool
+	t    *testing.T
+}
+
+func (p prefetchFirst) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab int, tokens []int32, errs []error) {
+	p.Prefetch(rows, reqs)
+	if err := p.pool.Warm(context.Background()); err != nil {
+		p.t.Fatal(err)
+	}
+	p.Sampling.Pick(rows, reqs, logits, vocab, tokens, errs)
+}
+
+// orderLog records the calls of a step in order.
+type orderLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *orderLog) add(call string, rows []*Seq) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]uint64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	l.calls = append(l.calls, fmt.Sprintf("%s %v", call, ids))
+}
+
+type loggedExecutor struct {
+	Executor
+	log *orderLog
+}
+
+func (e loggedExecutor) Forward(ctx context.Context, b Batch) ([]float32, error) {
+	e.log.add("forward", b.Rows)
+	return e.Executor.Forward(ctx, b)
+}
+
+type loggedPicker struct {
+	Greedy
+	log *orderLog
+}
+
+func (p loggedPicker) Prefetch(rows []*Seq, reqs []*Request) { p.log.add("prefetch", rows) }
+
+func (p loggedPicker) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab int, tokens []int32, errs []error) {
+	p.log.add("pick", rows)
+	p.Greedy.Pick(rows, reqs, logits, vocab, tokens, errs)
+}
+
+// TestDriverPrefetchesBeforeForward: rank 0 tells a Prefetcher each step's
+// rows before the forward pass, then picks the same rows.
+func TestDriverPrefetchesBeforeForward(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hub := broadcast.NewHub()
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
+	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &orderLog{}
+	runRankWith(t, ctx, hub.Connect(), driverConfig(0, 1), loggedExecutor{ex, log}, loggedPicker{log: log})
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 3}
+	req.IgnoreEOS = true
+	eventually(t, 10*time.Second, "generate did not succeed", func() bool {
+		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer gcancel()
+		_, err := client.Generate(gctx, requester, drvSubj, req, nil)
+		return err == nil
+	})
+	cancel()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.calls) < 9 || len(log.calls)%3 != 0 {
+		t.Fatalf("calls %q: want prefetch, forward, pick for each of 3 or more steps", log.calls)
+	}
+	for i := 0; i < len(log.calls); i += 3 {
+		p, f, k := log.calls[i], log.calls[i+1], log.calls[i+2]
+		if !strings.HasPrefix(p, "prefetch ") || !strings.HasPrefix(f, "forward ") || !strings.HasPrefix(k, "pick ") ||
+			p[len("prefetch"):] != f[len("forward"):] || p[len("prefetch"):] != k[len("pick"):] {
+			t.Fatalf("step %d: calls %q, want prefetch, forward, pick of the same rows", i/3, log.calls[i:i+3])
+		}
+	}
 }

@@ -15,6 +15,8 @@ type argmaxState struct {
 	best           int32
 	invT, floor, M float32
 	gMax           float32
+	seed           uint64 // the noise row's seed (noisepool.RowSeed)
+	bound          bool   // pool rows hold bounds (Row.NoiseBound)
 }
 
 // offer records token i with score sc if it beats the running best (higher
@@ -96,12 +98,12 @@ func (s *Sampler) keyThreshold(sb, tau float32) uint32 {
 func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32, invT, floor float32) int32 {
 	seed := noisepool.RowSeed(r.NoiseKey, r.NoiseRow)
 	var g0 float32
-	if r.Noise != nil {
+	if r.Noise != nil && !r.NoiseBound {
 		g0 = r.Noise[t0]
 	} else {
 		g0 = noisepool.GumbelFromBits(noisepool.Bits(seed, int(t0)))
 	}
-	a := argmaxState{best: t0, invT: invT, floor: floor, M: M, gMax: s.gMax}
+	a := argmaxState{best: t0, invT: invT, floor: floor, M: M, gMax: s.gMax, seed: seed, bound: r.NoiseBound}
 	a.tau = float32(float32(M*invT) + g0)
 	a.cut = max(logitCut(M, invT, s.gMax, a.tau), floor)
 	for b := range nb {
@@ -121,7 +123,8 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 }
 
 // scanPool offers every token of a block (first index lo, noise nz) that
-// can reach tau. Scores are computed for the whole block: the compare with
+// can reach tau. With a bound row, nz bounds each score from above, and a
+// token whose bound reaches tau has its exact noise computed. Scores are computed for the whole block: the compare with
 // tau is almost never true, so the loop has no unpredictable branch, which
 // a per-token compare with cut would add.
 func (s *Sampler) scanPool(a *argmaxState, vals, nz []float32, lo int) {
@@ -131,6 +134,12 @@ func (s *Sampler) scanPool(a *argmaxState, vals, nz []float32, lo int) {
 	nz = nz[:len(vals)]
 	for j, l := range vals {
 		if sc := float32(float32(l*a.invT) + nz[j]); sc >= a.tau && l >= a.cut {
+			if a.bound { // nz[j] bounds the noise: the exact score is at most sc
+				sc = float32(float32(l*a.invT) + noisepool.GumbelFromBits(noisepool.Bits(a.seed, lo+j)))
+				if sc < a.tau {
+					continue
+				}
+			}
 			a.offer(int32(lo+j), sc)
 		}
 	}

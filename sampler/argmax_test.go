@@ -71,7 +71,7 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 	for _, kind := range kinds {
 		for _, vocab := range vocabs {
 			logits := adversarialRow(kind, vocab, r)
-			noise := make([]float32, vocab)
+			noise, bounds := make([]float32, vocab), make([]float32, vocab)
 			for _, T := range temps {
 				if kind == "huge" && T < 1 {
 					continue // l/T overflows: that path returns the argmax, not a draw
@@ -84,15 +84,17 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 						row := Row{Logits: logits, Params: &p, EOS: -1, NoiseKey: r.Uint64(), NoiseRow: uint64(d)}
 						want := fullRow(row)
 						noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
-						pooled := row
+						noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
+						pooled, bounded := row, row
 						pooled.Noise = noise
-						var out [4]Result
-						s.Sample([]Row{row, pooled}, out[:2])
-						dense.Sample([]Row{row, pooled}, out[2:])
+						bounded.Noise, bounded.NoiseBound = bounds, true
+						var out [6]Result
+						s.Sample([]Row{row, pooled, bounded}, out[:3])
+						dense.Sample([]Row{row, pooled, bounded}, out[3:])
 						for i, res := range out {
 							if res.Err != nil || res.Token != want {
-								t.Fatalf("%s vocab %d T %v %+v key %d row %d (pool=%v dense=%v): got %d %v, full row gives %d",
-									kind, vocab, T, m, row.NoiseKey, d, i%2 == 1, i >= 2, res.Token, res.Err, want)
+								t.Fatalf("%s vocab %d T %v %+v key %d row %d (noise %s, dense=%v): got %d %v, full row gives %d",
+									kind, vocab, T, m, row.NoiseKey, d, [3]string{"inline", "pool", "bound"}[i%3], i >= 3, res.Token, res.Err, want)
 							}
 						}
 						rows++

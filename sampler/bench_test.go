@@ -18,8 +18,8 @@ type sampleFunc interface{ Sample([]Row, []Result) }
 func BenchmarkSample(b *testing.B) {
 	const vocab = 100352
 	for _, impl := range []string{"fast", "reference"} {
-		for _, noise := range []string{"pool", "inline"} {
-			if impl == "reference" && noise == "pool" {
+		for _, noise := range []string{"pool", "bound", "inline"} {
+			if impl == "reference" && noise != "inline" {
 				continue // Reference draws its own noise
 			}
 			for _, mode := range benchModes {
@@ -29,7 +29,7 @@ func BenchmarkSample(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						rows := benchRows(vocab, batch, &p, noise == "pool")
+						rows := benchRows(vocab, batch, &p, noise)
 						out := make([]Result, batch)
 						var s sampleFunc = New(Config{Vocab: vocab})
 						if impl == "reference" {
@@ -39,7 +39,9 @@ func BenchmarkSample(b *testing.B) {
 						b.ResetTimer()
 						for i := 0; b.Loop(); i++ {
 							for j := range rows {
-								rows[j].NoiseRow = uint64(i)
+								if noise == "inline" { // a pool row's noise is fixed: keep its row
+									rows[j].NoiseRow = uint64(i)
+								}
 							}
 							s.Sample(rows, out)
 						}
@@ -50,13 +52,19 @@ func BenchmarkSample(b *testing.B) {
 	}
 }
 
-func benchRows(vocab, batch int, p *Params, pool bool) []Row {
+// benchRows returns batch rows of SyntheticLogits with noise "inline"
+// (none), "pool" (exact rows) or "bound" (bound rows), noise row 0.
+func benchRows(vocab, batch int, p *Params, noise string) []Row {
 	rows := make([]Row, batch)
 	for i := range rows {
 		rows[i] = Row{Logits: SyntheticLogits(vocab, uint64(i)), Params: p, EOS: -1, NoiseKey: uint64(i + 1)}
-		if pool {
+		switch noise {
+		case "pool":
 			rows[i].Noise = make([]float32, vocab)
 			noisepool.FillRow(uint64(i+1), 0, rows[i].Noise)
+		case "bound":
+			rows[i].Noise, rows[i].NoiseBound = make([]float32, vocab), true
+			noisepool.FillBoundRow(uint64(i+1), 0, rows[i].Noise)
 		}
 	}
 	return rows
@@ -75,7 +83,7 @@ func BenchmarkSample16(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				rows := benchRows(vocab, batch, &p, false)
+				rows := benchRows(vocab, batch, &p, "inline")
 				for i := range rows {
 					rows[i].Logits16 = narrowRow(rows[i].Logits, dt)
 					rows[i].Logits, rows[i].Dtype = nil, dt

@@ -61,7 +61,8 @@ func goldenCases() []struct {
 }
 
 // TestGoldenDraws pins the tokens drawn for seeded rows in every sampling
-// mode, with pool and with inline noise. The hashes were produced on amd64
+// mode, with pool and with inline noise (and checks that bound pool rows
+// draw the same). The hashes were produced on amd64
 // with the AVX-512 kernels; the purego build (the portable kernels) and
 // s390x under qemu (big-endian, another FPU; scripts/test.sh) must draw the
 // very same tokens, and so must any change to the sampler's algorithms.
@@ -69,7 +70,7 @@ func TestGoldenDraws(t *testing.T) {
 	const vocab, draws = 100352, 8
 	rows := [][]float32{goldenRow(vocab, 1), goldenRow(vocab, 2), SyntheticLogits(vocab, 3)}
 	s := New(DefaultConfig())
-	noise := make([]float32, vocab)
+	noise, bounds := make([]float32, vocab), make([]float32, vocab)
 	for _, c := range goldenCases() {
 		h := fnv.New64a()
 		distinct := map[int32]bool{}
@@ -78,19 +79,21 @@ func TestGoldenDraws(t *testing.T) {
 				row := Row{Logits: logits, Params: &c.p, EOS: 11, NoiseKey: uint64(100*ri + 1), NoiseRow: uint64(d),
 					Prompt: []int32{7, 9, 4000}, Output: []int32{9, 9, 12, 7}}
 				noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
-				pooled := row
+				noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
+				pooled, bounded := row, row
 				pooled.Noise = noise
-				var out [2]Result
-				s.Sample([]Row{row, pooled}, out[:])
-				for _, r := range out {
+				bounded.Noise, bounded.NoiseBound = bounds, true
+				var out [3]Result
+				s.Sample([]Row{row, pooled, bounded}, out[:])
+				for _, r := range out[:2] {
 					if r.Err != nil {
 						t.Fatalf("%s row %d draw %d: %v", c.name, ri, d, r.Err)
 					}
 					h.Write(binary.LittleEndian.AppendUint32(nil, uint32(r.Token)))
 					distinct[r.Token] = true
 				}
-				if out[0].Token != out[1].Token {
-					t.Fatalf("%s row %d draw %d: inline %d, pool %d", c.name, ri, d, out[0].Token, out[1].Token)
+				if out[0].Token != out[1].Token || out[0].Token != out[2].Token {
+					t.Fatalf("%s row %d draw %d: inline %d, pool %d, bound pool %d %v", c.name, ri, d, out[0].Token, out[1].Token, out[2].Token, out[2].Err)
 				}
 			}
 		}

@@ -284,7 +284,7 @@ func (r *Reference) softmax(l []float32, m float32) ([]float32, float32) {
 // row, q = exp(-g) from the row's Gumbel noise.
 func (r *Reference) drawExp(row *Row, probs []float32) int32 {
 	g := row.Noise
-	if len(g) != len(probs) {
+	if len(g) != len(probs) || row.NoiseBound {
 		if cap(r.noise) < len(probs) {
 			r.noise = make([]float32, len(probs))
 		}

@@ -49,8 +49,11 @@ func ParseDtype(s string) (Dtype, error) {
 //
 // Noise: the row's Gumbel noise is the pure function
 // noisepool.Gumbel(NoiseKey, NoiseRow, i). Noise, when non-nil, must be that
-// row pre-filled by the pool (len == vocab); when nil the sampler computes
-// only the values it needs inline. The chosen token is the same either way.
+// row pre-filled by the pool (len == vocab), or with NoiseBound the pool's
+// bound row (noisepool.FormBound: Noise[i] >= the Gumbel value), from which
+// the sampler computes exact values only for tokens whose bound can win;
+// when nil the sampler computes only the values it needs inline. The
+// chosen token is the same every way.
 type Row struct {
 	Logits   []float32
 	Logits16 []uint16
@@ -68,6 +71,7 @@ type Row struct {
 
 	NoiseKey, NoiseRow uint64
 	Noise              []float32
+	NoiseBound         bool
 }
 
 // Vocab is the row's vocabulary size.

@@ -64,19 +64,21 @@ func TestMatchesFullRow(t *testing.T) {
 				if eos == 0 {
 					eos = -1
 				}
-				noise := make([]float32, len(logits))
+				noise, bounds := make([]float32, len(logits)), make([]float32, len(logits))
 				for d := range draws {
 					row := Row{Logits: logits, Params: &p, Prompt: c.prompt, Output: c.output, EOS: eos, NoiseKey: 77, NoiseRow: uint64(d)}
 					want := fullRow(row)
-					var out [4]Result
+					var out [6]Result
 					noisepool.FillRow(77, uint64(d), noise)
-					pooled := row
+					noisepool.FillBoundRow(77, uint64(d), bounds)
+					pooled, bounded := row, row
 					pooled.Noise = noise
-					s.Sample([]Row{row, pooled}, out[:2])
-					dense.Sample([]Row{row, pooled}, out[2:])
+					bounded.Noise, bounded.NoiseBound = bounds, true
+					s.Sample([]Row{row, pooled, bounded}, out[:3])
+					dense.Sample([]Row{row, pooled, bounded}, out[3:])
 					for i, r := range out {
 						if r.Err != nil || r.Token != want {
-							t.Fatalf("draw %d (pool=%v dense=%v): got %d %v, full row gives %d", d, i%2 == 1, i >= 2, r.Token, r.Err, want)
+							t.Fatalf("draw %d (noise %s, dense=%v): got %d %v, full row gives %d", d, [3]string{"inline", "pool", "bound"}[i%3], i >= 3, r.Token, r.Err, want)
 						}
 					}
 				}

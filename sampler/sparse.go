@@ -69,7 +69,7 @@ func (s *Sampler) sampleSparse(r *Row, p *Params, base []float32, nb int) (tok i
 		if r.Noise == nil {
 			return 0, false, nil
 		}
-		tok, ok := s.plainPool(base, nb, r.Noise, float32(1/float64(p.Temperature)))
+		tok, ok := s.plainPool(r, base, nb, float32(1/float64(p.Temperature)))
 		return tok, ok, nil
 	}
 	want := sparseWant
@@ -284,7 +284,7 @@ func (s *Sampler) fillNoise(r *Row) {
 		s.noise = make([]float32, len(s.idx), 2*len(s.idx))
 	}
 	s.noise = s.noise[:len(s.idx)]
-	if r.Noise != nil {
+	if r.Noise != nil && !r.NoiseBound {
 		for i, t := range s.idx {
 			s.noise[i] = r.Noise[t]
 		}
@@ -358,11 +358,20 @@ func (s *Sampler) nucleusBetween(lo, hi float64, M, topP float32, known uint32) 
 
 // plainPool returns the argmax over every token of
 // float32(float32(l·invT) + g), lowest index on ties, in one pass over the
-// logits and the pool's noise row g. ok is false for a NaN or +Inf logit,
-// a scaled logit that overflows, a NaN noise value or a row with no finite
-// score: the dense path handles those.
-func (s *Sampler) plainPool(base []float32, nb int, g []float32, invT float32) (int32, bool) {
-	a := poolArgmax{best: -1, tau: float32(math.Inf(-1)), invT: invT}
+// logits and the pool's noise row g = r.Noise. ok is false for a NaN or
+// +Inf logit, a scaled logit that overflows, a NaN noise value or a row
+// with no finite score: the dense path handles those.
+//
+// With a bound row (r.NoiseBound) the pass compares the bounds: a group
+// whose bounded scores all stay at or below tau cannot hold a new best
+// (rounding is monotone, so an exact score is at most its bound's), and
+// only a group that passes computes its exact noise.
+func (s *Sampler) plainPool(r *Row, base []float32, nb int, invT float32) (int32, bool) {
+	a := poolArgmax{best: -1, tau: float32(math.Inf(-1)), invT: invT, bound: r.NoiseBound}
+	if a.bound {
+		a.seed = noisepool.RowSeed(r.NoiseKey, r.NoiseRow)
+	}
+	g := r.Noise
 	for b := range nb {
 		vals := s.blockVals(base, b)
 		lo := b << blockShift
@@ -377,6 +386,9 @@ func (s *Sampler) plainPool(base []float32, nb int, g []float32, invT float32) (
 type poolArgmax struct {
 	best      int32
 	tau, invT float32
+	bound     bool   // the noise row holds bounds: offer computes exact noise
+	seed      uint64 // the row's seed, for the exact noise of a bound row
+	exact     [8]float32
 }
 
 // scan offers the tokens of l (noise g, first index lo). A group of 8 is
@@ -393,13 +405,26 @@ func (a *poolArgmax) scan(l, g []float32, lo int) bool {
 		s6, s7 := float32(float32(x[6]*invT)+z[6]), float32(float32(x[7]*invT)+z[7])
 		if !(s0 <= tau) || !(s1 <= tau) || !(s2 <= tau) || !(s3 <= tau) ||
 			!(s4 <= tau) || !(s5 <= tau) || !(s6 <= tau) || !(s7 <= tau) {
-			if !a.offer(x, z, lo+i) {
+			if !a.offer(x, a.noise(z, lo+i), lo+i) {
 				return false
 			}
 			tau = a.tau
 		}
 	}
-	return a.offer(l[i:], g[i:], lo+i)
+	return a.offer(l[i:], a.noise(g[i:], lo+i), lo+i)
+}
+
+// noise returns the exact noise of the (at most 8) tokens from index first
+// whose pool values are z: z itself, or for a bound row the values
+// computed from the generator's bits.
+func (a *poolArgmax) noise(z []float32, first int) []float32 {
+	if !a.bound {
+		return z
+	}
+	for j := range z {
+		a.exact[j] = noisepool.GumbelFromBits(noisepool.Bits(a.seed, first+j))
+	}
+	return a.exact[:len(z)]
 }
 
 // offer offers tokens x (noise z, first index first) in index order, so a

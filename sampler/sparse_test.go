@@ -90,7 +90,7 @@ func TestSparseMatchesDense(t *testing.T) {
 	for _, kind := range []string{"llm", "zipf", "sorted", "equal", "ties", "neginf"} {
 		for _, vocab := range []int{3001, 20000} {
 			logits := sparseRow(kind, vocab, r)
-			noise, tied := make([]float32, vocab), make([]float32, vocab)
+			noise, tied, bounds := make([]float32, vocab), make([]float32, vocab), make([]float32, vocab)
 			for i := range tied {
 				tied[i] = float32(r.IntN(3)) * 0.5
 			}
@@ -104,8 +104,9 @@ func TestSparseMatchesDense(t *testing.T) {
 					key := r.Uint64()
 					row := Row{Logits: logits, Params: &p, EOS: -1, NoiseKey: key, NoiseRow: 3, Output: []int32{int32(r.IntN(vocab))}}
 					noisepool.FillRow(key, 3, noise)
-					for pool, nz := range [][]float32{nil, noise, tied} {
-						row.Noise = nz
+					noisepool.FillBoundRow(key, 3, bounds)
+					for pool, nz := range [][]float32{nil, noise, tied, bounds} {
+						row.Noise, row.NoiseBound = nz, pool == 3
 						var want [1]Result
 						dense.Sample([]Row{row}, want[:])
 						tok, ok, err := trySparse(t, s, &row)

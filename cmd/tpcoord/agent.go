@@ -93,7 +93,10 @@ func (c *agentOptions) samplingFlags(fs *pflag.FlagSet, def agent.Config) {
 	fs.StringVar(&c.Sampling, f.name("Sampling", "sampling"), def.Sampling, "sampler: logspace (Gumbel-max in log space) or softmax (benchmark baseline: softmax with exponential noise, sampler.Reference)")
 	fs.StringVar(&c.SamplingRanks, f.name("SamplingRanks", "sampling-ranks"), def.SamplingRanks, "ranks that sample: rank0, or all (benchmark baseline: every rank computes logits and samples, followers discard the tokens); all ranks must agree")
 	fs.IntVar(&c.NoisePool.Rows, f.name("NoisePool.Rows", "noise-pool-rows"), np.Rows, "noise pool: vocab-length rows it owns (memory: rows × vocab × 4 bytes); at least max-batch × (noise-lookahead + 1) to serve every row")
-	fs.IntVar(&c.NoisePool.Producers, f.name("NoisePool.Producers", "noise-producers"), np.Producers, "noise pool: background producer goroutines")
+	fs.IntVar(&c.NoisePool.Producers, f.name("NoisePool.Producers", "noise-producers"), np.Producers, "noise pool: background producer goroutines; -1 (auto) starts as many as fill max-batch rows every noise-step at half a core each, from the cost of a row measured at start")
+	fs.DurationVar(&c.NoisePool.Step, f.name("NoisePool.Step", "noise-step"), np.Step, "noise pool: the step time auto producers are sized for (the model's expected step)")
+	c.NoisePool.Form = np.Form
+	fs.Var(&c.NoisePool.Form, f.name("NoisePool.Form", "noise-form"), "noise pool rows: exact (Gumbel values), bound (upper bounds from one hash and a table load a value; the sampler computes the exact value where a token can win), or auto (exact with the AVX-512 kernel, bound elsewhere)")
 	fs.IntVar(&c.NoisePool.Lookahead, f.name("NoisePool.Lookahead", "noise-lookahead"), np.Lookahead, "noise pool: rows prefetched per active stream")
 	fs.Int64Var(&c.NoisePool.MaxBytes, f.name("NoisePool.MaxBytes", "noise-max-bytes"), np.MaxBytes, "noise pool: refuse configurations larger than this")
 }

@@ -46,6 +46,13 @@ func TestBenchE2EJSON(t *testing.T) {
 		if r.NProc != 2 || r.Batch != 2 || r.Vocab != 4096 || r.Tokens != 4 || r.ForwardTimeMS != 1 {
 			t.Errorf("line %d: configuration %+v", i, r)
 		}
+		if w.Noise == "pool" {
+			if p := r.Pool; p == nil || p.Taken == 0 || p.Producers < 1 || (p.Form != "exact" && p.Form != "bound") || p.Inline > p.Taken {
+				t.Errorf("line %d: noise pool %+v", i, p)
+			}
+		} else if r.Pool != nil {
+			t.Errorf("line %d: noise pool %+v without a pool", i, r.Pool)
+		}
 		if r.OutputTokens != 2*4 {
 			t.Errorf("line %d: %d output tokens, want 8 (ignore_eos)", i, r.OutputTokens)
 		}

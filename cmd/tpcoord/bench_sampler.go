@@ -17,8 +17,10 @@ func newBenchSamplerCmd() *cobra.Command {
 		Short: "Time the sampler (fast or reference) on synthetic logits",
 		Long: `Times Sampler.Sample (or the Reference) on a batch of synthetic LLM-like
 logits rows, one thread, and prints one line per case with the median and
-p90 time of a call. Pool noise is pre-filled outside the timing, as a warm
-noise pool would provide it; inline noise is computed by the sampler.`,
+p90 time of a call. Pool noise (exact rows, or with --noise bound the
+bound rows that portable builds' pools hand out) is pre-filled outside the
+timing, as a warm noise pool would provide it; inline noise is computed by
+the sampler.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -32,7 +34,7 @@ noise pool would provide it; inline noise is computed by the sampler.`,
 	f.IntSliceVar(&o.Batch, "batch", []int{32}, "batch sizes")
 	f.StringSliceVar(&o.Modes, "mode", []string{"plain"}, "modes: plain, topk, topp, topk_topp, minp, greedy")
 	f.StringSliceVar(&o.Impls, "impl", []string{"fast"}, "implementations: fast, reference")
-	f.StringSliceVar(&o.Noises, "noise", []string{"pool"}, "noise source of the fast sampler: pool, inline")
+	f.StringSliceVar(&o.Noises, "noise", []string{"pool"}, "noise source of the fast sampler: pool (exact pool rows), bound (bound pool rows, --noise-form bound), inline")
 	f.IntVar(&o.Iters, "iters", 30, "timed calls per case")
 	f.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
 	return cmd

@@ -133,7 +133,7 @@ func (c *Config) Digest() string {
 }
 
 // Validate reports the first invalid field. It also sets NoisePool.Vocab
-// to Vocab.
+// to Vocab and NoisePool.Batch to MaxBatch.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{c.validateIdentity, c.validateExposure, c.validateModel, c.validateTiming, c.validateBuffers, c.validateModes} {
 		if err := check(); err != nil {
@@ -147,7 +147,7 @@ func (c *Config) Validate() error {
 		return fielderr.Within("Worker", err)
 	}
 	if c.Noise == "pool" && c.Samples() {
-		c.NoisePool.Vocab = c.Vocab
+		c.NoisePool.Vocab, c.NoisePool.Batch = c.Vocab, c.MaxBatch
 		if err := c.NoisePool.Validate(); err != nil {
 			return fielderr.Within("NoisePool", err)
 		}

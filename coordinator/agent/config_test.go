@@ -34,7 +34,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.StepQueueBytes = 0 }, "StepQueueBytes"},
 		{func(c *Config) { c.Noise = "async" }, "Noise"},
 		{func(c *Config) { c.SamplingRanks = "some" }, "SamplingRanks"},
-		{func(c *Config) { c.NoisePool.Producers = -1 }, "NoisePool.Producers"},
+		{func(c *Config) { c.NoisePool.Producers = -2 }, "NoisePool.Producers"},
 		{func(c *Config) { c.Telemetry.FlightSteps = 0 }, "Telemetry.FlightSteps"},
 		{func(c *Config) { c.Telemetry.OTLPEndpoint = "ftp://x:1" }, "Telemetry.OTLPEndpoint"},
 		{func(c *Config) { c.Executor = "worker" }, "Worker.Cmd"},

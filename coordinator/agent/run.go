@@ -176,7 +176,7 @@ func (r *run) sampling() (*rank.Sampling, error) {
 			return nil, fielderr.Within("NoisePool", err)
 		}
 		_ = r.g.AddCloser("noise pool", func() error { pool.Close(); return nil })
-		r.log.Info("noise pool started", "rows", cfg.NoisePool.Rows, "producers", cfg.NoisePool.Producers, "mib", cfg.NoisePool.Bytes()>>20)
+		r.logPool(pool)
 	}
 	noise := map[string]rank.NoiseMode{"inline": rank.NoiseInline, "pool": rank.NoisePool, "sync": rank.NoiseSync}[cfg.Noise]
 	if noise == rank.NoisePool && pool == nil {
@@ -235,5 +235,20 @@ func newLeaderID() (uint32, error) {
 		if id := binary.LittleEndian.Uint32(b[:]); id != 0 {
 			return id, nil
 		}
+	}
+}
+
+// logPool reports the pool's size and, when it sized its own producers,
+// what a batch of rows costs and whether they keep up.
+func (r *run) logPool(pool *noisepool.Pool) {
+	c, z := pool.Config(), pool.Sizing()
+	args := []any{"rows", c.Rows, "producers", c.Producers, "form", c.Form.String(), "mib", c.Bytes() >> 20}
+	if z.NsPerValue > 0 {
+		args = append(args, "ns_per_value", fmt.Sprintf("%.2f", z.NsPerValue), "cores_needed", fmt.Sprintf("%.2f", z.Need))
+	}
+	r.log.Info("noise pool started", args...)
+	if !z.KeepsUp {
+		r.log.Warn("noise producers cannot keep up: rank 0 will generate some rows inline, on the step's critical path",
+			"batch", c.Batch, "step", c.Step, "cores_needed", fmt.Sprintf("%.2f", z.Need), "producers", c.Producers)
 	}
 }

@@ -119,14 +119,16 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 // measure runs combination c (the i-th) and returns its line, without the
 // machine and the ratio to the baseline.
 func measure(ctx context.Context, o Options, c Combo, dir string, i int, progress io.Writer) (Result, error) {
-	n, elapsed, steps, err := runCombo(ctx, o, c, dir, i, progress)
+	run, err := runCombo(ctx, o, c, dir, i, progress)
 	if err != nil {
 		return Result{}, err
 	}
+	n, elapsed := run.tokens, run.elapsed
 	r := Result{Kind: "combo", CPUs: o.CPUs,
 		NProc: o.NProc, Batch: o.Batch, Vocab: o.Vocab,
 		Tokens: o.Tokens, Combo: c.String(), Noise: c.Noise, Sampling: c.Sampling, SamplingRanks: c.Ranks,
-		OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds(), Step: breakdown(steps)}
+		OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds(), Step: breakdown(run.steps),
+		Pool: run.pool}
 	if o.Executor == WorkerExecutor {
 		r.Executor, r.Impl = WorkerExecutor, "tpcoord"
 	} else {
@@ -136,11 +138,19 @@ func measure(ctx context.Context, o Options, c Combo, dir string, i int, progres
 	return r, nil
 }
 
+// comboRun is what runCombo measured: the output tokens, the wall time
+// from the first submission to the last final reply, rank 0's steps (none
+// if they could not be read) and its noise pool (nil without one).
+type comboRun struct {
+	tokens  int
+	elapsed time.Duration
+	steps   []client.StepTiming
+	pool    *PoolCounts
+}
+
 // runCombo runs one combination: start launch, wait for its ready file,
-// run the batch, stop launch. It returns the output tokens, the wall time
-// from the first submission to the last final reply, and rank 0's steps
-// (none if they could not be read).
-func runCombo(ctx context.Context, o Options, c Combo, dir string, i int, progress io.Writer) (int, time.Duration, []client.StepTiming, error) {
+// run the batch, stop launch.
+func runCombo(ctx context.Context, o Options, c Combo, dir string, i int, progress io.Writer) (comboRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	args := append([]string{"--nproc", strconv.Itoa(o.NProc), "--job", "bench-e2e", "--vocab", strconv.Itoa(o.Vocab)},
@@ -149,29 +159,45 @@ func runCombo(ctx context.Context, o Options, c Combo, dir string, i int, progre
 		"--max-batch", strconv.Itoa(o.Batch), "--noise-pool-rows", strconv.Itoa(max(128, 3*o.Batch)),
 		"--noise", c.Noise, "--sampling", c.Sampling, "--sampling-ranks", c.Ranks)})
 	if err != nil {
-		return 0, 0, nil, err
+		return comboRun{}, err
 	}
 	// One short request first: the first step pays for page faults and
 	// the noise pool's first rows in every combination alike.
 	if _, _, err := j.Submit(ctx, job.Batch{Requests: 1, Tokens: 2, Vocab: o.Vocab, Temperature: o.Temperature, SeedBase: 1 << 20}); err != nil {
-		return 0, 0, nil, j.Fail(fmt.Errorf("warm-up: %w", err))
+		return comboRun{}, j.Fail(fmt.Errorf("warm-up: %w", err))
 	}
+	before := samplerStats(ctx, j)
 	start := time.Now()
 	toks, elapsed, err := j.SubmitTokens(ctx, job.Batch{Requests: o.Batch, Tokens: o.Tokens, Vocab: o.Vocab, Temperature: o.Temperature})
 	if err != nil {
-		return 0, 0, nil, j.Fail(err)
+		return comboRun{}, j.Fail(err)
 	}
 	if err := writeTokens(o, c, toks); err != nil {
-		return 0, 0, nil, j.Fail(err)
+		return comboRun{}, j.Fail(err)
 	}
 	n := 0
 	for _, t := range toks {
 		n += len(t)
 	}
+	pool := poolCounts(before, samplerStats(ctx, j))
 	steps, err := j.StepTimings(ctx, start)
 	if err != nil {
 		fmt.Fprintf(progress, "bench e2e: %s: no step breakdown: %v\n", c, err)
 	}
 	j.StopQuietly(progress, "bench e2e: "+c.String())
-	return n, elapsed, steps, nil
+	return comboRun{tokens: n, elapsed: elapsed, steps: steps, pool: pool}, nil
+}
+
+// samplerStats is rank 0's noise pool counters from its status, or nil.
+func samplerStats(ctx context.Context, j *job.Job) map[string]uint64 {
+	ranks, err := client.CollectStatus(ctx, j.Bus(), j.Subjects(), 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	for _, r := range ranks {
+		if r.Rank == 0 {
+			return r.Sampler
+		}
+	}
+	return nil
 }

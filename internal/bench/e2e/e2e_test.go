@@ -90,3 +90,19 @@ func TestBreakdown(t *testing.T) {
 		t.Errorf("breakdown %+v", b)
 	}
 }
+
+func TestPoolCounts(t *testing.T) {
+	before := map[string]uint64{"noise_rows_taken": 10, "noise_rows_inline": 2, "noise_take_errors": 1, "noise_producers": 1}
+	after := map[string]uint64{"noise_rows_taken": 110, "noise_rows_inline": 5, "noise_take_errors": 1, "noise_producers": 1, "noise_bound_rows": 1}
+	got := poolCounts(before, after)
+	if got == nil || *got != (PoolCounts{Producers: 1, Form: "bound", Taken: 100, Inline: 3}) {
+		t.Fatalf("poolCounts = %+v", got)
+	}
+	if poolCounts(nil, after) != nil || poolCounts(before, nil) != nil {
+		t.Error("counts without both statuses")
+	}
+	// A restarted rank 0 has smaller counters: no wrap-around.
+	if got := poolCounts(after, before); got.Taken != 0 || got.Inline != 0 || got.Form != "exact" {
+		t.Errorf("decreasing counters: %+v", got)
+	}
+}

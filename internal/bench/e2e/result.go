@@ -40,6 +40,34 @@ type Result struct {
 	// ms per phase, from its flight recorder); absent if it could not be
 	// read.
 	Step *StepBreakdown `json:"step_median_ms,omitempty"`
+	// Pool is rank 0's noise pool over the measured batch (from its
+	// status before and after); absent without a pool or a status.
+	Pool *PoolCounts `json:"noise_pool,omitempty"`
+}
+
+// PoolCounts is what rank 0's noise pool did during the measured batch.
+// Inline counts the rows rank 0 generated itself on the step's critical
+// path because no producer had them ready: 0 means the producers kept up.
+type PoolCounts struct {
+	Producers uint64 `json:"producers"`
+	Form      string `json:"form"` // exact or bound
+	Taken     uint64 `json:"rows_taken"`
+	Inline    uint64 `json:"rows_inline"`
+}
+
+// poolCounts is the difference of rank 0's sampler counters between two
+// status replies; nil if either lacks them.
+func poolCounts(before, after map[string]uint64) *PoolCounts {
+	if before == nil || after == nil {
+		return nil
+	}
+	d := func(k string) uint64 { return after[k] - min(after[k], before[k]) }
+	form := "exact"
+	if after["noise_bound_rows"] == 1 {
+		form = "bound"
+	}
+	return &PoolCounts{Producers: after["noise_producers"], Form: form, Taken: d("noise_rows_taken"),
+		Inline: d("noise_rows_inline") + d("noise_take_errors")}
 }
 
 // Synthetic is what a run on the synthetic executor adds to its Result.
@@ -129,6 +157,9 @@ func printResult(w io.Writer, r Result, asJSON bool) error {
 			b.Total, b.Await, b.Publish, b.Forward, b.Sample, b.Reply)
 	default:
 		step = fmt.Sprintf("%.1f: forward %.1f, sample %.1f (medians of each)", b.Total, b.Forward, b.Sample)
+	}
+	if p := r.Pool; p != nil {
+		step += fmt.Sprintf("; noise rows inline %d of %d (%s rows, %d producers)", p.Inline, p.Taken, p.Form, p.Producers)
 	}
 	_, err := fmt.Fprintf(w, "%-24s %14.1f %10.2f %12s  %s\n", r.Combo, r.TokensPerS, r.TotalS, fmtRatio(r.VsBaseline), step)
 	return err

@@ -19,7 +19,7 @@ type Options struct {
 	Batch  []int    // --batch: batch sizes
 	Modes  []string // --mode: sampler.ModeParams names
 	Impls  []string // --impl: fast, reference
-	Noises []string // --noise: pool, inline (the fast sampler's noise source)
+	Noises []string // --noise: pool, bound, inline (the fast sampler's noise source)
 	Iters  int      // --iters: timed calls per case
 	JSON   bool     // --json: JSON lines instead of a table
 }
@@ -50,8 +50,8 @@ func (o Options) Validate() error {
 		}
 	}
 	for _, n := range o.Noises {
-		if n != "pool" && n != "inline" {
-			return fmt.Errorf("--noise: unknown %q (want pool or inline)", n)
+		if n != "pool" && n != "bound" && n != "inline" {
+			return fmt.Errorf("--noise: unknown %q (want pool, bound or inline)", n)
 		}
 	}
 	return nil
@@ -131,8 +131,9 @@ func (c benchCase) run(iters int) Result {
 	for it := range iters + 1 {
 		for j := range rows {
 			rows[j].NoiseRow = uint64(it)
-			if pool != nil {
-				rows[j].Noise = pool[(it*c.batch+j)%len(pool)]
+			if pool != nil { // pool row i is (key i%batch+1, row i/batch)
+				i := (it*c.batch + j) % len(pool)
+				rows[j].Noise, rows[j].NoiseRow, rows[j].NoiseBound = pool[i], uint64(i/c.batch), c.noise == "bound"
 			}
 		}
 		t0 := time.Now()
@@ -161,13 +162,18 @@ func (c benchCase) rows(iters int) ([]sampler.Row, [][]float32) {
 	for i := range rows {
 		rows[i] = sampler.Row{Logits: sampler.SyntheticLogits(c.vocab, uint64(i)), Params: &p, EOS: -1, NoiseKey: uint64(i + 1)}
 	}
-	if c.noise != "pool" || c.impl != "fast" {
+	if c.noise == "inline" || c.impl != "fast" {
 		return rows, nil
 	}
-	pool := make([][]float32, min(c.batch*(iters+1), max(c.batch, (256<<20)/(4*c.vocab))))
+	n := min(c.batch*(iters+1), max(c.batch, (256<<20)/(4*c.vocab)))
+	pool := make([][]float32, n/c.batch*c.batch) // whole batches: row i is (key i%batch+1, row i/batch)
+	fill := noisepool.FillRow
+	if c.noise == "bound" {
+		fill = noisepool.FillBoundRow
+	}
 	for i := range pool {
 		pool[i] = make([]float32, c.vocab)
-		noisepool.FillRow(uint64(i%c.batch+1), uint64(i/c.batch), pool[i])
+		fill(uint64(i%c.batch+1), uint64(i/c.batch), pool[i])
 	}
 	return rows, pool
 }

@@ -62,6 +62,18 @@ func BenchmarkFillBoundRow(b *testing.B) {
 	reportPerValue(b, benchVocab)
 }
 
+// BenchmarkFillBlockMax is the pool's pass over a filled row for its
+// block maxima.
+func BenchmarkFillBlockMax(b *testing.B) {
+	v := make([]float32, benchVocab)
+	FillRow(1, 0, v)
+	dst := make([]float32, BlockCount(benchVocab))
+	for b.Loop() {
+		FillBlockMax(v, dst)
+	}
+	reportPerValue(b, benchVocab)
+}
+
 // BenchmarkFillRowNaive is the naive Go loop the issue compares against:
 // the same hash, then float64 math.Log twice per value.
 func BenchmarkFillRowNaive(b *testing.B) {

@@ -90,6 +90,7 @@ func TestPoolBoundRows(t *testing.T) {
 				t.Fatalf("row %d value %d = %v, want %v", row, i, r.Values[i], want[i])
 			}
 		}
+		checkBlockMax(t, r)
 		if err := p.Release(r); err != nil {
 			t.Fatal(err)
 		}
@@ -152,5 +153,32 @@ func TestAutoProducers(t *testing.T) {
 	}
 	if p.Config().Form == FormAuto {
 		t.Error("Form not resolved")
+	}
+}
+
+// TestFillBlockMax: every block's maximum, short last blocks included, for
+// rows with the maximum at every position of a block.
+func TestFillBlockMax(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 3, 255, 256, 257, 1000, 100352} {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		for i := 0; i < n; i += 37 {
+			v[i] = 50 + float32(i) // a maximum at varied offsets
+		}
+		got := make([]float32, BlockCount(n))
+		FillBlockMax(v, got)
+		for b := range got {
+			blk := v[b*BlockSize : min((b+1)*BlockSize, n)]
+			want := blk[0]
+			for _, x := range blk {
+				want = max(want, x)
+			}
+			if got[b] != want {
+				t.Fatalf("n %d block %d: %v, want %v", n, b, got[b], want)
+			}
+		}
 	}
 }

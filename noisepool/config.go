@@ -59,7 +59,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Bytes is the memory the pool's rows take (meaningful once Validate passed).
+// Bytes is the memory the pool's rows take (meaningful once Validate
+// passed); their block maxima add 1/BlockSize of it.
 func (c Config) Bytes() int64 { return int64(c.Rows) * int64(c.Vocab) * 4 }
 
 // Validate reports the first invalid field.

@@ -22,7 +22,10 @@ type RowID struct {
 type Row struct {
 	RowID
 	Values []float32
-	Form   Form // FormExact or FormBound: the pool's Config.Form
+	// BlockMax[b] is the largest of Values in block b (BlockSize tokens):
+	// a bound on the block's noise (FillBlockMax).
+	BlockMax []float32
+	Form     Form // FormExact or FormBound: the pool's Config.Form
 	// Inline is true when Take generated the row itself because no producer
 	// had it ready. The values are the same either way.
 	Inline bool
@@ -59,6 +62,7 @@ type slot struct {
 	id    RowID
 	gen   uint64 // bumped each time the slot is handed out: detects double Release
 	buf   []float32
+	bmax  []float32 // BlockMax of buf
 }
 
 type stream struct {
@@ -138,8 +142,11 @@ func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
 		beforeChunk: beforeChunk,
 	}
 	mem := make([]float32, cfg.Rows*cfg.Vocab)
+	nb := BlockCount(cfg.Vocab)
+	bmem := make([]float32, cfg.Rows*nb)
 	for i := range p.slots {
 		p.slots[i].buf = mem[i*cfg.Vocab : (i+1)*cfg.Vocab : (i+1)*cfg.Vocab]
+		p.slots[i].bmax = bmem[i*nb : (i+1)*nb : (i+1)*nb]
 		p.free = append(p.free, cfg.Rows-1-i)
 	}
 	for range cfg.Producers {
@@ -233,6 +240,7 @@ func (p *Pool) Take(key, row uint64) (Row, error) {
 	p.mu.Unlock()
 	// The slot is held: no producer touches it.
 	fillForm(p.cfg.Form, RowSeed(key, row), 0, r.Values)
+	FillBlockMax(r.Values, r.BlockMax)
 	return r, nil
 }
 
@@ -347,11 +355,11 @@ func (p *Pool) produce() {
 		s.state, s.id = slotFilling, id
 		p.indexed[id] = i
 		p.filling++
-		buf := s.buf // fixed at New; read outside mu below
+		buf, bmax := s.buf, s.bmax // fixed at New; read outside mu below
 		p.mu.Unlock()
 
 		start := time.Now()
-		complete := p.fill(id, buf)
+		complete := p.fill(id, buf, bmax)
 		p.busyNanos.Add(int64(time.Since(start)))
 
 		p.mu.Lock()
@@ -378,9 +386,9 @@ func (p *Pool) produce() {
 	}
 }
 
-// fill writes row id into buf chunk by chunk, and gives up (returning false)
-// when Close has been called.
-func (p *Pool) fill(id RowID, buf []float32) bool {
+// fill writes row id into buf chunk by chunk and its block maxima into
+// bmax, and gives up (returning false) when Close has been called.
+func (p *Pool) fill(id RowID, buf, bmax []float32) bool {
 	seed := RowSeed(id.Key, id.Row)
 	for off := 0; off < len(buf); off += p.chunk {
 		if p.beforeChunk != nil {
@@ -391,6 +399,7 @@ func (p *Pool) fill(id RowID, buf []float32) bool {
 		}
 		fillForm(p.cfg.Form, seed, off, buf[off:min(off+p.chunk, len(buf))])
 	}
+	FillBlockMax(buf, bmax)
 	return true
 }
 
@@ -467,7 +476,7 @@ func (p *Pool) handOutLocked(i int, id RowID, inline bool) Row {
 	s.gen++
 	p.held++
 	p.taken++
-	return Row{RowID: id, Values: s.buf, Form: p.cfg.Form, Inline: inline, slot: i, gen: s.gen}
+	return Row{RowID: id, Values: s.buf, BlockMax: s.bmax, Form: p.cfg.Form, Inline: inline, slot: i, gen: s.gen}
 }
 
 // advanceLocked moves an active stream past a taken row and drops the ready

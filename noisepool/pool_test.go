@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +54,21 @@ func checkRow(t *testing.T, r Row, key, row uint64) {
 	for i := range want {
 		if math.Float32bits(r.Values[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("row (%d,%d) value %d = %v, want %v (inline %v)", key, row, i, r.Values[i], want[i], r.Inline)
+		}
+	}
+	checkBlockMax(t, r)
+}
+
+// checkBlockMax verifies a handed-out row's block maxima.
+func checkBlockMax(t *testing.T, r Row) {
+	t.Helper()
+	if len(r.BlockMax) != BlockCount(len(r.Values)) {
+		t.Fatalf("row (%d,%d): %d block maxima for %d values", r.Key, r.Row, len(r.BlockMax), len(r.Values))
+	}
+	for b, m := range r.BlockMax {
+		blk := r.Values[b*BlockSize : min((b+1)*BlockSize, len(r.Values))]
+		if want := slices.Max(blk); m != want {
+			t.Fatalf("row (%d,%d) block %d: max %v, want %v (inline %v)", r.Key, r.Row, b, m, want, r.Inline)
 		}
 	}
 }

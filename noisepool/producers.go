@@ -31,9 +31,10 @@ type Sizing struct {
 // generated inline by Take, on the consumer's critical path.
 //
 // For example, batch 32 and vocab 100352 (3.2 M values a step) at a 20 ms
-// step: bound rows at about 1 ns a value need 0.16 cores, one producer;
-// exact rows on the portable kernel at about 12 ns need 1.9 cores, four
-// producers, which a 2-core host cannot give.
+// step: bound rows at about 1.7 ns a value (block maxima included) need
+// 0.28 cores, one producer; exact rows on the portable kernel at about
+// 7.5–12 ns need 1.2–1.9 cores, three or four producers, which a 2-core
+// host cannot give.
 func ProducersFor(batch, vocab int, step time.Duration, nsPerValue float64, procs int) (n int, need float64, keepsUp bool) {
 	if batch < 1 || vocab < 1 || step <= 0 || !(nsPerValue > 0) {
 		return 1, 0, true
@@ -47,19 +48,21 @@ func ProducersFor(batch, vocab int, step time.Duration, nsPerValue float64, proc
 	return int(limit), need, false
 }
 
-// Calibrate returns the cost per value of filling a row of form f on one
-// core: the fastest of three fills of a vocab-length row (a few
-// milliseconds at most, once, when a pool starts).
+// Calibrate returns what a producer spends per value on a row of form f
+// on one core, the row's block maxima included: the fastest of three
+// fills of a vocab-length row (at most 2^17 values; a few milliseconds at
+// most, once, when a pool starts).
 func Calibrate(f Form, vocab int) float64 {
 	if f == FormAuto {
 		f = DefaultForm()
 	}
 	n := min(max(vocab, 2), 1<<17)
-	buf := make([]float32, n)
+	buf, bmax := make([]float32, n), make([]float32, BlockCount(n))
 	best := time.Duration(math.MaxInt64)
 	for i := range 3 {
 		start := time.Now()
 		fillForm(f, RowSeed(uint64(i), 0), 0, buf)
+		FillBlockMax(buf, bmax)
 		best = min(best, time.Since(start))
 	}
 	return float64(best.Nanoseconds()) / float64(n)

@@ -180,7 +180,7 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 				p.active[sr.NoiseKey] = true
 			}
 			if nr, err := p.pool.Take(sr.NoiseKey, sr.NoiseRow); err == nil {
-				sr.Noise, sr.NoiseBound = nr.Values, nr.Form == noisepool.FormBound
+				sr.Noise, sr.NoiseBlockMax, sr.NoiseBound = nr.Values, nr.BlockMax, nr.Form == noisepool.FormBound
 				p.taken = append(p.taken, nr)
 			} else {
 				p.takeErrs.Add(1) // inline noise instead: same tokens

@@ -92,9 +92,11 @@ func (s *Sampler) keyThreshold(sb, tau float32) uint32 {
 // token at or above cut computes only its 32 random bits (one hash per
 // index pair) and compares them with the block's key threshold, then with
 // the noise table's bound for its own logit; only tokens that pass both pay
-// for the logs (lazy noise). With pool noise and a vector kernel, a block is
-// first reduced to its best kept score (scoreMax). Every skip is exact, so
-// the result equals the full-row argmax.
+// for the logs (lazy noise). With pool noise, a block whose largest logit
+// plus its largest noise (Row.NoiseBlockMax) stays below tau is skipped
+// without reading its noise, and with a vector kernel a block is first
+// reduced to its best kept score (scoreMax). Every skip is exact, so the
+// result equals the full-row argmax.
 func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32, invT, floor float32) int32 {
 	seed := noisepool.RowSeed(r.NoiseKey, r.NoiseRow)
 	var g0 float32
@@ -106,6 +108,9 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 	a := argmaxState{best: t0, invT: invT, floor: floor, M: M, gMax: s.gMax, seed: seed, bound: r.NoiseBound}
 	a.tau = float32(float32(M*invT) + g0)
 	a.cut = max(logitCut(M, invT, s.gMax, a.tau), floor)
+	if r.NoiseBlockMax != nil {
+		return s.argmaxBlockBounded(&a, r, base, nb)
+	}
 	for b := range nb {
 		bm := s.blockMax[b]
 		if bm < a.cut {
@@ -122,9 +127,48 @@ func (s *Sampler) lazyArgmax(r *Row, base []float32, nb int, M float32, t0 int32
 	return a.best
 }
 
+// argmaxBlockBounded is lazyArgmax's loop for a pool row with block
+// maxima: it lists the blocks whose largest logit plus largest noise
+// reaches tau (a few in an LLM's row), starts loading their noise all at
+// once, so that the cache misses overlap instead of queueing block after
+// block, and then scans them, skipping those that tau has since passed.
+func (s *Sampler) argmaxBlockBounded(a *argmaxState, r *Row, base []float32, nb int) int32 {
+	nbm := r.NoiseBlockMax[:nb]
+	s.blocks = s.blocks[:0]
+	for b, bm := range s.blockMax[:nb] {
+		if bm >= a.cut && float32(float32(bm*a.invT)+nbm[b]) >= a.tau {
+			s.blocks = append(s.blocks, int32(b))
+		}
+	}
+	s.sink += touchBlocks(r.Noise, s.blocks)
+	for _, b := range s.blocks {
+		if bm := s.blockMax[b]; bm < a.cut || float32(float32(bm*a.invT)+nbm[b]) < a.tau {
+			continue
+		}
+		vals := s.blockVals(base, int(b))
+		lo := int(b) << blockShift
+		s.scanPool(a, vals, r.Noise[lo:lo+len(vals)], lo)
+	}
+	return a.best
+}
+
+// touchBlocks reads one value per cache line of the given blocks of nz.
+// The loads do not depend on each other, so the CPU has all their misses
+// in flight at once. The sum is kept only so that the loads stay.
+func touchBlocks(nz []float32, blocks []int32) float32 {
+	var sum float32
+	for _, b := range blocks {
+		lo := int(b) << blockShift
+		blk := nz[lo:min(lo+blockSize, len(nz))]
+		for i := 0; i < len(blk); i += 16 {
+			sum += blk[i]
+		}
+	}
+	return sum
+}
+
 // scanPool offers every token of a block (first index lo, noise nz) that
-// can reach tau. With a bound row, nz bounds each score from above, and a
-// token whose bound reaches tau has its exact noise computed. Scores are computed for the whole block: the compare with
+// can reach tau. Scores are computed for the whole block: the compare with
 // tau is almost never true, so the loop has no unpredictable branch, which
 // a per-token compare with cut would add.
 func (s *Sampler) scanPool(a *argmaxState, vals, nz []float32, lo int) {
@@ -134,15 +178,22 @@ func (s *Sampler) scanPool(a *argmaxState, vals, nz []float32, lo int) {
 	nz = nz[:len(vals)]
 	for j, l := range vals {
 		if sc := float32(float32(l*a.invT) + nz[j]); sc >= a.tau && l >= a.cut {
-			if a.bound { // nz[j] bounds the noise: the exact score is at most sc
-				sc = float32(float32(l*a.invT) + noisepool.GumbelFromBits(noisepool.Bits(a.seed, lo+j)))
-				if sc < a.tau {
-					continue
-				}
-			}
-			a.offer(int32(lo+j), sc)
+			a.offerPooled(lo+j, l, sc)
 		}
 	}
+}
+
+// offerPooled offers token i (logit l) whose score from the pool row is
+// sc >= tau. With a bound row, sc is a bound: the exact score is computed
+// from the generator and offered if it still reaches tau.
+func (a *argmaxState) offerPooled(i int, l, sc float32) {
+	if a.bound {
+		sc = float32(float32(l*a.invT) + noisepool.GumbelFromBits(noisepool.Bits(a.seed, i)))
+		if sc < a.tau {
+			return
+		}
+	}
+	a.offer(int32(i), sc)
 }
 
 // scanInline offers every token of a block (first index lo, block maximum

@@ -86,8 +86,8 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 						noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
 						noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
 						pooled, bounded := row, row
-						pooled.Noise = noise
-						bounded.Noise, bounded.NoiseBound = bounds, true
+						pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
+						bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
 						var out [6]Result
 						s.Sample([]Row{row, pooled, bounded}, out[:3])
 						dense.Sample([]Row{row, pooled, bounded}, out[3:])
@@ -174,6 +174,32 @@ func TestPrunedArgmaxNearMaxNoise(t *testing.T) {
 			if res.Err != nil || res.Token != hot {
 				t.Fatalf("%+v (pool=%v): got %d %v, full row gives %d", p, i == 1, res.Token, res.Err, hot)
 			}
+		}
+	}
+}
+
+// TestBlockMaxKeepsTies: a block whose best possible score (largest logit
+// plus largest noise) only equals the running best is still read, since
+// a tie goes to the lowest index. Token 5 (block 0) scores 1 + 3 and token
+// 300 (block 1, the largest logit) 2 + 2.
+func TestBlockMaxKeepsTies(t *testing.T) {
+	const vocab = 600
+	logits, noise := make([]float32, vocab), make([]float32, vocab)
+	for i := range logits {
+		logits[i], noise[i] = -100, -1
+	}
+	logits[5], noise[5] = 1, 3
+	logits[300], noise[300] = 2, 2
+	p := Params{Temperature: 1}
+	row := Row{Logits: logits, Params: &p, EOS: -1, Noise: noise, NoiseBlockMax: blockMax(noise)}
+	s, dense := New(DefaultConfig()), New(DefaultConfig())
+	dense.denseOnly = true
+	var out [2]Result
+	s.Sample([]Row{row}, out[:1])
+	dense.Sample([]Row{row}, out[1:])
+	for i, r := range out {
+		if r.Err != nil || r.Token != 5 {
+			t.Errorf("dense=%v: token %d %v, want 5 (the lower index of a tie)", i == 1, r.Token, r.Err)
 		}
 	}
 }

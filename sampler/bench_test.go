@@ -66,6 +66,9 @@ func benchRows(vocab, batch int, p *Params, noise string) []Row {
 			rows[i].Noise, rows[i].NoiseBound = make([]float32, vocab), true
 			noisepool.FillBoundRow(uint64(i+1), 0, rows[i].Noise)
 		}
+		if rows[i].Noise != nil { // as the pool hands them out
+			rows[i].NoiseBlockMax = blockMax(rows[i].Noise)
+		}
 	}
 	return rows
 }

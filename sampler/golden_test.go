@@ -81,8 +81,8 @@ func TestGoldenDraws(t *testing.T) {
 				noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
 				noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
 				pooled, bounded := row, row
-				pooled.Noise = noise
-				bounded.Noise, bounded.NoiseBound = bounds, true
+				pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
+				bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
 				var out [3]Result
 				s.Sample([]Row{row, pooled, bounded}, out[:])
 				for _, r := range out[:2] {

@@ -297,3 +297,10 @@ func gaussRow(vocab int, sigma float64, peaks int, seed uint64) []float32 {
 	}
 	return l
 }
+
+// blockMax is the pool's block maxima of a noise row.
+func blockMax(noise []float32) []float32 {
+	m := make([]float32, noisepool.BlockCount(len(noise)))
+	noisepool.FillBlockMax(noise, m)
+	return m
+}

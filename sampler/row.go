@@ -72,6 +72,12 @@ type Row struct {
 	NoiseKey, NoiseRow uint64
 	Noise              []float32
 	NoiseBound         bool
+	// NoiseBlockMax, when non-nil (with Noise), is the largest of Noise in
+	// each block of noisepool.BlockSize tokens (noisepool.FillBlockMax,
+	// len == noisepool.BlockCount(vocab)): a block whose largest logit
+	// plus its largest noise cannot reach the best score is skipped
+	// without reading its noise.
+	NoiseBlockMax []float32
 }
 
 // Vocab is the row's vocabulary size.

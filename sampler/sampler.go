@@ -37,9 +37,12 @@ import (
 const (
 	blockShift = 8
 	blockSize  = 1 << blockShift // tokens per block bound
-	tabBits    = 12
-	tabShift   = 32 - tabBits
-	tabSize    = 1 << tabBits
+	// The pool's block maxima (Row.NoiseBlockMax) bound the sampler's
+	// blocks: the sizes agree, or this does not compile.
+	_        = uint(blockSize-noisepool.BlockSize) + uint(noisepool.BlockSize-blockSize)
+	tabBits  = 12
+	tabShift = 32 - tabBits
+	tabSize  = 1 << tabBits
 	// massBuckets covers float32 bit patterns of non-negative d >> 19
 	// (+Inf is 0xff0).
 	massShift   = 19
@@ -100,6 +103,8 @@ type Sampler struct {
 	lp       []float64   // Logprobs: the row's log-softmax
 	mass     [massBuckets]float64
 	blockBuf [blockSize]float32
+	blocks   []int32 // argmaxBlockBounded: the blocks that may reach tau
+	sink     float32 // touchBlocks' sums, kept so that its loads stay
 }
 
 // New returns a Sampler. It panics if cfg is invalid (check with Validate).
@@ -250,6 +255,10 @@ func (s *Sampler) checkRow(r *Row, p *Params) (int, error) {
 	}
 	if r.Noise != nil && len(r.Noise) != vocab {
 		return 0, fmt.Errorf("sampler: noise row has %d values for vocab %d", len(r.Noise), vocab)
+	}
+	if r.NoiseBlockMax != nil && (r.Noise == nil || len(r.NoiseBlockMax) != noisepool.BlockCount(vocab)) {
+		return 0, fmt.Errorf("sampler: noise block maxima: %d for vocab %d, want %d beside a noise row",
+			len(r.NoiseBlockMax), vocab, noisepool.BlockCount(vocab))
 	}
 	return vocab, nil
 }

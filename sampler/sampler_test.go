@@ -72,8 +72,8 @@ func TestMatchesFullRow(t *testing.T) {
 					noisepool.FillRow(77, uint64(d), noise)
 					noisepool.FillBoundRow(77, uint64(d), bounds)
 					pooled, bounded := row, row
-					pooled.Noise = noise
-					bounded.Noise, bounded.NoiseBound = bounds, true
+					pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
+					bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
 					s.Sample([]Row{row, pooled, bounded}, out[:3])
 					dense.Sample([]Row{row, pooled, bounded}, out[3:])
 					for i, r := range out {

@@ -106,7 +106,10 @@ func TestSparseMatchesDense(t *testing.T) {
 					noisepool.FillRow(key, 3, noise)
 					noisepool.FillBoundRow(key, 3, bounds)
 					for pool, nz := range [][]float32{nil, noise, tied, bounds} {
-						row.Noise, row.NoiseBound = nz, pool == 3
+						row.Noise, row.NoiseBound, row.NoiseBlockMax = nz, pool == 3, nil
+						if pool == 3 {
+							row.NoiseBlockMax = blockMax(nz)
+						}
 						var want [1]Result
 						dense.Sample([]Row{row}, want[:])
 						tok, ok, err := trySparse(t, s, &row)

@@ -133,7 +133,8 @@ func (c benchCase) run(iters int) Result {
 			rows[j].NoiseRow = uint64(it)
 			if pool != nil { // pool row i is (key i%batch+1, row i/batch)
 				i := (it*c.batch + j) % len(pool)
-				rows[j].Noise, rows[j].NoiseRow, rows[j].NoiseBound = pool[i], uint64(i/c.batch), c.noise == "bound"
+				rows[j].Noise, rows[j].NoiseBlockMax = pool[i].values, pool[i].blockMax
+				rows[j].NoiseRow, rows[j].NoiseBound = uint64(i/c.batch), c.noise == "bound"
 			}
 		}
 		t0 := time.Now()
@@ -156,7 +157,7 @@ func (c benchCase) run(iters int) Result {
 // with pool noise, its noise rows: filled before timing, one per (row,
 // iteration), as a warm pool hands out distinct rows, and reused
 // round-robin when that would exceed ~256 MB.
-func (c benchCase) rows(iters int) ([]sampler.Row, [][]float32) {
+func (c benchCase) rows(iters int) ([]sampler.Row, []poolRow) {
 	p, _ := sampler.ModeParams(c.mode) // Validate checked the mode
 	rows := make([]sampler.Row, c.batch)
 	for i := range rows {
@@ -166,16 +167,23 @@ func (c benchCase) rows(iters int) ([]sampler.Row, [][]float32) {
 		return rows, nil
 	}
 	n := min(c.batch*(iters+1), max(c.batch, (256<<20)/(4*c.vocab)))
-	pool := make([][]float32, n/c.batch*c.batch) // whole batches: row i is (key i%batch+1, row i/batch)
+	pool := make([]poolRow, n/c.batch*c.batch) // whole batches: row i is (key i%batch+1, row i/batch)
 	fill := noisepool.FillRow
 	if c.noise == "bound" {
 		fill = noisepool.FillBoundRow
 	}
 	for i := range pool {
-		pool[i] = make([]float32, c.vocab)
-		fill(uint64(i%c.batch+1), uint64(i/c.batch), pool[i])
+		r := poolRow{make([]float32, c.vocab), make([]float32, noisepool.BlockCount(c.vocab))}
+		fill(uint64(i%c.batch+1), uint64(i/c.batch), r.values)
+		noisepool.FillBlockMax(r.values, r.blockMax)
+		pool[i] = r
 	}
 	return rows, pool
+}
+
+// poolRow is a noise row as the pool hands it out: values and block maxima.
+type poolRow struct {
+	values, blockMax []float32
 }
 
 func printResult(w io.Writer, r Result, asJSON bool) error {

@@ -8,18 +8,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank"
 )
 
 func TestLayerConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")
-	if err := os.WriteFile(file, []byte("job: from-file\nrank: 3\nworld-size: 8\nmax_batch: 7\njoin: [a:1, b:2]\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("job: from-file\nrank: 3\nworld-size: 8\nmax_batch: 7\njoin: [a:1, b:2]\nnoise-form: bound\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("TPC_RANK", "2")
@@ -44,6 +46,9 @@ func TestLayerConfigPrecedence(t *testing.T) {
 		{"max-batch: underscore key in file", cfg.MaxBatch, 7},
 		{"join: YAML list", strings.Join(cfg.Join, ","), "a:1,b:2"},
 		{"vocab: default", cfg.Vocab, 100352},
+		{"noise-form: a typed value from the file", cfg.NoisePool.Form, noisepool.FormBound},
+		{"noise-producers: auto by default", cfg.NoisePool.Producers, noisepool.AutoProducers},
+		{"noise-step: default", cfg.NoisePool.Step, 20 * time.Millisecond},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
@@ -67,6 +72,7 @@ func TestLayerConfigErrorsNameTheField(t *testing.T) {
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "config:"},
 		{"bad env value", map[string]string{"TPC_MAX_BATCH": "many"}, nil, "TPC_MAX_BATCH"},
 		{"bad byte budget", map[string]string{"TPC_STEP_QUEUE_BYTES": "64MiB"}, nil, "TPC_STEP_QUEUE_BYTES"},
+		{"bad noise form", map[string]string{"TPC_NOISE_FORM": "gumbel"}, nil, "TPC_NOISE_FORM"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -35,6 +35,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.Noise = "async" }, "Noise"},
 		{func(c *Config) { c.SamplingRanks = "some" }, "SamplingRanks"},
 		{func(c *Config) { c.NoisePool.Producers = -2 }, "NoisePool.Producers"},
+		{func(c *Config) { c.NoisePool.Step = 0 }, "NoisePool.Step"},
+		{func(c *Config) { c.NoisePool.Form = 9 }, "NoisePool.Form"},
 		{func(c *Config) { c.Telemetry.FlightSteps = 0 }, "Telemetry.FlightSteps"},
 		{func(c *Config) { c.Telemetry.OTLPEndpoint = "ftp://x:1" }, "Telemetry.OTLPEndpoint"},
 		{func(c *Config) { c.Executor = "worker" }, "Worker.Cmd"},
@@ -55,6 +57,12 @@ func TestValidateNamesTheField(t *testing.T) {
 	c.Executor, c.Worker.Cmd, c.Worker.DType, c.Worker.ForwardTimeout = "worker", "x", "bf16", time.Second
 	if err := c.Validate(); err != nil {
 		t.Errorf("a valid worker configuration: %v", err)
+	}
+	// The pool sizes its producers for the batch the agent runs.
+	c = DefaultConfig()
+	c.MaxBatch, c.Vocab = 8, 1000
+	if err := c.Validate(); err != nil || c.NoisePool.Batch != 8 || c.NoisePool.Vocab != 1000 {
+		t.Errorf("noise pool batch %d vocab %d, want 8 and 1000 (%v)", c.NoisePool.Batch, c.NoisePool.Vocab, err)
 	}
 }
 

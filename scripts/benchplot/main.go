@@ -258,6 +258,10 @@ func (g *gen) run(date string) error {
 			err = g.torch(recs)
 		case "serve":
 			err = g.serve(recs)
+		case "pool-e2e":
+			err = g.poolE2E(recs)
+		case "plain-greedy":
+			err = g.plainGreedy(recs)
 		default:
 			g.p("### %s\n\n", b)
 			g.generic(recs)

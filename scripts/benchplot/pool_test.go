@@ -51,4 +51,3 @@ func TestPoolSections(t *testing.T) {
 	checkPNG(t, filepath.Join(dir, "pool-e2e.png"))
 	checkPNG(t, filepath.Join(dir, "plain-greedy.png"))
 }
-

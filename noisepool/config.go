@@ -59,9 +59,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// Bytes is the memory the pool's rows take (meaningful once Validate
-// passed); their block maxima add 1/BlockSize of it.
-func (c Config) Bytes() int64 { return int64(c.Rows) * int64(c.Vocab) * 4 }
+// Bytes is the memory the pool's rows and their block maxima take
+// (meaningful once Validate passed).
+func (c Config) Bytes() int64 { return int64(c.Rows) * int64(c.Vocab+BlockCount(c.Vocab)) * 4 }
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
@@ -76,8 +76,10 @@ func (c Config) Validate() error {
 		return fielderr.New("Batch", "must be >= 1 to size the producers (Producers auto), got %d", c.Batch)
 	case c.Producers == AutoProducers && c.Step <= 0:
 		return fielderr.New("Step", "must be > 0 to size the producers (Producers auto), got %v", c.Step)
-	case c.Rows < max(c.Producers, 1)+1:
-		return fielderr.New("Rows", "must be at least the producers + 1 = %d so a Take always finds a slot, got %d", max(c.Producers, 1)+1, c.Rows)
+	case c.Producers == AutoProducers && c.Rows < 2:
+		return fielderr.New("Rows", "must be at least 2 with auto producers (one producer + 1) so a Take always finds a slot, got %d", c.Rows)
+	case c.Producers >= 0 && c.Rows < c.Producers+1:
+		return fielderr.New("Rows", "must be at least the producers + 1 = %d so a Take always finds a slot, got %d", c.Producers+1, c.Rows)
 	case c.Lookahead < 0:
 		return fielderr.New("Lookahead", "must be >= 0, got %d", c.Lookahead)
 	case c.MaxBytes <= 0:
@@ -87,11 +89,12 @@ func (c Config) Validate() error {
 	case c.FillChunk < 0:
 		return fielderr.New("FillChunk", "must be >= 0, got %d", c.FillChunk)
 	}
-	// Rows·Vocab·4 in 128 bits, so that no product overflows unnoticed.
-	hi, lo := bits.Mul64(uint64(c.Rows), uint64(c.Vocab)*4)
+	// Rows·(Vocab + its block maxima)·4 in 128 bits, so that no product
+	// overflows unnoticed (Vocab < 2^31: the factor fits in 64 bits).
+	hi, lo := bits.Mul64(uint64(c.Rows), uint64(c.Vocab+BlockCount(c.Vocab))*4)
 	if hi != 0 || lo > uint64(c.MaxBytes) || lo/4 > math.MaxInt {
-		return fielderr.New("Rows", "%d rows × vocab %d × 4 bytes exceeds the limit of %d bytes; lower the rows or raise the limit",
-			c.Rows, c.Vocab, c.MaxBytes)
+		return fielderr.New("Rows", "%d rows × (vocab %d + %d block maxima) × 4 bytes exceeds the limit of %d bytes; lower the rows or raise the limit",
+			c.Rows, c.Vocab, BlockCount(c.Vocab), c.MaxBytes)
 	}
 	return nil
 }

@@ -8,8 +8,11 @@
 // and a pool sizes its own producers from the measured cost of a row
 // (AutoProducers, ProducersFor).
 //
-// Every path (scalar, portable block kernel, AVX-512 kernel, pool, inline)
-// gives the same bits on every architecture. Benchmarks and measured
+// Every path (scalar, portable block kernel, AVX-512 kernel, exact pool
+// rows, inline) gives the same bits on every architecture, and so do bound
+// rows, which hold BoundFromBits of the same bits. A pool's default form
+// (FormAuto) depends on the machine: exact with the AVX-512 kernel, bound
+// elsewhere. Benchmarks and measured
 // accuracy: docs/benchmarks-noise.md.
 //
 // It does not own sampling (package sampler) and imports no I/O packages.

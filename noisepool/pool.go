@@ -126,8 +126,10 @@ func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
 	if cfg.Producers == AutoProducers {
 		sizing.NsPerValue = Calibrate(cfg.Form, cfg.Vocab)
 		sizing.Producers, sizing.Need, sizing.KeepsUp = ProducersFor(cfg.Batch, cfg.Vocab, cfg.Step, sizing.NsPerValue, runtime.GOMAXPROCS(0))
-		cfg.Producers = min(sizing.Producers, cfg.Rows-1)
-		sizing.Producers = cfg.Producers
+		if cfg.Rows-1 < sizing.Producers { // each producer fills a slot of its own
+			sizing.Producers, sizing.KeepsUp = cfg.Rows-1, false
+		}
+		cfg.Producers = sizing.Producers
 	}
 	p := &Pool{
 		cfg:         cfg,

@@ -50,13 +50,24 @@ func checkRow(t *testing.T, r Row, key, row uint64) {
 		t.Fatalf("got row (%d,%d), want (%d,%d)", r.Key, r.Row, key, row)
 	}
 	want := make([]float32, len(r.Values))
-	FillRow(key, row, want)
+	fillAs(r.Form, key, row, want)
 	for i := range want {
 		if math.Float32bits(r.Values[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("row (%d,%d) value %d = %v, want %v (inline %v)", key, row, i, r.Values[i], want[i], r.Inline)
 		}
 	}
 	checkBlockMax(t, r)
+}
+
+// fillAs fills dst with row (key, row) in form f, as FillRow or
+// FillBoundRow do. The pool tests run with the build's default form: exact
+// rows with the AVX-512 kernel, bound rows elsewhere.
+func fillAs(f Form, key, row uint64, dst []float32) {
+	if f == FormBound {
+		FillBoundRow(key, row, dst)
+		return
+	}
+	FillRow(key, row, dst)
 }
 
 // checkBlockMax verifies a handed-out row's block maxima.
@@ -77,7 +88,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
-	if b := DefaultConfig().Bytes(); b != 128*100352*4 {
+	if b := DefaultConfig().Bytes(); b != 128*(100352+392)*4 {
 		t.Errorf("default Bytes = %d", b)
 	}
 	for _, c := range []struct {
@@ -91,6 +102,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Form = FormBound + 1 }, "Form"},
 		{func(c *Config) { c.Rows = 0 }, "Rows"},
 		{func(c *Config) { c.Producers, c.Rows = 4, 4 }, "Rows"},
+		{func(c *Config) { c.Rows = 1 }, "Rows"}, // auto producers: at least one
 		{func(c *Config) { c.Lookahead = -1 }, "Lookahead"},
 		{func(c *Config) { c.MaxBytes = 0 }, "MaxBytes"},
 		{func(c *Config) { c.Rows = 10000 }, "Rows"},
@@ -107,6 +119,12 @@ func TestConfigValidate(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New accepted %+v", cfg)
 		}
+	}
+	// No producers: one row is enough (every Take is inline).
+	c := DefaultConfig()
+	c.Producers, c.Rows = 0, 1
+	if err := c.Validate(); err != nil {
+		t.Errorf("no producers, one row: %v", err)
 	}
 }
 
@@ -398,7 +416,7 @@ func TestConcurrentConsumers(t *testing.T) {
 					errs <- err
 					return
 				}
-				FillRow(key, step, want)
+				fillAs(r.Form, key, step, want)
 				for i := range want {
 					if math.Float32bits(r.Values[i]) != math.Float32bits(want[i]) {
 						errs <- errors.New("value mismatch")

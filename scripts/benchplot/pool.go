@@ -113,8 +113,21 @@ func (g *gen) plainGreedy(recs []record) error {
 		ratios = append(ratios, m["plain"]/m["greedy"])
 	}
 	g.p("\nMedian ratio %.2f.\n\n", median(ratios))
+	p, err := plainGreedyPlot(runs, plain, greedy, median(ratios))
+	if err != nil {
+		return err
+	}
+	if err := g.save(p, "plain-greedy.png"); err != nil {
+		return err
+	}
+	g.link("plain-greedy.png", "plain sampling against greedy argmax, per run")
+	return nil
+}
+
+// plainGreedyPlot draws each run's plain and greedy medians side by side.
+func plainGreedyPlot(runs []int, plain, greedy plotter.Values, ratio float64) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("batch 32, vocab 100352, pool rows: plain / greedy, median %.2f×", median(ratios))
+	p.Title.Text = fmt.Sprintf("batch 32, vocab 100352, pool rows: plain / greedy, median %.2f×", ratio)
 	p.Y.Label.Text = "ms per call (median of the run)"
 	p.Y.Min = 0
 	w := vg.Points(14)
@@ -128,7 +141,7 @@ func (g *gen) plainGreedy(recs []record) error {
 	} {
 		b, err := plotter.NewBarChart(s.v, w)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		b.Color, b.LineStyle.Width, b.Offset = s.c, 0, w*vg.Length(2*i-1)/2
 		p.Add(b)
@@ -142,11 +155,7 @@ func (g *gen) plainGreedy(recs []record) error {
 		names[i] = fmt.Sprintf("run %d", run)
 	}
 	p.NominalX(names...)
-	if err := g.save(p, "plain-greedy.png"); err != nil {
-		return err
-	}
-	g.link("plain-greedy.png", "plain sampling against greedy argmax, per run")
-	return nil
+	return p, nil
 }
 
 // joinNums formats v with f, separated by " / ".

@@ -95,11 +95,15 @@ func TestPoolCounts(t *testing.T) {
 	before := map[string]uint64{"noise_rows_taken": 10, "noise_rows_inline": 2, "noise_take_errors": 1, "noise_producers": 1}
 	after := map[string]uint64{"noise_rows_taken": 110, "noise_rows_inline": 5, "noise_take_errors": 1, "noise_producers": 1, "noise_bound_rows": 1}
 	got := poolCounts(before, after)
-	if got == nil || *got != (PoolCounts{Producers: 1, Form: "bound", Taken: 100, Inline: 3}) {
+	if got == nil || *got != (PoolCounts{Producers: 1, Form: "bound", Taken: 100, Inline: 3}) { // no new take errors
 		t.Fatalf("poolCounts = %+v", got)
 	}
 	if poolCounts(nil, after) != nil || poolCounts(before, nil) != nil {
 		t.Error("counts without both statuses")
+	}
+	after["noise_take_errors"] = 3 // two rows found no slot: needed and made inline
+	if got := poolCounts(before, after); got.Taken != 102 || got.Inline != 5 {
+		t.Errorf("with take errors: %+v", got)
 	}
 	// A restarted rank 0 has smaller counters: no wrap-around.
 	if got := poolCounts(after, before); got.Taken != 0 || got.Inline != 0 || got.Form != "exact" {

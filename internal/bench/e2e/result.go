@@ -46,8 +46,10 @@ type Result struct {
 }
 
 // PoolCounts is what rank 0's noise pool did during the measured batch.
-// Inline counts the rows rank 0 generated itself on the step's critical
-// path because no producer had them ready: 0 means the producers kept up.
+// Taken counts the full noise rows the sampler needed (taken from the
+// pool, or made inline when it had no free slot); Inline counts those rank
+// 0 made itself on the step's critical path because no producer had them
+// ready or no slot was free: 0 means the producers kept up.
 type PoolCounts struct {
 	Producers uint64 `json:"producers"`
 	Form      string `json:"form"` // exact or bound
@@ -66,7 +68,8 @@ func poolCounts(before, after map[string]uint64) *PoolCounts {
 	if after["noise_bound_rows"] == 1 {
 		form = "bound"
 	}
-	return &PoolCounts{Producers: after["noise_producers"], Form: form, Taken: d("noise_rows_taken"),
+	return &PoolCounts{Producers: after["noise_producers"], Form: form,
+		Taken:  d("noise_rows_taken") + d("noise_take_errors"),
 		Inline: d("noise_rows_inline") + d("noise_take_errors")}
 }
 

@@ -16,6 +16,7 @@ func poolTake(ctx context.Context, o Options) (Result, error) {
 	cfg.Vocab = o.Vocab
 	cfg.Rows = TakeRows * (cfg.Lookahead + 2)
 	cfg.Producers = max(1, min(runtime.NumCPU()-1, 2))
+	cfg.Form = noisepool.FormExact // the same rows on every host (a warm take does not depend on it)
 	cfg.MaxBytes = max(cfg.MaxBytes, cfg.Bytes())
 	pool, err := noisepool.New(cfg)
 	if err != nil {

@@ -58,6 +58,21 @@ func fixture(t *testing.T) string {
 	return dir
 }
 
+// section runs benchplot on the results in dir and returns the markdown
+// section it wrote there.
+func section(t *testing.T, dir string) []byte {
+	t.Helper()
+	var stderr bytes.Buffer
+	if err := run([]string{"--results", dir}, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "section.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func checkPNG(t *testing.T, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -122,14 +137,7 @@ func TestBroadcastGloo(t *testing.T) {
 	writeFixture(t, dir, map[string]string{"broadcast.jsonl": fixtureBroadcast +
 		`{"transport":"nats","mac":true,"followers":8,"payload":256,"interval_us":200,"p50_us":9999,"p99_us":9999,"lost":0}` + "\n" +
 		`{"transport":"gloo","mac":false,"followers":8,"payload":256,"interval_us":200,"p50_us":725,"p99_us":4400,"lost":0}` + "\n"})
-	var stderr bytes.Buffer
-	if err := run([]string{"--results", dir}, &stderr); err != nil {
-		t.Fatalf("run: %v\n%s", err, stderr.String())
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "section.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := section(t, dir)
 	for _, want := range []string{
 		"| followers | NATS p50 | NATS p99 | TCP p50 | TCP p99 | gloo p50 | gloo p99 | p50 NATS/TCP | p99 NATS/TCP | p50 gloo/TCP | p99 gloo/TCP | lost (NATS/TCP/gloo) |",
 		"| 8 | 515 | 1946 | 290 | 880 | 725 | 4400 | 1.8× | 2.2× | 2.5× | 5.0× | 1 / 0 / 0 |",
@@ -147,14 +155,7 @@ func TestMeasuredPyTorch(t *testing.T) {
 		"sampler.jsonl": fixtureSampler,
 		"pytorch.jsonl": `{"impl":"pytorch","noise":"inline","mode":"plain","vocab":100352,"batch":32,"iters":3,"median_ms":23,"p90_ms":25}` + "\n",
 	})
-	var stderr bytes.Buffer
-	if err := run([]string{"--results", dir}, &stderr); err != nil {
-		t.Fatalf("run: %v\n%s", err, stderr.String())
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "section.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := section(t, dir)
 	out := string(b)
 	if strings.Contains(out, "quoted") {
 		t.Errorf("measured PyTorch figures should not be labelled quoted:\n%s", out)

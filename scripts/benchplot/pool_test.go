@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,14 +24,7 @@ func TestPoolSections(t *testing.T) {
 {"bench":"plain-greedy","mode":"plain","median_ms":0.5,"run":3}
 `,
 	})
-	var stderr bytes.Buffer
-	if err := run([]string{"--results", dir}, &stderr); err != nil {
-		t.Fatalf("run: %v\n%s", err, stderr.String())
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "section.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := section(t, dir)
 	for _, want := range []string{
 		"| purego | exact | 800 / 900 / 700 | 800 | 90 / 10 / 30 |",
 		"| purego | bound | 1300 / 1340 | 1320 | 0 / 2 |",

@@ -238,4 +238,24 @@ func printStatus(w io.Writer, ranks []client.RankStatus) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Rank, r.State, phase, r.Epoch, r.Step, r.Digest, r.Rows, r.Waiting, hb, v.Note)
 	}
 	tw.Flush()
+	for _, r := range ranks {
+		printNoise(w, &r)
+	}
+}
+
+// printNoise prints a sampling rank's noise pool counters, if it reports
+// them: whether its producers keep up (rows made inline sit on the step's
+// critical path).
+func printNoise(w io.Writer, r *client.RankStatus) {
+	s := r.Sampler
+	if s == nil {
+		return
+	}
+	form := "exact"
+	if s["noise_bound_rows"] == 1 {
+		form = "bound"
+	}
+	fmt.Fprintf(w, "rank %d noise pool: %s rows, %d producers; %d rows taken, %d made inline (%d of them for want of a free slot), %d ready\n",
+		r.Rank, form, s["noise_producers"], s["noise_rows_taken"]+s["noise_take_errors"],
+		s["noise_rows_inline"]+s["noise_take_errors"], s["noise_take_errors"], s["noise_rows_ready"])
 }

@@ -21,3 +21,17 @@ func TestPrintStatusNamesStuckPhase(t *testing.T) {
 		t.Errorf("rank 1 line %q, want its phase and a STUCK note", lines[2])
 	}
 }
+
+func TestPrintStatusNoisePool(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, []client.RankStatus{
+		{Rank: 0, World: 2, State: "running", Step: 9, Digest: "d", Sampler: map[string]uint64{
+			"noise_bound_rows": 1, "noise_producers": 1, "noise_rows_taken": 4090, "noise_take_errors": 6,
+			"noise_rows_inline": 4, "noise_rows_ready": 64}},
+		{Rank: 1, World: 2, State: "running", Step: 9, Digest: "d"},
+	})
+	want := "rank 0 noise pool: bound rows, 1 producers; 4096 rows taken, 10 made inline (6 of them for want of a free slot), 64 ready\n"
+	if !strings.HasSuffix(b.String(), want) || strings.Contains(b.String(), "rank 1 noise") {
+		t.Errorf("status:\n%s\nwant it to end with %q", b.String(), want)
+	}
+}

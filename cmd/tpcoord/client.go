@@ -255,7 +255,11 @@ func printNoise(w io.Writer, r *client.RankStatus) {
 	if s["noise_bound_rows"] == 1 {
 		form = "bound"
 	}
-	fmt.Fprintf(w, "rank %d noise pool: %s rows, %d producers; %d rows taken, %d made inline (%d of them for want of a free slot), %d ready\n",
-		r.Rank, form, s["noise_producers"], s["noise_rows_taken"]+s["noise_take_errors"],
+	producers := fmt.Sprintf("%d producers", s["noise_producers"])
+	if s["noise_producers"] == 1 {
+		producers = "1 producer"
+	}
+	fmt.Fprintf(w, "rank %d noise pool: %s rows, %s; %d rows taken, %d made inline (%d of them for want of a free slot), %d ready\n",
+		r.Rank, form, producers, s["noise_rows_taken"]+s["noise_take_errors"],
 		s["noise_rows_inline"]+s["noise_take_errors"], s["noise_take_errors"], s["noise_rows_ready"])
 }

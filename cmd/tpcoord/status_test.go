@@ -30,7 +30,7 @@ func TestPrintStatusNoisePool(t *testing.T) {
 			"noise_rows_inline": 4, "noise_rows_ready": 64}},
 		{Rank: 1, World: 2, State: "running", Step: 9, Digest: "d"},
 	})
-	want := "rank 0 noise pool: bound rows, 1 producers; 4096 rows taken, 10 made inline (6 of them for want of a free slot), 64 ready\n"
+	want := "rank 0 noise pool: bound rows, 1 producer; 4096 rows taken, 10 made inline (6 of them for want of a free slot), 64 ready\n"
 	if !strings.HasSuffix(b.String(), want) || strings.Contains(b.String(), "rank 1 noise") {
 		t.Errorf("status:\n%s\nwant it to end with %q", b.String(), want)
 	}

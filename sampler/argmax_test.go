@@ -83,11 +83,7 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 					for d := range draws {
 						row := Row{Logits: logits, Params: &p, EOS: -1, NoiseKey: r.Uint64(), NoiseRow: uint64(d)}
 						want := fullRow(row)
-						noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
-						noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
-						pooled, bounded := row, row
-						pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
-						bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
+						pooled, bounded := withPoolNoise(row, noise, bounds)
 						var out [6]Result
 						s.Sample([]Row{row, pooled, bounded}, out[:3])
 						dense.Sample([]Row{row, pooled, bounded}, out[3:])

@@ -6,8 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/tpcoord/tpcoord/noisepool"
 )
 
 // goldenRow is an LLM-like row built with integer arithmetic only (no
@@ -78,11 +76,7 @@ func TestGoldenDraws(t *testing.T) {
 			for d := range draws {
 				row := Row{Logits: logits, Params: &c.p, EOS: 11, NoiseKey: uint64(100*ri + 1), NoiseRow: uint64(d),
 					Prompt: []int32{7, 9, 4000}, Output: []int32{9, 9, 12, 7}}
-				noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
-				noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
-				pooled, bounded := row, row
-				pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
-				bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
+				pooled, bounded := withPoolNoise(row, noise, bounds)
 				var out [3]Result
 				s.Sample([]Row{row, pooled, bounded}, out[:])
 				for _, r := range out[:2] {

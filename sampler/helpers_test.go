@@ -304,3 +304,15 @@ func blockMax(noise []float32) []float32 {
 	noisepool.FillBlockMax(noise, m)
 	return m
 }
+
+// withPoolNoise returns row with its noise as a pool hands it out: exact
+// values and, as a bound row, upper bounds, each with block maxima. It
+// fills noise and bounds (vocab long) for the row's key and counter.
+func withPoolNoise(row Row, noise, bounds []float32) (pooled, bounded Row) {
+	noisepool.FillRow(row.NoiseKey, row.NoiseRow, noise)
+	noisepool.FillBoundRow(row.NoiseKey, row.NoiseRow, bounds)
+	pooled, bounded = row, row
+	pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
+	bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
+	return pooled, bounded
+}

@@ -69,11 +69,7 @@ func TestMatchesFullRow(t *testing.T) {
 					row := Row{Logits: logits, Params: &p, Prompt: c.prompt, Output: c.output, EOS: eos, NoiseKey: 77, NoiseRow: uint64(d)}
 					want := fullRow(row)
 					var out [6]Result
-					noisepool.FillRow(77, uint64(d), noise)
-					noisepool.FillBoundRow(77, uint64(d), bounds)
-					pooled, bounded := row, row
-					pooled.Noise, pooled.NoiseBlockMax = noise, blockMax(noise)
-					bounded.Noise, bounded.NoiseBound, bounded.NoiseBlockMax = bounds, true, blockMax(bounds)
+					pooled, bounded := withPoolNoise(row, noise, bounds)
 					s.Sample([]Row{row, pooled, bounded}, out[:3])
 					dense.Sample([]Row{row, pooled, bounded}, out[3:])
 					for i, r := range out {

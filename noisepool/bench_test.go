@@ -15,12 +15,15 @@ func reportPerValue(b *testing.B, values int) {
 }
 
 // BenchmarkFillRow is the producer's kernel: one vocab row, one goroutine.
-func BenchmarkFillRow(b *testing.B) {
+func BenchmarkFillRow(b *testing.B) { benchFill(b, FillRow) }
+
+// benchFill times fill on one vocab row after another, one goroutine.
+func benchFill(b *testing.B, fill func(key, row uint64, dst []float32)) {
 	dst := make([]float32, benchVocab)
 	b.SetBytes(benchVocab * 4)
 	row := uint64(0)
 	for b.Loop() {
-		FillRow(1, row, dst)
+		fill(1, row, dst)
 		row++
 	}
 	reportPerValue(b, benchVocab)
@@ -51,16 +54,7 @@ func BenchmarkFillRowPortable(b *testing.B) {
 
 // BenchmarkFillBoundRow fills a bound row (FormBound): the hash and one
 // table load per value, the same code on every architecture.
-func BenchmarkFillBoundRow(b *testing.B) {
-	dst := make([]float32, benchVocab)
-	b.SetBytes(benchVocab * 4)
-	row := uint64(0)
-	for b.Loop() {
-		FillBoundRow(1, row, dst)
-		row++
-	}
-	reportPerValue(b, benchVocab)
-}
+func BenchmarkFillBoundRow(b *testing.B) { benchFill(b, FillBoundRow) }
 
 // BenchmarkFillBlockMax is the pool's pass over a filled row for its
 // block maxima.

@@ -118,9 +118,9 @@ func wantsPoolRow(p *sampler.Params) bool {
 	return p.Temperature >= sampler.GreedyBelow && p.TopK == 0
 }
 
-// params are the sampling parameters of a row with request req (nil: the
-// defaults).
-func (p *Sampling) params(req *Request) sampler.Params {
+// rowParams are the sampling parameters of a row with request req (nil:
+// the defaults).
+func rowParams(req *Request) sampler.Params {
 	if req == nil {
 		return sampler.DefaultParams()
 	}
@@ -136,14 +136,20 @@ func (p *Sampling) Prefetch(rows []*Seq, reqs []*Request) {
 		return
 	}
 	for i, r := range rows {
-		params := p.params(reqs[i])
+		params := rowParams(reqs[i])
 		if !wantsPoolRow(&params) {
 			continue
 		}
-		if key := noisepool.StreamKey(params.Seed, p.base, r.ID); !p.active[key] {
-			p.pool.Activate(key, uint64(len(r.Output)))
-			p.active[key] = true
-		}
+		p.activate(noisepool.StreamKey(params.Seed, p.base, r.ID), uint64(len(r.Output)))
+	}
+}
+
+// activate registers the pool stream key, whose next row is next, unless
+// it is active already.
+func (p *Sampling) activate(key, next uint64) {
+	if !p.active[key] {
+		p.pool.Activate(key, next)
+		p.active[key] = true
 	}
 }
 
@@ -161,7 +167,7 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 			Prompt: r.Prompt, Output: r.Output, EOS: p.eos,
 			NoiseRow: uint64(len(r.Output)),
 		}
-		params := p.params(reqs[i])
+		params := rowParams(reqs[i])
 		if reqs[i] != nil {
 			sr.Params = &reqs[i].Params
 		}
@@ -175,10 +181,7 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 		}
 		if p.pool != nil && wantsPoolRow(&params) {
 			p.seen[sr.NoiseKey] = true
-			if !p.active[sr.NoiseKey] {
-				p.pool.Activate(sr.NoiseKey, sr.NoiseRow)
-				p.active[sr.NoiseKey] = true
-			}
+			p.activate(sr.NoiseKey, sr.NoiseRow)
 			if nr, err := p.pool.Take(sr.NoiseKey, sr.NoiseRow); err == nil {
 				sr.Noise, sr.NoiseBlockMax, sr.NoiseBound = nr.Values, nr.BlockMax, nr.Form == noisepool.FormBound
 				p.taken = append(p.taken, nr)

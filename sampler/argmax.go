@@ -136,20 +136,28 @@ func (s *Sampler) argmaxBlockBounded(a *argmaxState, r *Row, base []float32, nb 
 	nbm := r.NoiseBlockMax[:nb]
 	s.blocks = s.blocks[:0]
 	for b, bm := range s.blockMax[:nb] {
-		if bm >= a.cut && float32(float32(bm*a.invT)+nbm[b]) >= a.tau {
+		if a.blockReaches(bm, nbm[b]) {
 			s.blocks = append(s.blocks, int32(b))
 		}
 	}
 	s.sink += touchBlocks(r.Noise, s.blocks)
 	for _, b := range s.blocks {
-		if bm := s.blockMax[b]; bm < a.cut || float32(float32(bm*a.invT)+nbm[b]) < a.tau {
-			continue
+		if !a.blockReaches(s.blockMax[b], nbm[b]) {
+			continue // tau has risen since the list was made
 		}
 		vals := s.blockVals(base, int(b))
 		lo := int(b) << blockShift
 		s.scanPool(a, vals, r.Noise[lo:lo+len(vals)], lo)
 	}
 	return a.best
+}
+
+// blockReaches reports whether a block whose largest logit is bm (never
+// NaN) and largest noise nmax may hold a token that reaches tau: every
+// score of the block is at most float32(bm·invT) + nmax, since rounding is
+// monotone, and a token below cut cannot count.
+func (a *argmaxState) blockReaches(bm, nmax float32) bool {
+	return bm >= a.cut && float32(float32(bm*a.invT)+nmax) >= a.tau
 }
 
 // touchBlocks reads one value per cache line of the given blocks of nz.

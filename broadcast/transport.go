@@ -12,6 +12,12 @@ import (
 // ErrClosed is returned by a Transport that has been closed.
 var ErrClosed = errors.New("transport closed")
 
+// ErrNotSent is returned by Publish when the message could not be written
+// because the connection is failing (a reset socket, a full reconnect
+// buffer) but the transport is not closed: it reconnects on its own, and
+// the message may or may not have reached anyone.
+var ErrNotSent = errors.New("message not sent while the connection recovers")
+
 // Msg is one message as a Transport delivers it. Data is owned by the
 // handler only for the duration of the call; copy it to keep it.
 type Msg struct {

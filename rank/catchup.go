@@ -21,6 +21,12 @@ func (d *Driver) reject(kind string, err error, attrs ...any) {
 		attrs = append(attrs, "message", kind)
 		kind = "mac"
 	}
+	d.warnCounted(kind, "refused message", err, attrs...)
+}
+
+// warnCounted counts an event of kind and logs msg at most once per kind per
+// interval, with the running total.
+func (d *Driver) warnCounted(kind, msg string, err error, attrs ...any) {
 	d.mu.Lock()
 	d.rejected[kind]++
 	n := d.rejected[kind]
@@ -30,7 +36,7 @@ func (d *Driver) reject(kind string, err error, attrs ...any) {
 	}
 	d.mu.Unlock()
 	if logNow {
-		d.log.Warn("refused message", append([]any{"kind", kind, "err", err, "total", n}, attrs...)...)
+		d.log.Warn(msg, append([]any{"kind", kind, "err", err, "total", n}, attrs...)...)
 	}
 }
 

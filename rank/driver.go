@@ -848,7 +848,12 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 	err := steps.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: sc.buf, Header: stampSent(traceHeader(sctx))})
 	pub.End()
 	if err != nil {
-		return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
+		if !errors.Is(err, broadcast.ErrNotSent) {
+			return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
+		}
+		// The step is in the replay window: the next step, or rank 0's
+		// heartbeat, shows the followers the gap and they replay it.
+		d.warnCounted("step_unsent", "step not sent; followers will replay it", err, "step", k)
 	}
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)

@@ -814,6 +814,87 @@ func TestDriverStepsTransport(t *testing.T) {
 	}
 }
 
+// lossyPublisher fails the step publishes whose ordinal (from 1) is in
+// fail with err, sending nothing, as nats.go does when it writes to a
+// socket that has just been reset.
+type lossyPublisher struct {
+	broadcast.Transport
+	fail map[int64]bool
+	err  error
+	n    atomic.Int64
+}
+
+func (s *lossyPublisher) Publish(m *broadcast.Msg) error {
+	if m.Subject == drvSubj.Step() && s.fail[s.n.Add(1)] {
+		return s.err
+	}
+	return s.Transport.Publish(m)
+}
+
+// TestDriverStepNotSent: a step whose publish fails with
+// broadcast.ErrNotSent (the connection is recovering) does not stop the
+// job: rank 0 counts it and goes on, the follower replays it and ends at
+// rank 0's step and digest, and the request's tokens are the usual ones.
+// Any other publish error aborts.
+func TestDriverStepNotSent(t *testing.T) {
+	for _, transient := range []bool{true, false} {
+		t.Run(fmt.Sprintf("transient=%v", transient), func(t *testing.T) {
+			err := fmt.Errorf("%w: write: connection reset by peer", broadcast.ErrNotSent)
+			if !transient {
+				err = errors.New("nats: maximum payload exceeded")
+			}
+			testStepNotSent(t, err, transient)
+		})
+	}
+}
+
+func testStepNotSent(t *testing.T, pubErr error, transient bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
+	lossy := &lossyPublisher{Transport: hub.Connect(), fail: map[int64]bool{3: true, 5: true}, err: pubErr}
+	t.Cleanup(lossy.Close)
+	cfg0 := driverConfig(0, 2)
+	cfg0.Steps = lossy
+	ranks := []*runningRank{startRank(t, ctx, hub, cfg0), startRank(t, ctx, hub, driverConfig(1, 2))}
+	t.Cleanup(func() {
+		cancel()
+		for _, r := range ranks {
+			_ = r.wait(t)
+		}
+	})
+	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
+	})
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer gcancel()
+	rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
+	if !transient {
+		if err == nil {
+			t.Fatalf("the request completed although rank 0 could not publish a step")
+		}
+		if err := ranks[0].wait(t); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "publish step") {
+			t.Fatalf("rank 0 Run = %v, want an abort naming the step publish", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := predict(t, req); !slices.Equal(rep.Tokens, want) {
+		t.Fatalf("tokens %v, want %v", rep.Tokens, want)
+	}
+	eventually(t, 10*time.Second, "follower never caught up", func() bool {
+		s0, s1 := ranks[0].d.Status(), ranks[1].d.Status()
+		return s1.Step == s0.Step && s1.Digest == s0.Digest
+	})
+	if n := ranks[0].d.Status().Rejected["step_unsent"]; n != 2 {
+		t.Errorf("rank 0 counts %d unsent steps, want 2", n)
+	}
+}
+
 // epochRecorder records the epoch and step of every batch its executor runs.
 type epochRecorder struct {
 	Executor

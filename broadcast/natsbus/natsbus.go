@@ -189,7 +189,7 @@ func (c *Conn) Publish(m *broadcast.Msg) error {
 			nm.Header.Set(k, v)
 		}
 	}
-	return closedErr(c.nc.PublishMsg(nm))
+	return sendErr(c.nc.PublishMsg(nm))
 }
 
 // Subscribe calls fn for every message on subject. A subscriber that falls
@@ -235,6 +235,22 @@ func (c *Conn) Flush(ctx context.Context) error {
 		defer cancel()
 	}
 	return closedErr(c.nc.FlushWithContext(ctx))
+}
+
+// sendErr classifies a publish error: a closed connection wraps
+// broadcast.ErrClosed; a write that failed on a socket nats.go has not yet
+// seen die, or a reconnect buffer that is full, wraps broadcast.ErrNotSent
+// (nats.go reconnects by itself); anything else (a bad subject, a message
+// over the server's limit) is returned as it is.
+func sendErr(err error) error {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.As(err, &ne), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+		return fmt.Errorf("%w: %w", broadcast.ErrNotSent, err)
+	}
+	return closedErr(err)
 }
 
 // closedErr makes nats.go's "connection closed" match broadcast.ErrClosed,

@@ -15,10 +15,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
@@ -254,6 +256,58 @@ func TestNATSClosedConnReturnsErrClosed(t *testing.T) {
 	}
 	if err := c.Flush(context.Background()); !errors.Is(err, broadcast.ErrClosed) {
 		t.Errorf("flush after close: %v, want ErrClosed", err)
+	}
+}
+
+// TestNATSPublishErrors: with the server gone, publishing goes on into
+// nats.go's reconnect buffer until it is full, and then fails with
+// ErrNotSent, not ErrClosed (the connection is still reconnecting); a
+// message over the server's max payload fails with neither.
+func TestNATSPublishErrors(t *testing.T) {
+	s := runServer(t, &server.Options{MaxPayload: 1 << 20})
+	c := connect(t, Config{URL: s.ClientURL()})
+	t.Cleanup(c.Close)
+	err := c.Publish(&broadcast.Msg{Subject: "x", Data: make([]byte, 2<<20)})
+	if err == nil || errors.Is(err, broadcast.ErrNotSent) || errors.Is(err, broadcast.ErrClosed) {
+		t.Errorf("publish over the max payload: %v, want an error that is neither ErrNotSent nor ErrClosed", err)
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	data := make([]byte, 64<<10)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Publish(&broadcast.Msg{Subject: "x", Data: data})
+		if errors.Is(err, broadcast.ErrNotSent) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("publishing with the server gone: %v, want ErrNotSent once the reconnect buffer is full", err)
+		}
+	}
+}
+
+// TestSendErr: a write on a reset socket (what nats.go returns before it
+// notices the connection died) is ErrNotSent too.
+func TestSendErr(t *testing.T) {
+	reset := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}
+	for _, tc := range []struct {
+		err             error
+		notSent, closed bool
+	}{
+		{reset, true, false},
+		{syscall.EPIPE, true, false},
+		{nats.ErrReconnectBufExceeded, true, false},
+		{nats.ErrConnectionClosed, false, true},
+		{nats.ErrMaxPayload, false, false},
+		{nats.ErrBadSubject, false, false},
+	} {
+		got := sendErr(tc.err)
+		if errors.Is(got, broadcast.ErrNotSent) != tc.notSent || errors.Is(got, broadcast.ErrClosed) != tc.closed || !errors.Is(got, tc.err) {
+			t.Errorf("sendErr(%v) = %v: ErrNotSent %v, ErrClosed %v; want %v, %v", tc.err, got, errors.Is(got, broadcast.ErrNotSent), errors.Is(got, broadcast.ErrClosed), tc.notSent, tc.closed)
+		}
+	}
+	if sendErr(nil) != nil {
+		t.Error("sendErr(nil) != nil")
 	}
 }
 

@@ -156,7 +156,8 @@ type RankStatus struct {
 	// process answers for the rank (a restarted one has a new name).
 	Member string `json:"member,omitempty"`
 	// Rejected counts messages refused by kind (malformed, stale epoch,
-	// wrong sender, …) and duplicates ignored.
+	// wrong sender, …), duplicates ignored, and on rank 0 the steps it
+	// could not send while its connection recovered (step_unsent).
 	Rejected map[string]uint64 `json:"rejected,omitempty"`
 	// Peers is rank 0's view of the followers: what each last reported
 	// and how long ago.

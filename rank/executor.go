@@ -95,14 +95,8 @@ func (s *Synthetic) Forward(ctx context.Context, b Batch) ([]float32, error) {
 			s.Row(r, out[i*s.cfg.Vocab:(i+1)*s.cfg.Vocab])
 		}
 	}
-	if wait := time.Until(deadline); wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := WaitUntil(ctx, deadline); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -206,3 +206,33 @@ func TestGreedy(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitUntil: WaitUntil never returns before its deadline, on either
+// side of the timer's grain, and returns the context's error once the
+// context is done.
+func TestWaitUntil(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, 0, 300 * time.Microsecond, timerGrain, 3*timerGrain + 250*time.Microsecond} {
+		deadline := time.Now().Add(d)
+		if err := WaitUntil(context.Background(), deadline); err != nil {
+			t.Fatalf("WaitUntil(+%v) = %v", d, err)
+		}
+		if early := time.Until(deadline); early > 0 {
+			t.Errorf("WaitUntil(+%v) returned %v before its deadline", d, early)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- WaitUntil(ctx, time.Now().Add(time.Hour)) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("WaitUntil after cancel = %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WaitUntil still waiting 30s after its context was cancelled")
+	}
+	if err := WaitUntil(ctx, time.Now().Add(time.Millisecond/2)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitUntil on a done context = %v, want context.Canceled", err)
+	}
+}

@@ -206,14 +206,8 @@ func (s *server) forward(body []byte) error {
 		s.logits(rows)
 		written = uint32(len(rows))
 	}
-	if wait := time.Until(deadline); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-s.ctx.Done():
-			t.Stop()
-			return s.ctx.Err()
-		}
+	if err := rank.WaitUntil(s.ctx, deadline); err != nil {
+		return err
 	}
 	_, err = s.conn.Write(appendForwardOK(s.out[:0], step, written))
 	return err

@@ -128,7 +128,7 @@ func measure(ctx context.Context, o Options, c Combo, dir string, i int, progres
 		NProc: o.NProc, Batch: o.Batch, Vocab: o.Vocab,
 		Tokens: o.Tokens, Combo: c.String(), Noise: c.Noise, Sampling: c.Sampling, SamplingRanks: c.Ranks,
 		OutputTokens: n, TotalS: elapsed.Seconds(), TokensPerS: float64(n) / elapsed.Seconds(), Step: breakdown(run.steps),
-		Pool: run.pool}
+		StepMean: meanBreakdown(run.steps), Pool: run.pool}
 	if o.Executor == WorkerExecutor {
 		r.Executor, r.Impl = WorkerExecutor, "tpcoord"
 	} else {
@@ -161,9 +161,11 @@ func runCombo(ctx context.Context, o Options, c Combo, dir string, i int, progre
 	if err != nil {
 		return comboRun{}, err
 	}
-	// One short request first: the first step pays for page faults and
-	// the noise pool's first rows in every combination alike.
-	if _, _, err := j.Submit(ctx, job.Batch{Requests: 1, Tokens: 2, Vocab: o.Vocab, Temperature: o.Temperature, SeedBase: 1 << 20}); err != nil {
+	// A short batch of the measured size first: a process's first full
+	// batch pays once for page faults (rank 0's logits and sampler
+	// buffers: a first step of 113 ms against 21 ms), which is start-up,
+	// not throughput.
+	if _, _, err := j.Submit(ctx, job.Batch{Requests: o.Batch, Tokens: 2, Vocab: o.Vocab, Temperature: o.Temperature, SeedBase: 1 << 20}); err != nil {
 		return comboRun{}, j.Fail(fmt.Errorf("warm-up: %w", err))
 	}
 	before := samplerStats(ctx, j)

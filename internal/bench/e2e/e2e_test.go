@@ -89,6 +89,13 @@ func TestBreakdown(t *testing.T) {
 	if b.Steps != 3 || b.Forward != 2 || b.Sample != 2 || b.Total != 7 {
 		t.Errorf("breakdown %+v", b)
 	}
+	steps[1].TotalMs = 12
+	if m := meanBreakdown(steps); m.Steps != 3 || m.Forward != 2 || m.Sample != 2 || m.Total != 8 {
+		t.Errorf("mean breakdown %+v", m)
+	}
+	if meanBreakdown(nil) != nil {
+		t.Error("a mean breakdown of no steps")
+	}
 }
 
 func TestPoolCounts(t *testing.T) {

@@ -40,6 +40,9 @@ type Result struct {
 	// ms per phase, from its flight recorder); absent if it could not be
 	// read.
 	Step *StepBreakdown `json:"step_median_ms,omitempty"`
+	// StepMean is the mean of each phase over the same steps: unlike the
+	// medians its phases add up to the mean step, the slow steps included.
+	StepMean *StepBreakdown `json:"step_mean_ms,omitempty"`
 	// Pool is rank 0's noise pool over the measured batch (from its
 	// status before and after); absent without a pool or a status.
 	Pool *PoolCounts `json:"noise_pool,omitempty"`
@@ -92,24 +95,40 @@ type StepBreakdown struct {
 // breakdown is the nearest-rank median of each phase over steps; nil for
 // none.
 func breakdown(steps []client.StepTiming) *StepBreakdown {
+	return summarizeSteps(steps, func(v []float64) float64 { return stats.Quantile(v, 0.5) })
+}
+
+// meanBreakdown is the mean of each phase over steps; nil for none.
+func meanBreakdown(steps []client.StepTiming) *StepBreakdown {
+	return summarizeSteps(steps, func(v []float64) float64 {
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		return sum / float64(len(v))
+	})
+}
+
+// summarizeSteps reduces each phase over steps with agg; nil for none.
+func summarizeSteps(steps []client.StepTiming, agg func([]float64) float64) *StepBreakdown {
 	if len(steps) == 0 {
 		return nil
 	}
-	med := func(f func(client.StepTiming) float64) float64 {
+	of := func(f func(client.StepTiming) float64) float64 {
 		v := make([]float64, len(steps))
 		for i, s := range steps {
 			v[i] = f(s)
 		}
-		return stats.Quantile(v, 0.5)
+		return agg(v)
 	}
 	return &StepBreakdown{
 		Steps:   len(steps),
-		Await:   med(func(s client.StepTiming) float64 { return s.AwaitMs }),
-		Publish: med(func(s client.StepTiming) float64 { return s.PublishMs }),
-		Forward: med(func(s client.StepTiming) float64 { return s.ForwardMs }),
-		Sample:  med(func(s client.StepTiming) float64 { return s.SampleMs }),
-		Reply:   med(func(s client.StepTiming) float64 { return s.ReplyMs }),
-		Total:   med(func(s client.StepTiming) float64 { return s.TotalMs }),
+		Await:   of(func(s client.StepTiming) float64 { return s.AwaitMs }),
+		Publish: of(func(s client.StepTiming) float64 { return s.PublishMs }),
+		Forward: of(func(s client.StepTiming) float64 { return s.ForwardMs }),
+		Sample:  of(func(s client.StepTiming) float64 { return s.SampleMs }),
+		Reply:   of(func(s client.StepTiming) float64 { return s.ReplyMs }),
+		Total:   of(func(s client.StepTiming) float64 { return s.TotalMs }),
 	}
 }
 
@@ -160,6 +179,9 @@ func printResult(w io.Writer, r Result, asJSON bool) error {
 			b.Total, b.Await, b.Publish, b.Forward, b.Sample, b.Reply)
 	default:
 		step = fmt.Sprintf("%.1f: forward %.1f, sample %.1f (medians of each)", b.Total, b.Forward, b.Sample)
+	}
+	if m := r.StepMean; m != nil {
+		step += fmt.Sprintf("; mean %.2f: forward %.2f, sample %.2f, publish %.2f, reply %.2f", m.Total, m.Forward, m.Sample, m.Publish, m.Reply)
 	}
 	if p := r.Pool; p != nil {
 		step += fmt.Sprintf("; noise rows inline %d of %d (%s rows, %d producers)", p.Inline, p.Taken, p.Form, p.Producers)

@@ -18,11 +18,13 @@ func newBenchE2ECmd() *cobra.Command {
 		Use:   "e2e",
 		Short: "Output tokens/s of a real local cluster for each combination of the three sampling optimisations",
 		Long: `Runs 'tpcoord launch' once per combination of --noise sync|pool,
---sampling softmax|logspace and --sampling-ranks all|rank0, submits --batch
-concurrent requests of --tokens output tokens each (ignore_eos, temperature
-0.8, fixed seeds) and reports the output tokens/s over the whole batch, with
-the ratio to the baseline (sync+softmax+all) measured in the same run, then
-each stage's own contribution.
+--sampling softmax|logspace and --sampling-ranks all|rank0, submits a warm-up
+batch of --batch requests of 2 tokens, then --batch concurrent requests of
+--tokens output tokens each (ignore_eos, temperature 0.8, fixed seeds) and
+reports the output tokens/s over the whole batch, with the ratio to the
+baseline (sync+softmax+all) measured in the same run, then each stage's own
+contribution. Each line also carries rank 0's step time per phase, median
+and mean, from its flight recorder.
 
 --cpus runs the whole launch (NATS server, every rank, noise producers)
 under 'taskset -c', so every combination gets the same CPU budget.

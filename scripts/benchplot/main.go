@@ -262,6 +262,8 @@ func (g *gen) run(date string) error {
 			err = g.poolE2E(recs)
 		case "plain-greedy":
 			err = g.plainGreedy(recs)
+		case "e2e-path":
+			err = g.pathE2E(recs)
 		default:
 			g.p("### %s\n\n", b)
 			g.generic(recs)

@@ -12,6 +12,10 @@ func sleepPrecise(d time.Duration) {
 		return
 	}
 	ts := syscall.NsecToTimespec(int64(d))
-	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	for {
+		// On EINTR, ts holds the time left.
+		if err := syscall.Nanosleep(&ts, &ts); err != syscall.EINTR {
+			return
+		}
 	}
 }

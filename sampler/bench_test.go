@@ -128,31 +128,3 @@ func narrowRow(l []float32, dt Dtype) []uint16 {
 	return halfRow(l)
 }
 
-// BenchmarkBlockMaxKernels: the two portable block-max kernels alone, on
-// one row (which stays in cache) and on 32 rows streamed in turn.
-//
-//	go test -tags purego -run '^$' -bench BlockMaxKernels ./sampler/
-func BenchmarkBlockMaxKernels(b *testing.B) {
-	kernels := []struct {
-		name string
-		f    func([]float32) (float32, bool)
-	}{{"builtin", blockMaxBuiltin}, {"compare", blockMaxCompare}}
-	for _, nrows := range []int{1, 32} {
-		rows := make([][]float32, nrows)
-		for i := range rows {
-			rows[i] = SyntheticLogits(100352, uint64(i))
-		}
-		for _, k := range kernels {
-			b.Run(fmt.Sprintf("kernel=%s/rows=%d", k.name, nrows), func(b *testing.B) {
-				for b.Loop() {
-					for _, r := range rows {
-						for o := 0; o+blockSize <= len(r); o += blockSize {
-							k.f(r[o : o+blockSize])
-						}
-					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nrows)/1e3, "µs/row")
-			})
-		}
-	}
-}

@@ -2,13 +2,14 @@
 
 package sampler
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/tpcoord/tpcoord/internal/blockmax"
+)
 
 // AVX2 kernels (kernels_amd64.s). They take the same arguments as the Go
 // kernels, with the lengths documented on the kernels fields.
-
-//go:noescape
-func blockMaxesAVX2(v, out []float32) (nan bool)
 
 //go:noescape
 func scoreMaxAVX2(l, g []float32, invT, floor float32) float32
@@ -19,11 +20,11 @@ func expSumAVX2(l []float32, c *expSumArgs, acc *[16]float64, mask []uint16)
 //go:noescape
 func expSumAVX512(l []float32, c *expSumArgs, acc *[16]float64, mask []uint16)
 
-var avx2Kernels = kernels{name: "avx2", vector: true, blockMaxes: blockMaxesAVX2, scoreMax: scoreMaxAVX2, expSum: expSumAVX2}
+var avx2Kernels = kernels{name: "avx2", vector: true, blockMax: &blockmax.AVX2, scoreMax: scoreMaxAVX2, expSum: expSumAVX2}
 
 // avx512Kernels differ only in expSum: the other two passes are bound by
 // memory bandwidth already with AVX2.
-var avx512Kernels = kernels{name: "avx512", vector: true, blockMaxes: blockMaxesAVX2, scoreMax: scoreMaxAVX2, expSum: expSumAVX512}
+var avx512Kernels = kernels{name: "avx512", vector: true, blockMax: &blockmax.AVX2, scoreMax: scoreMaxAVX2, expSum: expSumAVX512}
 
 // expTable holds fastExp's constants, each repeated over the 8 lanes of a
 // YMM register, computed with the same conversions as fastExp so the two

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/tpcoord/tpcoord/internal/blockmax"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -35,8 +36,8 @@ import (
 // short candidate list, so the dense paths never sort the vocabulary.
 
 const (
-	blockShift = 8
-	blockSize  = 1 << blockShift // tokens per block bound
+	blockShift = blockmax.Shift
+	blockSize  = blockmax.Size // tokens per block bound
 	// The pool's block maxima (Row.NoiseBlockMax) bound the sampler's
 	// blocks: the sizes agree, or this does not compile.
 	_        = uint(blockSize-noisepool.BlockSize) + uint(noisepool.BlockSize-blockSize)
@@ -364,7 +365,7 @@ func (s *Sampler) resetMarks() {
 // (indexOverrides must have run for the row) and
 // rejects rows with NaN or +Inf. A zero maximum is +0 (see kernels.go).
 func (s *Sampler) blockBounds(base []float32, nb int) error {
-	bad := active.blockMaxesRow(base, s.blockMax[:nb])
+	bad := active.blockMax.Row(base, s.blockMax[:nb])
 	for _, m := range s.blockMax[:nb] {
 		bad = bad || m > math.MaxFloat32
 	}
@@ -381,7 +382,7 @@ func (s *Sampler) blockBounds(base []float32, nb int) error {
 	// Blocks holding overrides get their exact processed maximum.
 	for b := range nb {
 		if s.ovStart[b] != s.ovStart[b+1] {
-			s.blockMax[b], _ = blockMaxGo(s.blockVals(base, b)) // overrides are finite or −Inf
+			s.blockMax[b], _ = blockmax.Of(s.blockVals(base, b)) // overrides are finite or −Inf
 		}
 	}
 	return nil

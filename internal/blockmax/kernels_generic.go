@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package blockmax
+
+// Best is the fastest kernel this machine runs.
+var Best = &Go
+
+// Impls lists every kernel this machine runs, for the equivalence tests.
+var Impls = []*Kernel{&Go}

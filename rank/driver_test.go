@@ -819,13 +819,13 @@ func TestDriverStepsTransport(t *testing.T) {
 // socket that has just been reset.
 type lossyPublisher struct {
 	broadcast.Transport
-	fail map[int64]bool
+	fail func(n int64) bool
 	err  error
 	n    atomic.Int64
 }
 
 func (s *lossyPublisher) Publish(m *broadcast.Msg) error {
-	if m.Subject == drvSubj.Step() && s.fail[s.n.Add(1)] {
+	if m.Subject == drvSubj.Step() && s.fail(s.n.Add(1)) {
 		return s.err
 	}
 	return s.Transport.Publish(m)
@@ -835,25 +835,31 @@ func (s *lossyPublisher) Publish(m *broadcast.Msg) error {
 // broadcast.ErrNotSent (the connection is recovering) does not stop the
 // job: rank 0 counts it and goes on, the follower replays it and ends at
 // rank 0's step and digest, and the request's tokens are the usual ones.
+// From the third step on, no step is sent at all: no later step reveals
+// the gap, and the follower learns of the steps from rank 0's heartbeats.
 // Any other publish error aborts.
 func TestDriverStepNotSent(t *testing.T) {
-	for _, transient := range []bool{true, false} {
-		t.Run(fmt.Sprintf("transient=%v", transient), func(t *testing.T) {
-			err := fmt.Errorf("%w: write: connection reset by peer", broadcast.ErrNotSent)
-			if !transient {
-				err = errors.New("nats: maximum payload exceeded")
-			}
-			testStepNotSent(t, err, transient)
-		})
+	notSent := fmt.Errorf("%w: write: connection reset by peer", broadcast.ErrNotSent)
+	for _, tc := range []struct {
+		name string
+		err  error
+		fail func(n int64) bool
+	}{
+		{"two steps", notSent, func(n int64) bool { return n == 3 || n == 5 }},
+		{"every step from the third", notSent, func(n int64) bool { return n >= 3 }},
+		{"not transient", errors.New("nats: maximum payload exceeded"), func(n int64) bool { return n == 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testStepNotSent(t, tc.err, tc.fail) })
 	}
 }
 
-func testStepNotSent(t *testing.T, pubErr error, transient bool) {
+func testStepNotSent(t *testing.T, pubErr error, fail func(int64) bool) {
+	transient := errors.Is(pubErr, broadcast.ErrNotSent)
 	ctx, cancel := context.WithCancel(context.Background())
 	hub := broadcast.NewHub()
 	requester := hub.Connect()
 	t.Cleanup(requester.Close)
-	lossy := &lossyPublisher{Transport: hub.Connect(), fail: map[int64]bool{3: true, 5: true}, err: pubErr}
+	lossy := &lossyPublisher{Transport: hub.Connect(), fail: fail, err: pubErr}
 	t.Cleanup(lossy.Close)
 	cfg0 := driverConfig(0, 2)
 	cfg0.Steps = lossy
@@ -890,8 +896,14 @@ func testStepNotSent(t *testing.T, pubErr error, transient bool) {
 		s0, s1 := ranks[0].d.Status(), ranks[1].d.Status()
 		return s1.Step == s0.Step && s1.Digest == s0.Digest
 	})
-	if n := ranks[0].d.Status().Rejected["step_unsent"]; n != 2 {
-		t.Errorf("rank 0 counts %d unsent steps, want 2", n)
+	unsent := uint64(0)
+	for n := int64(1); n <= lossy.n.Load(); n++ {
+		if fail(n) {
+			unsent++
+		}
+	}
+	if n := ranks[0].d.Status().Rejected["step_unsent"]; n != unsent || n == 0 {
+		t.Errorf("rank 0 counts %d unsent steps, want %d (of %d published)", n, unsent, lossy.n.Load())
 	}
 }
 

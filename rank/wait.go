@@ -11,7 +11,8 @@ import (
 // up to a full one.
 const timerGrain = time.Millisecond
 
-// WaitUntil returns at deadline, or early with ctx's error. It is how the
+// WaitUntil returns at deadline, or with ctx's error if ctx is done before
+// the last millisecond (or was already when called). It is how the
 // stand-in executors spend a forward pass's time. A plain timer overshoots
 // by up to timerGrain (a 20 ms wait took 20.3 ms at the median on the
 // 2-vCPU test VM), which is an error in the stand-in, not a cost of the

@@ -8,7 +8,8 @@ import (
 
 // The three passes that touch every token of a row are kernels with a
 // pure-Go definition and, on amd64, vector versions that must return the
-// same bits for every input (kernels_test.go checks it). Each kernel's
+// same bits for every input (kernels_test.go checks it; for blockMax,
+// internal/blockmax's tests). Each kernel's
 // result is defined so that it does not depend on the order in which lanes
 // are combined:
 //

@@ -210,7 +210,7 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	}
 	M := float32(math.Inf(-1))
 	for _, m := range s.blockMax[:nb] {
-		if m > M { // not the builtin max: a call on POWER8 (see builtinMaxIsCall)
+		if m > M { // not the builtin max: a call on POWER8 (see blockmax.Of)
 			M = m
 		}
 	}

@@ -241,7 +241,10 @@ func (c *Conn) Flush(ctx context.Context) error {
 // broadcast.ErrClosed; a write that failed on a socket nats.go has not yet
 // seen die, or a reconnect buffer that is full, wraps broadcast.ErrNotSent
 // (nats.go reconnects by itself); anything else (a bad subject, a message
-// over the server's limit) is returned as it is.
+// over the server's limit) is returned as it is. A write timeout is a
+// net.Error too, so it is ErrNotSent: nats.go closes a connection whose
+// write failed part way, and its pings find a stuck one; a Config with
+// WriteThrough may block the publisher that long.
 func sendErr(err error) error {
 	var ne net.Error
 	switch {

@@ -71,6 +71,13 @@ func rows(seed uint64, maxLen int, plant func(int) bool, check func([]float32)) 
 			v[i] = [...]float32{-1, 0, float32(math.Copysign(0, -1))}[r.IntN(3)]
 		}
 		check(v)
+		// Blocks of NaN alone (−Inf, flagged), of −Inf alone, and of both.
+		for _, fill := range [][]float32{{float32(math.NaN())}, {float32(math.Inf(-1))}, {float32(math.NaN()), float32(math.Inf(-1))}} {
+			for i := range v {
+				v[i] = fill[r.IntN(len(fill))]
+			}
+			check(v)
+		}
 	}
 }
 
@@ -83,10 +90,10 @@ func sameBits(a, b []float32) bool {
 	return len(a) == len(b)
 }
 
-// plant limits the special-value sweep in -short runs to short rows, the
-// lengths next to a block boundary and every 37th.
+// plant limits the special-value sweep in -short and -race runs to short
+// rows, the lengths next to a block boundary and every 37th.
 func plant(n int) bool {
-	return !testing.Short() || n < 80 || n%Size < 3 || n%Size > Size-3 || n%37 == 0
+	return !testing.Short() && !raceEnabled || n < 80 || n%Size < 3 || n%Size > Size-3 || n%37 == 0
 }
 
 // TestOfVariants: both portable definitions (the build picks one, see

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -44,19 +45,27 @@ func (g *gen) pathE2E(recs []record) error {
 		}
 		v, _ := r.num("output_tokens_per_s")
 		tps[k] = append(tps[k], v)
-		if m, ok := r.vals["step_mean_ms"].(map[string]any); ok {
-			for _, p := range append([]string{"total"}, phaseKeys()...) {
-				x, _ := m[p].(float64)
-				phase[k][p] = append(phase[k][p], x)
-			}
+		m, ok := r.vals["step_mean_ms"].(map[string]any)
+		if !ok {
+			return fmt.Errorf("e2e-path: a line of variant %q, %d tokens, has no step_mean_ms (rank 0's steps could not be read)", k.variant, k.tokens)
 		}
-		if f, ok := r.num("forward_time_ms"); ok && f > 0 {
-			b, _ := r.num("batch")
-			ceil = b * 1000 / f
+		for _, p := range append([]string{"total"}, phaseKeys()...) {
+			x, _ := m[p].(float64)
+			phase[k][p] = append(phase[k][p], x)
+		}
+		f, _ := r.num("forward_time_ms")
+		b, _ := r.num("batch")
+		switch c := b * 1000 / f; {
+		case f <= 0:
+			return fmt.Errorf("e2e-path: a line of variant %q has no forward_time_ms", k.variant)
+		case ceil != 0 && c != ceil:
+			return fmt.Errorf("e2e-path: the lines differ in batch or forward time (ceilings %.0f and %.0f tokens/s)", ceil, c)
+		default:
+			ceil = c
 		}
 	}
-	if len(keys) == 0 || ceil == 0 {
-		return fmt.Errorf("e2e-path: no lines with a forward time")
+	if len(keys) == 0 {
+		return fmt.Errorf("e2e-path: no lines")
 	}
 	g.p("### Rank 0's critical path: output tokens/s and its mean step\n\n")
 	g.p("Ceiling %.0f tokens/s (a full batch every forward time). Phases: the median over runs of each run's mean, in ms.\n\n", ceil)
@@ -116,9 +125,14 @@ func pathPlot(keys []pathKey, phase map[pathKey]map[string][]float64) (*plot.Plo
 		top = max(top, median(phase[k]["total"]))
 	}
 	p.Legend.Top = true
-	// The bars are mostly forward time: start the axis just below it so
-	// the other phases show.
-	p.Y.Min, p.Y.Max = 19, top+0.6
+	// The bars are mostly forward time: the axis starts 1 ms below the
+	// shortest forward phase so the other phases show (the title says so).
+	low := top
+	for _, k := range keys {
+		low = min(low, median(phase[k]["forward"]))
+	}
+	p.Y.Min, p.Y.Max = math.Floor(low)-1, top+0.6
+	p.Title.Text += fmt.Sprintf("; the axis starts at %.0f ms", p.Y.Min)
 	p.X.Min, p.X.Max = -0.5, float64(len(keys))-0.5
 	p.NominalX(labels...)
 	return p, nil

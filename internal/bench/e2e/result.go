@@ -181,7 +181,7 @@ func printResult(w io.Writer, r Result, asJSON bool) error {
 		step = fmt.Sprintf("%.1f: forward %.1f, sample %.1f (medians of each)", b.Total, b.Forward, b.Sample)
 	}
 	if m := r.StepMean; m != nil {
-		step += fmt.Sprintf("; mean %.2f: forward %.2f, sample %.2f, publish %.2f, reply %.2f", m.Total, m.Forward, m.Sample, m.Publish, m.Reply)
+		step += fmt.Sprintf("; mean %.2f: await %.2f, publish %.2f, forward %.2f, sample %.2f, reply %.2f", m.Total, m.Await, m.Publish, m.Forward, m.Sample, m.Reply)
 	}
 	if p := r.Pool; p != nil {
 		step += fmt.Sprintf("; noise rows inline %d of %d (%s rows, %d producers)", p.Inline, p.Taken, p.Form, p.Producers)

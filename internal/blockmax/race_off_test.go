@@ -1,0 +1,5 @@
+//go:build !race
+
+package blockmax
+
+const raceEnabled = false

@@ -220,6 +220,7 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f for
 	}
 	choices := x.run(ctx)
 	u := usageOf(choices, pl.prompts)
+	g.metrics.prompt.Add(float64(u.PromptTokens))
 	describeResponse(ctx, choices, u)
 	if x.failure != nil {
 		g.refuse(w, r, x.failure)

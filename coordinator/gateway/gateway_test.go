@@ -386,6 +386,8 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 	g, _ := newTestGateway(t, "abcd", nil)
 	srv := serve(t, g)
 	post(t, srv, "/v1/completions", `{"prompt":[1,2],"max_tokens":3}`)
+	// Two choices of one prompt: the prompt counts once, as in usage.
+	post(t, srv, "/v1/completions", `{"prompt":[1,2,3],"max_tokens":3,"n":2}`)
 	resp, err := srv.Client().Get(srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -393,13 +395,13 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		`tpcoord_time_to_first_token_seconds_count{model_name="m"} 1`,
-		`tpcoord_inter_token_latency_seconds_count{model_name="m"} 2`,
-		`tpcoord_e2e_request_latency_seconds_count{model_name="m"} 1`,
-		`tpcoord_request_queue_time_seconds_count{model_name="m"} 1`,
-		`tpcoord_prompt_tokens_total{model_name="m"} 2`,
-		`tpcoord_generation_tokens_total{model_name="m"} 3`,
-		`tpcoord_request_success_total{finished_reason="length",model_name="m"} 1`,
+		`tpcoord_time_to_first_token_seconds_count{model_name="m"} 3`,
+		`tpcoord_inter_token_latency_seconds_count{model_name="m"} 6`,
+		`tpcoord_e2e_request_latency_seconds_count{model_name="m"} 3`,
+		`tpcoord_request_queue_time_seconds_count{model_name="m"} 3`,
+		`tpcoord_prompt_tokens_total{model_name="m"} 5`,
+		`tpcoord_generation_tokens_total{model_name="m"} 9`,
+		`tpcoord_request_success_total{finished_reason="length",model_name="m"} 3`,
 		`tpcoord_num_requests_running{model_name="m"} 0`,
 		`tpcoord_num_requests_waiting{model_name="m"} 0`,
 		`tpcoord_build_info{`,

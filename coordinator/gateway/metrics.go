@@ -47,7 +47,7 @@ func newMetrics(g *Gateway) *metrics {
 		[]float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80})
 	m := &metrics{
 		reg: prometheus.NewRegistry(), ttft: ttft, itl: itl, e2e: e2e, queue: queue,
-		prompt: counter("tpcoord_prompt_tokens_total", "Prompt tokens of the requests the gateway sent."),
+		prompt: counter("tpcoord_prompt_tokens_total", "Prompt tokens of the requests the gateway answered, each prompt once whatever n (as usage counts them)."),
 		gen:    counter("tpcoord_generation_tokens_total", "Tokens generated for the gateway's requests."),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tpcoord_request_success_total",
 			Help: "Requests ended, by finish reason (stop, length, abort, error).", ConstLabels: model}, []string{"finished_reason"}),
@@ -77,7 +77,6 @@ func (m *metrics) observe(c *choice, end time.Time) {
 	if c.rep != nil && c.rep.Timings != nil {
 		m.queue.Observe(c.rep.Timings.QueueMs / 1000)
 	}
-	m.prompt.Add(float64(len(c.req.PromptTokenIDs)))
 	m.gen.Add(float64(len(c.tokens)))
 	reason := c.finishReason()
 	if reason == client.FinishCancelled {

@@ -28,8 +28,6 @@ var tiktokenEncodings = map[string]tiktokenEncoding{
 // downloads them, and its loader is a process-wide setting.
 var offlineOnce sync.Once
 
-type tiktokenEncoder struct{ tk *tiktoken.Tiktoken }
-
 func loadTiktoken(name string) (*Tokenizer, error) {
 	info, ok := tiktokenEncodings[name]
 	if !ok {
@@ -40,9 +38,13 @@ func loadTiktoken(name string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: tiktoken:%s: %w", name, err)
 	}
+	enc, err := newTiktokenBPE(name, info.specials)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: tiktoken:%s: %w", name, err)
+	}
 	t := &Tokenizer{
 		name:    "tiktoken:" + name,
-		enc:     tiktokenEncoder{tk},
+		enc:     enc,
 		pieces:  make([][]byte, info.vocabSize),
 		special: make([]bool, info.vocabSize),
 	}
@@ -61,11 +63,3 @@ func loadTiktoken(name string) (*Tokenizer, error) {
 // encode maps special tokens written in the text to their ids, as
 // tokenizer.json tokenizers do, rather than refusing them as tiktoken's
 // default does.
-func (e tiktokenEncoder) encode(text string) ([]int32, error) {
-	ids := e.tk.Encode(text, []string{"all"}, nil)
-	out := make([]int32, len(ids))
-	for i, id := range ids {
-		out[i] = int32(id)
-	}
-	return out, nil
-}

@@ -127,4 +127,3 @@ func narrowRow(l []float32, dt Dtype) []uint16 {
 	}
 	return halfRow(l)
 }
-

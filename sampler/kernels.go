@@ -31,7 +31,7 @@ type kernels struct {
 	name string
 	// vector: worth running scoreMax as a filter before the scalar
 	// argmax loop (the pure-Go scoreMax costs as much as that loop).
-	vector bool
+	vector   bool
 	blockMax *blockmax.Kernel
 	// scoreMax: len(l) == len(g), a multiple of 8.
 	scoreMax func(l, g []float32, invT, floor float32) float32

@@ -47,15 +47,6 @@ func randRow(n int, r *rand.Rand) []float32 {
 	return v
 }
 
-func sameBits32(a, b []float32) bool {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return len(a) == len(b)
-}
-
 // vectorImpls returns the non-Go implementations, skipping the test on
 // machines without one (the sampler tests cover the Go kernels there).
 func vectorImpls(t *testing.T) []*kernels {

@@ -773,28 +773,10 @@ func (s *stepCounter) Publish(m *broadcast.Msg) error {
 // step message there and none on its main transport, and the cluster
 // decodes as usual.
 func TestDriverStepsTransport(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
 	hub := broadcast.NewHub()
-	requester := hub.Connect()
-	t.Cleanup(requester.Close)
 	main, steps := &stepCounter{Transport: hub.Connect()}, &stepCounter{Transport: hub.Connect()}
 	t.Cleanup(steps.Close)
-	cfg0 := driverConfig(0, 2)
-	cfg0.Steps = steps
-	ranks := []*runningRank{startRankOn(t, ctx, main, cfg0), startRank(t, ctx, hub, driverConfig(1, 2))}
-	t.Cleanup(func() {
-		cancel()
-		for _, r := range ranks {
-			_ = r.wait(t)
-		}
-	})
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
-		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
-	})
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
-	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer gcancel()
-	rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
+	ranks, req, rep, err := generateWithSteps(t, hub, main, steps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -812,6 +794,33 @@ func TestDriverStepsTransport(t *testing.T) {
 	if n := main.steps.Load(); n != 0 {
 		t.Errorf("%d steps on the main transport, want 0", n)
 	}
+}
+
+// generateWithSteps starts rank 0 on main with its steps published on
+// steps, and rank 1 on hub; once both are ready it runs one greedy request
+// of 12 tokens and returns the ranks, the request and Generate's result.
+func generateWithSteps(t *testing.T, hub *broadcast.Hub, main, steps broadcast.Transport) ([]*runningRank, *client.GenerateRequest, *client.GenerateReply, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
+	cfg0 := driverConfig(0, 2)
+	cfg0.Steps = steps
+	ranks := []*runningRank{startRankOn(t, ctx, main, cfg0), startRank(t, ctx, hub, driverConfig(1, 2))}
+	t.Cleanup(func() {
+		cancel()
+		for _, r := range ranks {
+			_ = r.wait(t)
+		}
+	})
+	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
+	})
+	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer gcancel()
+	rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
+	return ranks, req, rep, err
 }
 
 // lossyPublisher fails the step publishes whose ordinal (from 1) is in
@@ -855,28 +864,10 @@ func TestDriverStepNotSent(t *testing.T) {
 
 func testStepNotSent(t *testing.T, pubErr error, fail func(int64) bool) {
 	transient := errors.Is(pubErr, broadcast.ErrNotSent)
-	ctx, cancel := context.WithCancel(context.Background())
 	hub := broadcast.NewHub()
-	requester := hub.Connect()
-	t.Cleanup(requester.Close)
 	lossy := &lossyPublisher{Transport: hub.Connect(), fail: fail, err: pubErr}
 	t.Cleanup(lossy.Close)
-	cfg0 := driverConfig(0, 2)
-	cfg0.Steps = lossy
-	ranks := []*runningRank{startRank(t, ctx, hub, cfg0), startRank(t, ctx, hub, driverConfig(1, 2))}
-	t.Cleanup(func() {
-		cancel()
-		for _, r := range ranks {
-			_ = r.wait(t)
-		}
-	})
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
-		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
-	})
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
-	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer gcancel()
-	rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
+	ranks, req, rep, err := generateWithSteps(t, hub, hub.Connect(), lossy)
 	if !transient {
 		if err == nil {
 			t.Fatalf("the request completed although rank 0 could not publish a step")

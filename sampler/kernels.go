@@ -51,7 +51,7 @@ func (k *kernels) scoreMaxOf(l, g []float32, invT, floor float32) float32 {
 	n := len(l) &^ 7
 	m := k.scoreMax(l[:n], g[:n], invT, floor)
 	if n < len(l) {
-		m = max32(m, scoreMaxGo(l[n:], g[n:len(l)], invT, floor))
+		m = blockmax.Max(m, scoreMaxGo(l[n:], g[n:len(l)], invT, floor))
 	}
 	return m
 }
@@ -71,17 +71,6 @@ func (k *kernels) expSumOf(l []float32, c *expSumArgs, acc *[16]float64, mask []
 		}
 		mask[n/16] = bits
 	}
-}
-
-// max32 is max for non-NaN a, b with a zero result +0.
-func max32(a, b float32) float32 {
-	if b > a {
-		a = b
-	}
-	if a == 0 {
-		a = 0
-	}
-	return a
 }
 
 func scoreMaxGo(l, g []float32, invT, floor float32) float32 {
@@ -112,7 +101,7 @@ func scoreMaxGo(l, g []float32, invT, floor float32) float32 {
 			m0 = s
 		}
 	}
-	return max32(max32(m0, m1), max32(m2, m3))
+	return blockmax.Max(blockmax.Max(m0, m1), blockmax.Max(m2, m3))
 }
 
 func expSumGo(l []float32, c *expSumArgs, acc *[16]float64, mask []uint16) {

@@ -139,7 +139,7 @@ func ofCompare(v []float32) (float32, bool) {
 			m0, nan = maxStep(m0, x, nan)
 		}
 	}
-	m := max32(max32(max32(m0, m1), max32(m2, m3)), max32(max32(m4, m5), max32(m6, m7)))
+	m := Max(Max(Max(m0, m1), Max(m2, m3)), Max(Max(m4, m5), Max(m6, m7)))
 	return m, nan
 }
 
@@ -157,14 +157,15 @@ func ofNaN(v []float32) (float32, bool) {
 	m := float32(math.Inf(-1))
 	for _, x := range v {
 		if x == x {
-			m = max32(m, x)
+			m = Max(m, x)
 		}
 	}
-	return max32(m, m), true
+	return Max(m, m), true
 }
 
-// max32 is max for non-NaN a, b with a zero result +0.
-func max32(a, b float32) float32 {
+// Max is max for a and b that are not NaN, with a zero result +0: the
+// combining step of every kernel here, and of the sampler's.
+func Max(a, b float32) float32 {
 	if b > a {
 		a = b
 	}

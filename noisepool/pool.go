@@ -82,6 +82,9 @@ type Pool struct {
 	cfg    Config
 	sizing Sizing
 	chunk  int // values filled between shutdown checks; even
+	// yieldAfter is how long a producer fills before it gives way: the
+	// constant yieldAfter (tests set less, under mu).
+	yieldAfter time.Duration
 
 	mu      sync.Mutex
 	slots   []slot
@@ -135,6 +138,7 @@ func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
 		cfg:         cfg,
 		sizing:      sizing,
 		chunk:       (cfg.FillChunk + 1) &^ 1,
+		yieldAfter:  yieldAfter,
 		slots:       make([]slot, cfg.Rows),
 		free:        make([]int, 0, cfg.Rows),
 		indexed:     make(map[RowID]int, cfg.Rows),
@@ -334,6 +338,7 @@ func (p *Pool) Close() error {
 // for by Close.
 func (p *Pool) produce() {
 	defer p.wg.Done()
+	y := yielder{since: time.Now()}
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -347,6 +352,7 @@ func (p *Pool) produce() {
 			p.mu.Unlock()
 			select {
 			case <-ch:
+				y.since = time.Now()
 				continue
 			case <-p.done:
 				return
@@ -358,10 +364,11 @@ func (p *Pool) produce() {
 		p.indexed[id] = i
 		p.filling++
 		buf, bmax := s.buf, s.bmax // fixed at New; read outside mu below
+		y.after = p.yieldAfter
 		p.mu.Unlock()
 
 		start := time.Now()
-		complete := p.fill(id, buf, bmax)
+		complete := p.fill(id, buf, bmax, &y)
 		p.busyNanos.Add(int64(time.Since(start)))
 
 		p.mu.Lock()
@@ -390,7 +397,15 @@ func (p *Pool) produce() {
 
 // fill writes row id into buf chunk by chunk and its block maxima into
 // bmax, and gives up (returning false) when Close has been called.
-func (p *Pool) fill(id RowID, buf, bmax []float32) bool {
+//
+// A producer gives way (runtime.Gosched) after every yieldAfter of filling.
+// Producers are background work on the process that samples: without it,
+// a producer in the middle of a batch's rows holds its P until the
+// scheduler preempts it, 10 ms later, and on a rank given one P the
+// goroutines that send a step's tokens to their clients (nats.go's
+// flusher), read new requests, or resume the decode loop after the forward
+// pass wait for it.
+func (p *Pool) fill(id RowID, buf, bmax []float32, y *yielder) bool {
 	seed := RowSeed(id.Key, id.Row)
 	for off := 0; off < len(buf); off += p.chunk {
 		if p.beforeChunk != nil {
@@ -400,9 +415,28 @@ func (p *Pool) fill(id RowID, buf, bmax []float32) bool {
 			return false
 		}
 		fillForm(p.cfg.Form, seed, off, buf[off:min(off+p.chunk, len(buf))])
+		y.maybe()
 	}
 	FillBlockMax(buf, bmax)
 	return true
+}
+
+// yieldAfter is how long a producer fills before it gives way to other
+// runnable goroutines: short next to a step, long next to a Gosched (well
+// under a microsecond when nothing else is runnable).
+const yieldAfter = 50 * time.Microsecond
+
+// yielder times a producer's run since it last gave way (or woke).
+type yielder struct {
+	since time.Time
+	after time.Duration // yieldAfter; tests set less
+}
+
+func (y *yielder) maybe() {
+	if now := time.Now(); now.Sub(y.since) >= y.after {
+		runtime.Gosched()
+		y.since = time.Now()
+	}
 }
 
 // findWorkLocked picks the most urgent missing row: distance 0 of every

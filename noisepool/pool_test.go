@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,5 +462,42 @@ func TestStreamKey(t *testing.T) {
 	}
 	if _, err := NewBase(bytes.NewReader([]byte{1})); err == nil {
 		t.Error("NewBase accepted a short read")
+	}
+}
+
+// TestProducerGivesWay: on one P, a goroutine made runnable while a
+// producer fills a row runs before the row is finished: the producer
+// gives way (here after every chunk) instead of holding the P until the
+// scheduler preempts it. Without the yield the goroutine runs only once
+// the producer has finished the row and parked.
+func TestProducerGivesWay(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const vocab, chunk = 64 * 64, 64
+	type seen struct {
+		row uint64
+		off int
+	}
+	var at atomic.Pointer[seen] // where the producer is: set before each chunk
+	ran := make(chan seen, 1)
+	var once sync.Once
+	p, err := newPool(smallConfig(vocab, 2, 1, 1), func(id RowID, off int) {
+		at.Store(&seen{id.Row, off})
+		if off == chunk {
+			// Made runnable on the producer's P, mid-row.
+			once.Do(func() { go func() { ran <- *at.Load() }() })
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.mu.Lock()
+	p.yieldAfter = 0
+	p.mu.Unlock()
+	p.Activate(7, 0)
+	got := <-ran
+	if got.row != 0 || got.off >= vocab-chunk {
+		t.Fatalf("the waiting goroutine ran when the producer was at row %d, offset %d: want row 0 before its last chunk (offset %d)",
+			got.row, got.off, vocab-chunk)
 	}
 }

@@ -1,0 +1,48 @@
+//go:build !purego
+
+package blockmax
+
+import "golang.org/x/sys/cpu"
+
+// blocksVXE writes the raw maximum of every block of v into out (the
+// vector kernel of kernels_s390x.s): NaN if the block holds a NaN, a
+// zero maximum with either sign.
+//
+//go:noescape
+func blocksVXE(v, out []float32)
+
+// blocksS390X is the s390x kernel: the vector pass, then the definition's
+// two cases that the instruction's maximum leaves open, per block: a block
+// holding a NaN is redone by ofNaN (the maximum of the rest, and the
+// flag), a zero maximum becomes +0.
+func blocksS390X(v, out []float32) bool {
+	blocksVXE(v, out)
+	nan := false
+	for b, m := range out {
+		switch {
+		case m != m:
+			out[b], _ = ofNaN(v[b<<Shift : (b+1)<<Shift])
+			nan = true
+		case m == 0:
+			out[b] = 0
+		}
+	}
+	return nan
+}
+
+// VXE is the s390x vector kernel (VFMAXSB, from the vector-enhancements
+// facility 1 of z14); run it only where Impls lists it.
+var VXE = Kernel{Name: "vxe", blocks: blocksS390X}
+
+// Best is the fastest kernel this machine runs.
+var Best = &Go
+
+// Impls lists every kernel this machine runs, for the equivalence tests.
+var Impls = []*Kernel{&Go}
+
+func init() {
+	if cpu.S390X.HasVXE {
+		Best = &VXE
+		Impls = append(Impls, &VXE)
+	}
+}

@@ -31,8 +31,8 @@ func randomText(r *rand.Rand, n int) string {
 	return b.String()
 }
 
-// TestTiktokenBPEMatchesTiktokenGo: for every encoding, the heap encoder
-// gives tiktoken-go's ids (every special token allowed) on the mixed text,
+// TestTiktokenBPEMatchesTiktokenGo: for every encoding, every id decodes
+// to tiktoken-go's bytes, and the heap encoder gives tiktoken-go's ids (every special token allowed) on the mixed text,
 // its lines, 300 random texts (fixed seed) and runs of one character up to
 // 4 KiB, where tiktoken-go is still quick.
 func TestTiktokenBPEMatchesTiktokenGo(t *testing.T) {
@@ -54,6 +54,14 @@ func TestTiktokenBPEMatchesTiktokenGo(t *testing.T) {
 			t.Fatal(err)
 		}
 		tk := loadSpec(t, "tiktoken:"+name)
+		// Every id decodes to tiktoken-go's bytes (gaps to nothing).
+		one := []int{0}
+		for id, piece := range tk.pieces {
+			one[0] = id
+			if want := ref.Decode(one); string(piece) != want {
+				t.Fatalf("%s: id %d decodes to %q, tiktoken-go %q", name, id, piece, want)
+			}
+		}
 		for _, text := range texts {
 			var want []int32
 			for _, id := range ref.Encode(text, []string{"all"}, nil) {

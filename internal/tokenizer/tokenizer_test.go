@@ -33,6 +33,8 @@ func TestTiktokenKnownAnswers(t *testing.T) {
 		{"cl100k_base", "hello <|endoftext|>", []int32{15339, 220, 100257}},
 		{"o200k_base", "hello world", []int32{24912, 2375}},
 		{"p50k_base", "hello world", []int32{31373, 995}},
+		// p50k_base's runs of spaces (ids 50257–50280, above r50k_base's).
+		{"p50k_base", "x" + strings.Repeat(" ", 20) + "y", []int32{87, 50274, 331}},
 		{"r50k_base", "hello world", []int32{31373, 995}},
 	}
 	for _, c := range cases {

@@ -1,6 +1,7 @@
 package noisepool
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"runtime"
@@ -82,8 +83,8 @@ type Pool struct {
 	cfg    Config
 	sizing Sizing
 	chunk  int // values filled between shutdown checks; even
-	// yieldAfter is how long a producer fills before it gives way: the
-	// constant yieldAfter (tests set less, under mu).
+	// yieldAfter is how long a producer fills before it gives way
+	// (defaultYieldAfter; tests set less).
 	yieldAfter time.Duration
 
 	mu      sync.Mutex
@@ -113,9 +114,16 @@ type Pool struct {
 
 // New allocates cfg.Rows rows and starts cfg.Producers producer goroutines,
 // which run until Close.
-func New(cfg Config) (*Pool, error) { return newPool(cfg, nil) }
+func New(cfg Config) (*Pool, error) { return newPool(cfg, testHooks{}) }
 
-func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
+// testHooks are what tests change in a pool: a function called before each
+// chunk a producer fills, and the producers' yieldAfter (0: the default).
+type testHooks struct {
+	beforeChunk func(RowID, int)
+	yieldAfter  time.Duration
+}
+
+func newPool(cfg Config, hooks testHooks) (*Pool, error) {
 	if cfg.FillChunk == 0 {
 		cfg.FillChunk = DefaultConfig().FillChunk
 	}
@@ -138,14 +146,14 @@ func newPool(cfg Config, beforeChunk func(RowID, int)) (*Pool, error) {
 		cfg:         cfg,
 		sizing:      sizing,
 		chunk:       (cfg.FillChunk + 1) &^ 1,
-		yieldAfter:  yieldAfter,
+		yieldAfter:  cmp.Or(hooks.yieldAfter, defaultYieldAfter),
 		slots:       make([]slot, cfg.Rows),
 		free:        make([]int, 0, cfg.Rows),
 		indexed:     make(map[RowID]int, cfg.Rows),
 		streams:     make(map[uint64]*stream),
 		changed:     make(chan struct{}),
 		done:        make(chan struct{}),
-		beforeChunk: beforeChunk,
+		beforeChunk: hooks.beforeChunk,
 	}
 	mem := make([]float32, cfg.Rows*cfg.Vocab)
 	nb := BlockCount(cfg.Vocab)
@@ -338,7 +346,7 @@ func (p *Pool) Close() error {
 // for by Close.
 func (p *Pool) produce() {
 	defer p.wg.Done()
-	y := yielder{since: time.Now()}
+	y := yielder{since: time.Now(), after: p.yieldAfter}
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -364,12 +372,9 @@ func (p *Pool) produce() {
 		p.indexed[id] = i
 		p.filling++
 		buf, bmax := s.buf, s.bmax // fixed at New; read outside mu below
-		y.after = p.yieldAfter
 		p.mu.Unlock()
 
-		start := time.Now()
 		complete := p.fill(id, buf, bmax, &y)
-		p.busyNanos.Add(int64(time.Since(start)))
 
 		p.mu.Lock()
 		p.filling--
@@ -405,7 +410,13 @@ func (p *Pool) produce() {
 // goroutines that send a step's tokens to their clients (nats.go's
 // flusher), read new requests, or resume the decode loop after the forward
 // pass wait for it.
+//
+// The time it took, less the time given way, counts as the producers'
+// busy time.
 func (p *Pool) fill(id RowID, buf, bmax []float32, y *yielder) bool {
+	start := time.Now()
+	y.yielded = 0
+	defer func() { p.busyNanos.Add(int64(time.Since(start) - y.yielded)) }()
 	seed := RowSeed(id.Key, id.Row)
 	for off := 0; off < len(buf); off += p.chunk {
 		if p.beforeChunk != nil {
@@ -421,21 +432,24 @@ func (p *Pool) fill(id RowID, buf, bmax []float32, y *yielder) bool {
 	return true
 }
 
-// yieldAfter is how long a producer fills before it gives way to other
-// runnable goroutines: short next to a step, long next to a Gosched (well
-// under a microsecond when nothing else is runnable).
-const yieldAfter = 50 * time.Microsecond
+// defaultYieldAfter is how long a producer fills before it gives way to
+// other runnable goroutines: short next to a step, long next to a Gosched
+// (well under a microsecond when nothing else is runnable).
+const defaultYieldAfter = 50 * time.Microsecond
 
-// yielder times a producer's run since it last gave way (or woke).
+// yielder times a producer's run since it last gave way (or woke), and the
+// time it spent giving way.
 type yielder struct {
-	since time.Time
-	after time.Duration // yieldAfter; tests set less
+	since   time.Time
+	after   time.Duration // the pool's yieldAfter
+	yielded time.Duration // given way during the current fill
 }
 
 func (y *yielder) maybe() {
 	if now := time.Now(); now.Sub(y.since) >= y.after {
 		runtime.Gosched()
 		y.since = time.Now()
+		y.yielded += y.since.Sub(now)
 	}
 }
 

@@ -340,14 +340,14 @@ func TestCloseMidFill(t *testing.T) {
 	inFill := make(chan struct{})
 	proceed := make(chan struct{})
 	var once sync.Once
-	p, err := newPool(smallConfig(1000, 4, 1, 1), func(id RowID, off int) {
+	p, err := newPool(smallConfig(1000, 4, 1, 1), testHooks{beforeChunk: func(id RowID, off int) {
 		if off > 0 {
 			once.Do(func() {
 				close(inFill)
 				<-proceed
 			})
 		}
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestCloseMidFill(t *testing.T) {
 
 func TestWarmContext(t *testing.T) {
 	block := make(chan struct{})
-	p, err := newPool(smallConfig(100, 4, 1, 1), func(RowID, int) { <-block })
+	p, err := newPool(smallConfig(100, 4, 1, 1), testHooks{beforeChunk: func(RowID, int) { <-block }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,24 +480,37 @@ func TestProducerGivesWay(t *testing.T) {
 	var at atomic.Pointer[seen] // where the producer is: set before each chunk
 	ran := make(chan seen, 1)
 	var once sync.Once
-	p, err := newPool(smallConfig(vocab, 2, 1, 1), func(id RowID, off int) {
+	p, err := newPool(smallConfig(vocab, 2, 1, 1), testHooks{beforeChunk: func(id RowID, off int) {
 		at.Store(&seen{id.Row, off})
 		if off == chunk {
 			// Made runnable on the producer's P, mid-row.
 			once.Do(func() { go func() { ran <- *at.Load() }() })
 		}
-	})
+	}, yieldAfter: time.Nanosecond}) // give way after every chunk
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	p.mu.Lock()
-	p.yieldAfter = 0
-	p.mu.Unlock()
 	p.Activate(7, 0)
 	got := <-ran
 	if got.row != 0 || got.off >= vocab-chunk {
 		t.Fatalf("the waiting goroutine ran when the producer was at row %d, offset %d: want row 0 before its last chunk (offset %d)",
 			got.row, got.off, vocab-chunk)
+	}
+}
+
+// TestYielderThreshold: a producer gives way only once it has filled for
+// yieldAfter since it last did, and then starts counting again.
+func TestYielderThreshold(t *testing.T) {
+	start := time.Now()
+	y := yielder{since: start, after: time.Hour}
+	y.maybe()
+	if y.since != start || y.yielded != 0 {
+		t.Fatalf("gave way before yieldAfter: since moved by %v, yielded %v", y.since.Sub(start), y.yielded)
+	}
+	y.since = start.Add(-2 * time.Hour)
+	y.maybe()
+	if !y.since.After(start) || y.yielded < 0 {
+		t.Fatalf("did not give way after yieldAfter: since %v (start %v), yielded %v", y.since, start, y.yielded)
 	}
 }

@@ -7,7 +7,8 @@ import (
 )
 
 // tiktokenEncoding is what this package needs to know of an encoding
-// beyond what tiktoken-go exposes: its size and its special tokens.
+// beyond its ranks (tiktokenBPE loads those): its size and its special
+// tokens.
 type tiktokenEncoding struct {
 	vocabSize int
 	specials  map[string]int32

@@ -32,9 +32,10 @@ func randomText(r *rand.Rand, n int) string {
 }
 
 // TestTiktokenBPEMatchesTiktokenGo: for every encoding, every id decodes
-// to tiktoken-go's bytes, and the heap encoder gives tiktoken-go's ids (every special token allowed) on the mixed text,
-// its lines, 300 random texts (fixed seed) and runs of one character up to
-// 4 KiB, where tiktoken-go is still quick.
+// to tiktoken-go's bytes, and the heap encoder gives tiktoken-go's ids
+// (every special token allowed) on the mixed text, its lines, 300 random
+// texts (fixed seed) and runs of one character up to 4 KiB, where
+// tiktoken-go is still quick.
 func TestTiktokenBPEMatchesTiktokenGo(t *testing.T) {
 	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
 	r := rand.New(rand.NewPCG(5, 6))

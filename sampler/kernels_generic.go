@@ -6,8 +6,8 @@ import "github.com/tpcoord/tpcoord/internal/blockmax"
 
 // active is the implementation of the hot passes in use: the portable
 // passes, with the fastest block-max kernel this machine runs (the vector
-// one on s390x with the vector-enhancements facility; in a purego build
-// the portable one).
+// one on s390x with the vector-enhancements facility, and on ppc64le; in a
+// purego build the portable one).
 var active = &goKernels
 
 // kernelImpls lists every implementation this machine can run, for the

@@ -71,10 +71,14 @@ func rows(seed uint64, maxLen int, plant func(int) bool, check func([]float32)) 
 			v[i] = [...]float32{-1, 0, float32(math.Copysign(0, -1))}[r.IntN(3)]
 		}
 		check(v)
-		// Blocks of NaN alone (−Inf, flagged), of −Inf alone, of both, and
-		// of −0 over −1s (a zero maximum with no +0 to find).
+		// Blocks of NaN alone (−Inf, flagged), of −Inf alone, of both, of
+		// −0 over −1s (a zero maximum with no +0 to find), and of ±denormals
+		// over −1s (a denormal maximum, which a vector unit that reads
+		// denormals as zeros gets wrong).
 		negZero := float32(math.Copysign(0, -1))
-		for _, fill := range [][]float32{{float32(math.NaN())}, {float32(math.Inf(-1))}, {float32(math.NaN()), float32(math.Inf(-1))}, {-1, negZero}} {
+		denorm, negDenorm := math.Float32frombits(1), math.Float32frombits(0x807fffff)
+		for _, fill := range [][]float32{{float32(math.NaN())}, {float32(math.Inf(-1))}, {float32(math.NaN()), float32(math.Inf(-1))},
+			{-1, negZero}, {-1, denorm}, {-1, negDenorm}} {
 			for i := range v {
 				v[i] = fill[r.IntN(len(fill))]
 			}

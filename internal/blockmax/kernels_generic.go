@@ -1,4 +1,4 @@
-//go:build !(amd64 || s390x) || purego
+//go:build !(amd64 || s390x || ppc64le) || purego
 
 package blockmax
 

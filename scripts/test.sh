@@ -67,14 +67,16 @@ GOOS=linux GOARCH=ppc64le go build ./...
 
 # The ppc64le vector kernel's tests run beside the s390x ones: that step
 # is long on one package (the sampler's), and leaves a core idle.
+# In a session of its own (setsid), so that a failure elsewhere stops the
+# whole group, qemu included.
 ppc_log=$(mktemp)
-(
+setsid --wait bash -c '
   ppc() { GOOS=linux GOARCH=ppc64le go test -short -count=1 -exec qemu-ppc64le-static "$@"; }
   ppc ./internal/blockmax/ &&
-    ppc -run '^(TestGoldenDraws|TestMatchesFullRow|TestPrunedArgmaxMatchesFullRow)$' ./sampler/
-) > "$ppc_log" 2>&1 &
+    ppc -run "^(TestGoldenDraws|TestMatchesFullRow|TestPrunedArgmaxMatchesFullRow)\$" ./sampler/
+' > "$ppc_log" 2>&1 &
 ppc_pid=$!
-trap 'kill "$ppc_pid" 2>/dev/null || true; rm -f "$ppc_log"' EXIT
+trap 'kill -- -"$ppc_pid" 2>/dev/null || true; rm -f "$ppc_log"' EXIT
 
 step "byte-level and numeric packages on s390x (big-endian) under qemu"
 GOOS=linux GOARCH=s390x go test -short -count=1 -exec qemu-s390x-static ./broadcast/... ./noisepool/... ./sampler/... ./internal/...

@@ -9,24 +9,13 @@ package blockmax
 //go:noescape
 func blocksVMX(v, out []float32)
 
-// blocksPPC64LE is the ppc64le kernel: the vector pass, then the blocks it
-// leaves open, redone in Go: a block holding a NaN by ofNaN (the maximum
-// of the rest, and the flag), a block with a zero result by Of (its
-// maximum may be a denormal, which VMAXFP reads as a zero in the VMX
-// non-Java mode Linux runs in).
+// blocksPPC64LE is the ppc64le kernel: the vector pass, then settle: a
+// block holding a NaN is redone, and so is a block with a zero result,
+// exactly (Of): its maximum may be a denormal, which VMAXFP reads as a
+// zero in the VMX non-Java mode Linux runs in.
 func blocksPPC64LE(v, out []float32) bool {
 	blocksVMX(v, out)
-	nan := false
-	for b, m := range out {
-		switch {
-		case m != m:
-			out[b], _ = ofNaN(v[b<<Shift : (b+1)<<Shift])
-			nan = true
-		case m == 0:
-			out[b], _ = Of(v[b<<Shift : (b+1)<<Shift])
-		}
-	}
-	return nan
+	return settle(v, out, func(block []float32) float32 { m, _ := Of(block); return m })
 }
 
 // VMX is the ppc64le vector kernel (VMAXFP). Every ppc64le machine has

@@ -11,23 +11,11 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func blocksVXE(v, out []float32)
 
-// blocksS390X is the s390x kernel: the vector pass, then the definition's
-// two cases that the instruction's maximum leaves open, per block: a block
-// holding a NaN is redone by ofNaN (the maximum of the rest, and the
-// flag), a zero maximum becomes +0.
+// blocksS390X is the s390x kernel: the vector pass, then settle: a block
+// holding a NaN is redone, a zero maximum becomes +0.
 func blocksS390X(v, out []float32) bool {
 	blocksVXE(v, out)
-	nan := false
-	for b, m := range out {
-		switch {
-		case m != m:
-			out[b], _ = ofNaN(v[b<<Shift : (b+1)<<Shift])
-			nan = true
-		case m == 0:
-			out[b] = 0
-		}
-	}
-	return nan
+	return settle(v, out, func([]float32) float32 { return 0 })
 }
 
 // VXE is the s390x vector kernel (VFMAXSB, from the vector-enhancements

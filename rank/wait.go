@@ -17,8 +17,9 @@ const timerGrain = time.Millisecond
 // by up to timerGrain (a 20 ms wait took 20.3 ms at the median on the
 // 2-vCPU test VM), which is an error in the stand-in, not a cost of the
 // coordinator: the timer covers all but the last timerGrain and a
-// nanosleep, timed by the kernel to within its timer slack, the rest
-// (the context is not watched for that last millisecond).
+// nanosleep the rest (on Linux with the thread's timer slack at 1 ns, so
+// the kernel wakes it on time; the context is not watched for that last
+// millisecond).
 func WaitUntil(ctx context.Context, deadline time.Time) error {
 	if wait := time.Until(deadline) - timerGrain; wait > 0 {
 		t := time.NewTimer(wait)

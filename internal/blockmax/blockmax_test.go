@@ -37,7 +37,8 @@ func reference(v []float32) (float32, bool) {
 // the lengths plant accepts) the row again with every special value at
 // each end, the middle, every lane of the first and last 32 values, both
 // sides of every block boundary and a few random places; then rows of
-// zeros of both signs over −1s, and of −0 alone over −1s.
+// zeros of both signs over −1s, of NaN and −Inf, of −0 alone over −1s,
+// and of ±denormals over −1s.
 func rows(seed uint64, maxLen int, plant func(int) bool, check func([]float32)) {
 	r := rand.New(rand.NewPCG(seed, seed+1))
 	for n := 0; n <= maxLen; n++ {

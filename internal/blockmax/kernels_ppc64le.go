@@ -4,7 +4,8 @@ package blockmax
 
 // blocksVMX writes the raw maximum of every block of v into out (the
 // vector kernel of kernels_ppc64le.s): NaN if the block holds a NaN; a
-// zero, of either sign, if its maximum is a zero or a denormal.
+// zero, of either sign, if its maximum is a zero, or a denormal that the
+// VMX non-Java mode reads as a zero.
 //
 //go:noescape
 func blocksVMX(v, out []float32)

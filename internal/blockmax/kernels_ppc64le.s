@@ -15,6 +15,18 @@
 // opcode 4, extended opcode 1034; the operands are VR numbers, V0-V31).
 #define VMAXFP(vrt, vra, vrb) WORD $(0x1000040A | (vrt)<<21 | (vra)<<16 | (vrb)<<11)
 
+// LOAD32 loads the 32 values at R3 into eight vector registers (R6-R12
+// hold the byte offsets 16-112).
+#define LOAD32(a, b, c, d, e, f, g, h) \
+	LXVW4X (R0)(R3), a  \
+	LXVW4X (R6)(R3), b  \
+	LXVW4X (R7)(R3), c  \
+	LXVW4X (R8)(R3), d  \
+	LXVW4X (R9)(R3), e  \
+	LXVW4X (R10)(R3), f \
+	LXVW4X (R11)(R3), g \
+	LXVW4X (R12)(R3), h
+
 // func blocksVMX(v, out []float32)
 TEXT ·blocksVMX(SB), NOSPLIT, $0-48
 	MOVD v_base+0(FP), R3
@@ -31,27 +43,13 @@ TEXT ·blocksVMX(SB), NOSPLIT, $0-48
 	MOVD $112, R12
 
 block:
-	LXVW4X (R0)(R3), VS32 // the first 32 values start the maxima
-	LXVW4X (R6)(R3), VS33
-	LXVW4X (R7)(R3), VS34
-	LXVW4X (R8)(R3), VS35
-	LXVW4X (R9)(R3), VS36
-	LXVW4X (R10)(R3), VS37
-	LXVW4X (R11)(R3), VS38
-	LXVW4X (R12)(R3), VS39
+	LOAD32(VS32, VS33, VS34, VS35, VS36, VS37, VS38, VS39) // the first 32 values start the maxima
 	ADD    $128, R3
 	MOVD   $7, R14        // 7 × 32 more: one block
 	MOVD   R14, CTR
 
 inner:
-	LXVW4X (R0)(R3), VS40
-	LXVW4X (R6)(R3), VS41
-	LXVW4X (R7)(R3), VS42
-	LXVW4X (R8)(R3), VS43
-	LXVW4X (R9)(R3), VS44
-	LXVW4X (R10)(R3), VS45
-	LXVW4X (R11)(R3), VS46
-	LXVW4X (R12)(R3), VS47
+	LOAD32(VS40, VS41, VS42, VS43, VS44, VS45, VS46, VS47)
 	VMAXFP(0, 0, 8)
 	VMAXFP(1, 1, 9)
 	VMAXFP(2, 2, 10)

@@ -763,6 +763,7 @@ func (d *Driver) followerPick(rows []*Seq, logits []float32) {
 
 // leadScratch is what rank 0's loop reuses from step to step.
 type leadScratch struct {
+	out    *stepSender
 	buf    []byte
 	tokens []int32
 	errs   []error
@@ -771,7 +772,8 @@ type leadScratch struct {
 
 // lead is rank 0's loop: schedule, publish, apply, forward, sample, stream.
 func (d *Driver) lead(ctx context.Context) error {
-	var sc leadScratch
+	sc := leadScratch{out: d.startStepSender()}
+	defer sc.out.stop()
 	for k := uint64(1); ; {
 		// A step boundary: stop here if asked, even when every step is
 		// ready at once (no follower to wait for, a forward that does not
@@ -840,21 +842,7 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 	d.cfg.Flight.enter(PhasePublish, time.Now())
 	sc.buf = d.codec.AppendStep(sc.buf[:0], st)
 	d.window.Add(st.Epoch, k, sc.buf)
-	_, pub := d.span(sctx, "publish")
-	steps := d.tr
-	if d.cfg.Steps != nil {
-		steps = d.cfg.Steps
-	}
-	err := steps.Publish(&broadcast.Msg{Subject: d.subj.Step(), Data: sc.buf, Header: stampSent(traceHeader(sctx))})
-	pub.End()
-	if err != nil {
-		if !errors.Is(err, broadcast.ErrNotSent) {
-			return fmt.Errorf("%w: publish step %d: %w", ErrAborted, k, err)
-		}
-		// The step is in the replay window: the next step, or rank 0's
-		// heartbeat, shows the followers the gap and they replay it.
-		d.warnCounted("step_unsent", "step not sent; followers will replay it", err, "step", k)
-	}
+	sc.out.send(ctx, sctx, k, sc.buf, traceHeader(sctx))
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
 	}

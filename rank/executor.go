@@ -87,9 +87,11 @@ func (s *Synthetic) Close() error { return nil }
 // A card computes while the rank's goroutines run; this stand-in computes
 // rank 0's logits on the rank's own P. It first gives way
 // (runtime.Gosched), so that the goroutines the last step woke run before
-// the fill rather than after it: on a rank with one P, nats.go's flusher
-// would otherwise hold the step's token replies for the whole fill
-// (1.4 ms at batch 32, vocab 100352).
+// the fill rather than after it: rank 0's step sender, whose write to the
+// bus the followers wait for, and nats.go's flusher, which on a rank with
+// one P would otherwise hold the step's token replies for the whole fill
+// (1.4 ms at batch 32, vocab 100352). The forward time runs from the call,
+// as a card's would from its launch.
 func (s *Synthetic) Forward(ctx context.Context, b Batch) ([]float32, error) {
 	deadline := time.Now().Add(s.cfg.ForwardTime)
 	var out []float32

@@ -236,6 +236,21 @@ type Prefetcher interface {
 	Prefetch(rows []*Seq, reqs []*Request)
 }
 
+// StepOverlapper is an Executor that says whether rank 0 may start its
+// forward pass before the step message is written: true for a card whose
+// forward pass does not wait for the followers' (the synthetic stand-in,
+// whose ranks share no collective). Rank 0 waits for the write for any
+// other executor. An executor that overlaps should give way
+// (runtime.Gosched) early in Forward, so that the write goes out then.
+type StepOverlapper interface {
+	OverlapsStep() bool
+}
+
+func overlapsStep(ex Executor) bool {
+	o, ok := ex.(StepOverlapper)
+	return ok && o.OverlapsStep()
+}
+
 // NewDriver wires a rank's loop. pick is used on rank 0 only.
 func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picker) *Driver {
 	cfg.defaults()
@@ -842,7 +857,6 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 	d.cfg.Flight.enter(PhasePublish, time.Now())
 	sc.buf = d.codec.AppendStep(sc.buf[:0], st)
 	d.window.Add(st.Epoch, k, sc.buf)
-	sc.out.send(ctx, sctx, k, sc.buf, traceHeader(sctx))
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
 	}
@@ -850,10 +864,10 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 	d.peerTab.recordDigest(k, d.mirror.Digest())
 	d.mu.Unlock()
 	rows := d.mirror.Rows()
-	if len(rows) > 0 {
-		if err := d.forwardAndSample(ctx, sctx, k, rows, sc); err != nil || ctx.Err() != nil {
-			return err
-		}
+	if len(rows) == 0 {
+		sc.out.send(ctx, sctx, k, sc.buf, traceHeader(sctx))
+	} else if err := d.forwardAndSample(ctx, sctx, k, rows, sc); err != nil || ctx.Err() != nil {
+		return err
 	}
 	d.publishState()
 	d.cfg.Flight.stepDone(k, len(rows), time.Now())
@@ -874,6 +888,9 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 		p.Prefetch(rows, sc.reqs) // noise rows made while the card works
 	}
 	d.lp.start() // the previous step's logprobs, while the card works
+	if !d.sendStep(ctx, sctx, k, sc) {
+		return nil // cancelled while the step was being written
+	}
 	logits, err := d.ex.Forward(fctx, Batch{Epoch: d.cfg.Epoch, Step: k, Rows: rows})
 	fwd.End()
 	d.sendLogprobs()
@@ -898,6 +915,25 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	d.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs)
 	d.stream(firstTokensFirst(d.sched.Sampled(rows, sc.tokens, sc.errs)))
 	return nil
+}
+
+// sendStep hands step k's message (in sc.buf) to the step sender, and
+// waits until it is written unless the executor overlaps its forward pass
+// with the write. It is called last before Forward: the goroutines woken
+// before it (prefetch, logprobs) then run after the sender, since the
+// last goroutine made ready runs first when the loop next waits. It
+// returns false if ctx ended while it waited.
+func (d *Driver) sendStep(ctx, sctx context.Context, k uint64, sc *leadScratch) bool {
+	written := sc.out.send(ctx, sctx, k, sc.buf, traceHeader(sctx))
+	if overlapsStep(d.ex) {
+		return true
+	}
+	select {
+	case <-written:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (d *Driver) admit() {

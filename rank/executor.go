@@ -81,6 +81,12 @@ func (s *Synthetic) Vocab() int { return s.cfg.Vocab }
 // Close has nothing to release: the executor holds only memory.
 func (s *Synthetic) Close() error { return nil }
 
+// OverlapsStep is true: the stand-in's ranks share no collective, so
+// rank 0's forward pass need not wait for its step message to be written
+// (see StepOverlapper); Forward gives way before its fill, and the write
+// goes out then.
+func (s *Synthetic) OverlapsStep() bool { return true }
+
 // Forward fills the logits (rank 0) and then waits out the rest of the
 // configured forward time, as a card would.
 //

@@ -37,8 +37,8 @@ func TestLatenessMargin(t *testing.T) {
 // TestWaitUntilAfterLateSleeps: with a margin at its cap, WaitUntil still
 // returns at or after its deadline (the spin covers the rest).
 func TestWaitUntilAfterLateSleeps(t *testing.T) {
-	saved := wakeLate.mean.Load()
-	defer wakeLate.mean.Store(saved)
+	mean, dev := wakeLate.mean.Load(), wakeLate.dev.Load()
+	defer func() { wakeLate.mean.Store(mean); wakeLate.dev.Store(dev) }()
 	wakeLate.mean.Store(int64(maxSpin))
 	for _, d := range []time.Duration{100 * time.Microsecond, 2 * time.Millisecond} {
 		deadline := time.Now().Add(d)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -366,11 +365,6 @@ func (w *Executor) Forward(ctx context.Context, b rank.Batch) ([]float32, error)
 	if len(b.Rows) == 0 {
 		return nil, nil
 	}
-	// Rank 0 hands its step message to a goroutine of its own (see
-	// rank.Driver). Give way first, so that the step leaves before this
-	// FORWARD: in a TP model the ranks' collectives wait for the last
-	// follower to start, so the followers' step is the first thing out.
-	runtime.Gosched()
 	logits, err := w.forward(ctx, b)
 	if err != nil {
 		w.broken = fmt.Errorf("rank %d: worker (pid %d): step %d: %w", w.cfg.Rank, w.pid, b.Step, err)

@@ -128,7 +128,10 @@ func (s *Supervisor) startRanks() error {
 // retries) and watches the ranks' heartbeats; a rank that dies meanwhile
 // ends the wait.
 func (s *Supervisor) connect(ctx context.Context) error {
-	ncfg := natsbus.Config{URL: s.natsURL, Name: "tpcoord-launch", Logger: s.log, Auth: s.cfg.NATSAuth}
+	// With the server embedded here, launch (and a gateway beside it)
+	// reaches it through an in-process pipe: no socket write and server
+	// wake-up per request and per streamed token.
+	ncfg := natsbus.Config{URL: s.natsURL, Name: "tpcoord-launch", Logger: s.log, Auth: s.cfg.NATSAuth, InProcess: s.srv}
 	type dialed struct {
 		nc  *natsbus.Conn
 		err error

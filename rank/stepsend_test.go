@@ -79,6 +79,19 @@ func sendWithin(t *testing.T, s *stepSender, k uint64, buf []byte) <-chan struct
 	}
 }
 
+// checkWritten fails the test for every written channel still open (the
+// steps' sender has stopped).
+func checkWritten(t *testing.T, written []<-chan struct{}) {
+	t.Helper()
+	for i, w := range written {
+		select {
+		case <-w:
+		default:
+			t.Errorf("step %d's written channel still open after stop", i+1)
+		}
+	}
+}
+
 // TestStepSenderQueuesInOrder: rank 0's loop hands a step to the sender
 // and goes on while an earlier write is still blocked; a step's written
 // channel closes only once it is written; the steps go out in order, each
@@ -104,13 +117,7 @@ func TestStepSenderQueuesInOrder(t *testing.T) {
 	}
 	close(held.release)
 	s.stop()
-	for i, w := range written {
-		select {
-		case <-w:
-		default:
-			t.Errorf("step %d's written channel still open after stop", i+1)
-		}
-	}
+	checkWritten(t, written)
 	var got []string
 	for _, b := range held.published() {
 		got = append(got, string(b))
@@ -135,13 +142,7 @@ func TestStepSenderDropsAfterFailure(t *testing.T) {
 	}
 	close(held.release)
 	s.stop()
-	for i, w := range written {
-		select {
-		case <-w:
-		default:
-			t.Errorf("step %d's written channel still open after stop", i+1)
-		}
-	}
+	checkWritten(t, written)
 	if n := len(held.published()); n != 1 {
 		t.Errorf("%d steps reached the publisher, want only the failed first", n)
 	}

@@ -20,7 +20,10 @@ output tokens (ignore_eos), then has rank 0 dump its flight recorder
 (SIGUSR1, --flight-dir) and reads every step of the batch from it.
 Overhead per step is rank 0's step wall time minus its forward and sample
 phases (await, publish, reply and the gaps between them); the bench reports
-its p50/p90/p99 and the median of each phase.
+its p50/p90/p99 and the median of each phase. Rank 0 writes its step
+message on a sender goroutine, which the synthetic forward pass lets run:
+the write falls in the forward phase, so read the step's wall time
+(step_p50_us) beside the overhead.
 
 In the same run it measures the raw TCP fan-out floor to N−1 follower
 processes (the machinery of 'bench broadcast') and reports overhead p50 over

@@ -921,13 +921,16 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 // waits until it is written unless the executor overlaps its forward pass
 // with the write. It is called last before Forward: the goroutines woken
 // before it (prefetch, logprobs) then run after the sender, since the
-// last goroutine made ready runs first when the loop next waits. It
-// returns false if ctx ended while it waited.
+// last goroutine made ready runs first when the loop next waits. The
+// wait is charged to the publish phase. It returns false if ctx ended
+// while it waited.
 func (d *Driver) sendStep(ctx, sctx context.Context, k uint64, sc *leadScratch) bool {
 	written := sc.out.send(ctx, sctx, k, sc.buf, traceHeader(sctx))
 	if overlapsStep(d.ex) {
 		return true
 	}
+	d.cfg.Flight.enter(PhasePublish, time.Now())
+	defer func() { d.cfg.Flight.enter(PhaseForward, time.Now()) }()
 	select {
 	case <-written:
 		return true

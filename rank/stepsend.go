@@ -26,10 +26,9 @@ import (
 // followers the gap. Any other failure aborts the run at the next step
 // boundary, and the steps queued behind it are dropped.
 type stepSender struct {
-	d    *Driver
-	in   chan outStep
-	wg   sync.WaitGroup
-	once sync.Once
+	d  *Driver
+	in chan outStep
+	wg sync.WaitGroup
 }
 
 // outStep is one step message for the sender: its own copy of the
@@ -72,8 +71,9 @@ func (s *stepSender) send(ctx, sctx context.Context, k uint64, buf []byte, heade
 }
 
 // stop publishes what is queued and returns when the sender is done.
+// Call it once, after the last send.
 func (s *stepSender) stop() {
-	s.once.Do(func() { close(s.in) })
+	close(s.in)
 	s.wg.Wait()
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark suite: builds tpcoord, runs every `tpcoord bench` command
-# (sampler, broadcast, e2e, and noise / step when this build has them) with
+# (sampler, broadcast, e2e, and noise / step / launch when this build has them) with
 # --json, saves one JSON-lines file per command, optionally runs the PyTorch
 # vLLM-sampler mirror (scripts/vllm_sampler_bench.py) when torch imports
 # (`bench broadcast` then also measures torch.distributed's gloo broadcast),
@@ -130,6 +130,16 @@ if has_command step; then
   run step step --json "${sargs[@]}"
 else
   log "this tpcoord has no 'bench step': skipped"
+fi
+
+if has_command launch; then
+  if [ "$quick" = 1 ]; then
+    run launch launch --json --nproc 2 --runs 1
+  else
+    run launch launch --json --nproc 16,32,64 --runs 3
+  fi
+else
+  log "this tpcoord has no 'bench launch': skipped"
 fi
 
 cpus=()

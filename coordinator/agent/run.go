@@ -59,15 +59,20 @@ func (r *run) run(ctx context.Context) error {
 	if err := r.connectBus(ctx); err != nil {
 		return r.a.stopped(ctx, "NATS was reachable", err)
 	}
-	// Before the rendezvous, which rank 0 spends waiting for the last rank
-	// to start: its noise pool's allocation (tens of MiB) then no longer
-	// follows the rendezvous on the way to readiness. The pool fills rows
-	// only for active streams, so it takes no CPU from the rendezvous.
+	// The member first, so that peers can join this rank (rank 0 is every
+	// rank's seed) while it makes its noise pool; the pool before the
+	// rendezvous, which rank 0 spends waiting for the last rank to start:
+	// its allocation (tens of MiB) then no longer follows the rendezvous on
+	// the way to readiness. The pool fills rows only for active streams, so
+	// it takes no CPU from the rendezvous.
+	if err := r.startMember(); err != nil {
+		return r.a.stopped(ctx, "rendezvous completed", err)
+	}
 	picker, err := r.sampling()
 	if err != nil {
 		return err
 	}
-	members, err := r.join(ctx)
+	members, err := r.rendezvous(ctx)
 	if err != nil {
 		return r.a.stopped(ctx, "rendezvous completed", err)
 	}
@@ -115,22 +120,22 @@ func (r *run) connectBus(ctx context.Context) error {
 // memberlist's own leave message.
 const leaveTimeout = 3 * time.Second
 
-// join starts this rank's member and waits for the rendezvous. A clean
-// stop leaves the cluster announcing it (peers stop cleanly too); an agent
-// that fails leaves without the announcement, so peers see a lost rank
-// and apply OnPeerLoss.
-func (r *run) join(ctx context.Context) ([]membership.Member, error) {
+// startMember starts this rank's member: peers can join it from now on.
+// A clean stop leaves the cluster announcing it (peers stop cleanly too);
+// an agent that fails leaves without the announcement, so peers see a lost
+// rank and apply OnPeerLoss.
+func (r *run) startMember() error {
 	cfg := &r.a.cfg
 	var err error
 	if cfg.Rank == 0 {
 		if r.leader, err = newLeaderID(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	masterPort := 0
 	if cfg.Rank == 0 && cfg.needsMasterPort() {
 		if masterPort, err = pickMasterPort(r.bindHost()); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	cl, err := membership.Start(membership.Config{
@@ -142,7 +147,7 @@ func (r *run) join(ctx context.Context) ([]membership.Member, error) {
 		Bind: cfg.Bind, Join: cfg.Join, Local: cfg.Local, Logger: r.log,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.cl = cl
 	_ = r.g.AddCloser("membership", func() error {
@@ -152,9 +157,14 @@ func (r *run) join(ctx context.Context) ([]membership.Member, error) {
 		return cl.Abandon(leaveTimeout)
 	})
 	r.log.Info("membership started", "member", cl.Name(), "addr", cl.Addr())
-	rctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
+	return nil
+}
+
+// rendezvous joins the peers and waits until every rank is present.
+func (r *run) rendezvous(ctx context.Context) ([]membership.Member, error) {
+	rctx, cancel := context.WithTimeout(ctx, r.a.cfg.RendezvousTimeout)
 	defer cancel()
-	return cl.Rendezvous(rctx)
+	return r.cl.Rendezvous(rctx)
 }
 
 // bindHost is the host part of Config.Bind ("" if it has none).

@@ -89,8 +89,9 @@ type Cluster struct {
 	changes chan struct{} // the same, for Changes
 	events  chan Event
 
-	name string // this member's unique name
-	addr string // host:port peers reach this member at
+	name  string        // this member's unique name
+	addr  string        // host:port peers reach this member at
+	quiet time.Duration // see formation.quiet
 
 	mu         sync.Mutex
 	alive      map[string]Member // live members by name, kept by the delegate
@@ -136,6 +137,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	c.ml = ml
+	c.quiet = quietGossipRounds * mc.GossipInterval
 	// Read once, before any peer exists: memberlist rewrites its local
 	// node (on refutes and updates) under a lock callers cannot take.
 	n := ml.LocalNode()
@@ -282,7 +284,7 @@ func (c *Cluster) Reform(ctx context.Context, cond func([]Member) bool) ([]Membe
 }
 
 func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member, error) {
-	f := &formation{world: c.cfg.Meta.World, backoff: 100 * time.Millisecond, start: time.Now(), retry: time.NewTimer(0)}
+	f := &formation{world: c.cfg.Meta.World, backoff: firstJoinRetry, start: time.Now(), retry: time.NewTimer(0), missing: -1}
 	defer f.retry.Stop()
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
@@ -292,6 +294,7 @@ func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member,
 		}
 		present := c.Members()
 		missing := missingRanks(present, f.world)
+		c.gossipProgress(f, len(missing))
 		twice := claimedTwice(present)
 		if len(missing) == 0 && len(twice) == 0 && c.hasJoined() && (cond == nil || cond(present)) {
 			c.setFormed(present)
@@ -328,6 +331,31 @@ type formation struct {
 	retry                *time.Timer // the next join or resync
 	joinErr, lastRefusal error
 	seedTurn             int // the next seed to rejoin while ranks are missing
+	missing              int // ranks missing at the last look (-1: none yet)
+}
+
+// firstJoinRetry is the pause after a first failed join. A refused
+// connection fails at once, and ranks started together (launch) often try
+// before their seed, rank 0, listens: retry soon, then back off.
+const firstJoinRetry = 25 * time.Millisecond
+
+// quietGossipRounds is how many gossip intervals a member that has joined
+// waits without news of a missing rank before it asks a seed for its state.
+const quietGossipRounds = 3
+
+// gossipProgress postpones the next state exchange while gossip brings
+// missing ranks: once the member has joined, each rank that arrives resets
+// the wait to c.quiet and the backoff. Gossip hands a join to a few
+// random members a few times (2 in a job of up to 8, 4 up to 98), so some
+// members miss some joins; they are the ones that ask, c.quiet after the
+// last join they heard of, instead of a second after their own join.
+func (c *Cluster) gossipProgress(f *formation, missing int) {
+	arrived := f.missing >= 0 && missing < f.missing
+	f.missing = missing
+	if arrived && missing > 0 && c.hasJoined() {
+		f.backoff = c.quiet
+		f.retry.Reset(c.quiet)
+	}
 }
 
 // checkClaim returns a refusal that ends the formation. A rank held by
@@ -366,11 +394,12 @@ func (c *Cluster) setFormed(present []Member) {
 }
 
 // rejoin joins the peers if this member has not yet, with backoff. Once
-// joined it looks again every second, and while ranks are missing it joins
-// its seeds (the Join list) and every address a member was seen at, with
-// backoff: gossip about a missing rank may have been lost, and a rank that
-// restarted with no peers to join (rank 0, typically) is found only if
-// someone joins it.
+// joined it looks again after c.quiet (later while gossip brings missing
+// ranks: gossipProgress), and while ranks are missing it joins its seeds
+// (the Join list) and every address a member was seen at, one per attempt,
+// with backoff: gossip about a missing rank may have been lost, and a rank
+// that restarted with no peers to join (rank 0, typically) is found only
+// if someone joins it.
 func (c *Cluster) rejoin(f *formation, missing []int) {
 	if !c.hasJoined() {
 		n, err := c.ml.Join(c.cfg.Join)
@@ -378,8 +407,8 @@ func (c *Cluster) rejoin(f *formation, missing []int) {
 			c.mu.Lock()
 			c.didJoin = true
 			c.mu.Unlock()
-			f.backoff = 100 * time.Millisecond
-			f.retry.Reset(time.Second)
+			f.backoff = c.quiet
+			f.retry.Reset(c.quiet)
 			return
 		}
 		f.joinErr = err
@@ -401,8 +430,8 @@ func (c *Cluster) rejoin(f *formation, missing []int) {
 			c.log.Debug("rejoining a seed while ranks are missing", "peer", peer, "missing", missing, "err", err)
 		}
 	}
-	f.retry.Reset(f.backoff)
 	f.backoff = min(2*f.backoff, 2*time.Second)
+	f.retry.Reset(f.backoff)
 }
 
 // seeds are the addresses to join while ranks are missing: the Join list

@@ -167,7 +167,7 @@ func load(dir string) (*results, error) {
 	return res, nil
 }
 
-var knownOrder = []string{"sampler", "pytorch", "noise", "broadcast", "step", "e2e"}
+var knownOrder = []string{"sampler", "pytorch", "noise", "broadcast", "step", "e2e", "launch"}
 
 func rank(file string) int {
 	b := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
@@ -264,6 +264,8 @@ func (g *gen) run(date string) error {
 			err = g.plainGreedy(recs)
 		case "e2e-path":
 			err = g.pathE2E(recs)
+		case "launch":
+			err = g.launch(recs)
 		default:
 			g.p("### %s\n\n", b)
 			g.generic(recs)

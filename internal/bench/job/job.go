@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,6 +37,12 @@ type Launch struct {
 	Dir  string   // for the ready file and the flight recorder's dumps
 	Name string   // tells this job's files in Dir apart
 	Args []string // launch's flags after the ones Start sets
+	// Plain runs launch with its own defaults (only --ready-file and Args
+	// set: no flight recorder, log or trace flags) and does not connect
+	// to the job's bus: for a bench of launch itself.
+	Plain bool
+	// Poll is how often Start looks for the ready file (0: 50 ms).
+	Poll time.Duration
 }
 
 // Job is a local job that a benchmark starts with `tpcoord launch` and
@@ -49,6 +56,8 @@ type Job struct {
 	flightDir string
 	nc        *natsbus.Conn
 	subj      broadcast.Subjects
+	started   time.Time // just before launch was started
+	readyAt   time.Time // when Start first read a complete ready file
 }
 
 // Start runs `l.Self launch ...` with its flight recorder in l.Dir, waits
@@ -59,23 +68,31 @@ func Start(ctx context.Context, l Launch) (*Job, error) {
 		return nil, err
 	}
 	readyFile := filepath.Join(l.Dir, "ready-"+l.Name+".json")
-	args := append([]string{"launch", "--ready-file", readyFile, "--flight-dir", j.flightDir,
-		"--flight-steps", strconv.Itoa(flightSteps), "--log-level", "warn", "--trace-every", "0"}, l.Args...)
+	args := []string{"launch", "--ready-file", readyFile}
+	if !l.Plain {
+		args = append(args, "--flight-dir", j.flightDir, "--flight-steps", strconv.Itoa(flightSteps),
+			"--log-level", "warn", "--trace-every", "0")
+	}
+	args = append(args, l.Args...)
 	bin := l.Self
 	if l.CPUs != "" {
 		bin, args = "taskset", append([]string{"-c", l.CPUs, l.Self}, args...)
 	}
 	j.cmd = Command(bin, args, os.Environ())
 	j.cmd.Stdout, j.cmd.Stderr = &j.logs, &j.logs
+	j.started = time.Now()
 	if err := j.cmd.Start(); err != nil {
 		return nil, err
 	}
 	go func() { j.waitErr = j.cmd.Wait(); close(j.exited) }() // owned by the Job: Stop waits for it
-	info, err := j.waitReady(ctx, readyFile)
+	info, err := j.waitReady(ctx, readyFile, cmp.Or(l.Poll, 50*time.Millisecond))
 	if err != nil {
 		return nil, j.Fail(err)
 	}
 	j.ready = info
+	if l.Plain {
+		return j, nil
+	}
 	if j.nc, err = natsbus.Connect(natsbus.Config{URL: info.NATSURL, Name: "tpcoord-bench"}); err != nil {
 		return nil, j.Fail(err)
 	}
@@ -86,20 +103,29 @@ func Start(ctx context.Context, l Launch) (*Job, error) {
 // Ready is what launch wrote to its ready file.
 func (j *Job) Ready() ReadyInfo { return j.ready }
 
+// TimeToReady is the time from launch's start to the first poll that read
+// its complete ready file (late by up to Launch.Poll).
+func (j *Job) TimeToReady() time.Duration { return j.readyAt.Sub(j.started) }
+
+// PID is launch's process ID.
+func (j *Job) PID() int { return j.cmd.Process.Pid }
+
 // Bus is the job's NATS connection, which the Job owns (Stop closes it).
 func (j *Job) Bus() broadcast.Transport { return j.nc }
 
 // Subjects are the job's NATS subjects.
 func (j *Job) Subjects() broadcast.Subjects { return j.subj }
 
-// waitReady polls for launch's ready file until launch exits or ctx ends.
-func (j *Job) waitReady(ctx context.Context, path string) (ReadyInfo, error) {
-	t := time.NewTicker(50 * time.Millisecond)
+// waitReady polls for launch's ready file every poll until launch exits
+// or ctx ends.
+func (j *Job) waitReady(ctx context.Context, path string, poll time.Duration) (ReadyInfo, error) {
+	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
 		if data, err := os.ReadFile(path); err == nil {
 			var info ReadyInfo
 			if json.Unmarshal(data, &info) == nil && info.NATSURL != "" {
+				j.readyAt = time.Now()
 				return info, nil
 			}
 		}

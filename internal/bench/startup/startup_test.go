@@ -1,0 +1,73 @@
+package startup
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseStat(t *testing.T) {
+	// A command name with spaces and parentheses: fields count after the
+	// last ')'.
+	line := "4242 (tp (c) oord) S 1 4242 4242 0 -1 4194560 1234 0 5 0 17 3 0 0 20 0 9 0 100 2000000 300 18446744073709551615\n"
+	u, err := parseStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.minflt != 1234 || u.cpu != 20*clockTick {
+		t.Errorf("got minflt %d, cpu %v; want 1234, %v", u.minflt, u.cpu, 20*clockTick)
+	}
+	for _, bad := range []string{
+		"4242 tpcoord S 1", // no parentheses
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 12",            // too few fields
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 x 0 5 0 17 3",  // minflt not a number
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 -17 3", // negative utime
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 99999999999999999999 3",
+	} {
+		if _, err := parseStat([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	runs := []Sample{
+		{ReadyS: 3.5, CPUS: 6.5, Procs: 65, FaultsPerProc: 2000},
+		{ReadyS: 2.5, CPUS: 5.2, Procs: 65, FaultsPerProc: 1900},
+		{ReadyS: 2.9, CPUS: 5.85, Procs: 65, FaultsPerProc: 2100},
+	}
+	r := summarize(TargetNProc, runs)
+	if r.ReadyP50S != 2.9 || r.CPUP50S != 5.85 || r.FaultsPerProcP50 != 2000 || r.CPUPerProcP50MS != 90 {
+		t.Errorf("medians %+v", r)
+	}
+	if r.TargetMet == nil || !*r.TargetMet || r.TargetS != TargetS {
+		t.Errorf("target %v %v, want met at %v", r.TargetS, r.TargetMet, TargetS)
+	}
+	runs[2].ReadyS = 3.01
+	if r := summarize(TargetNProc, runs); r.TargetMet == nil || *r.TargetMet {
+		t.Errorf("median 3.01 s met the target")
+	}
+	if r := summarize(16, runs); r.TargetMet != nil || r.TargetS != 0 {
+		t.Errorf("nproc 16 carries the target: %+v", r)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := Options{NProc: []int{2}, Runs: 1, Timeout: time.Minute}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o    Options
+		flag string
+	}{
+		{Options{Runs: 1, Timeout: time.Minute}, "--nproc"},
+		{Options{NProc: []int{2, 0}, Runs: 1, Timeout: time.Minute}, "--nproc"},
+		{Options{NProc: []int{2}, Runs: 101, Timeout: time.Minute}, "--runs"},
+		{Options{NProc: []int{2}, Runs: 1}, "--timeout"},
+	} {
+		if err := tc.o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.o, err, tc.flag)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The benchmark suite: builds tpcoord, runs every `tpcoord bench` command
-# (sampler, broadcast, e2e, and noise / step / launch when this build has them) with
-# --json, saves one JSON-lines file per command, optionally runs the PyTorch
+# The benchmark suite: builds tpcoord (and a -tags purego build of it), runs
+# every `tpcoord bench` command (sampler, broadcast, e2e, and noise / step /
+# launch / serve when this build has them) with --json, plus plain against
+# greedy run after run, the purego build's sampler and e2e beside this
+# build's, saves one JSON-lines file per figure, optionally runs the PyTorch
 # vLLM-sampler mirror (scripts/vllm_sampler_bench.py) when torch imports
 # (`bench broadcast` then also measures torch.distributed's gloo broadcast),
 # then runs scripts/benchplot to write markdown tables and PNG plots.
@@ -28,7 +30,8 @@ Usage: scripts/bench.sh [--quick] [--out DIR] [--no-docs] [--docs]
 
 Environment: TPC_BENCH_NOISE_ARGS / TPC_BENCH_STEP_ARGS replace the default
 arguments of `tpcoord bench noise` / `bench step` (--json is always added).
-PYTHON (default python3) runs scripts/vllm_sampler_bench.py if torch imports.
+PYTHON (default /usr/bin/python3 if it imports torch, else python3) runs
+scripts/vllm_sampler_bench.py if torch imports.
 USAGE
 }
 
@@ -62,6 +65,10 @@ log "building tpcoord and benchplot"
 go build -o "$bin/tpcoord" ./cmd/tpcoord
 go build -o "$bin/benchplot" ./scripts/benchplot
 tpc=$bin/tpcoord
+log "building the portable tpcoord (-tags purego: the Go path s390x and ppc64le run)"
+go build -tags purego -o "$bin/tpcoord-purego" ./cmd/tpcoord
+# build EXE: the binary of a build ("native" is the one under test).
+exe_of() { if [ "$1" = purego ]; then echo "$bin/tpcoord-purego"; else echo "$tpc"; fi; }
 
 : >"$out/commands.txt"
 {
@@ -85,20 +92,51 @@ run() {
   fi
 }
 
+# run_tagged NAME FIELDS EXE ARGS...: EXE bench ARGS... --json, each line
+# prefixed with the JSON members FIELDS (its build, run or round), appended
+# to NAME.jsonl. The command is listed once however many rounds run it.
+run_tagged() {
+  local name=$1 fields=$2 exe=$3; shift 3
+  local line
+  line=$(printf '%s\t%s bench %s' "$name" "$(basename "$exe")" "$*")
+  grep -qxF -- "$line" "$out/commands.txt" || printf '%s\n' "$line" >>"$out/commands.txt"
+  log "$(basename "$exe") bench $* [$fields]"
+  if ! "$exe" bench "$@" 2>>"$out/$name.stderr" | sed "s/^{/{$fields,/" >>"$out/$name.jsonl"; then
+    echo "bench.sh: '$(basename "$exe") bench $*' failed; its stderr:" >&2
+    tail -n 20 "$out/$name.stderr" >&2
+    exit 1
+  fi
+}
+
 has_command() { "$tpc" bench --help 2>&1 | grep -qE "^[[:space:]]+$1[[:space:]]"; }
 has_flag() { "$tpc" bench "$1" --help 2>&1 | grep -qE -- "[[:space:]]--$2[[:space:]=]"; }
 
 rm -f "$out"/*.jsonl "$out"/*.stderr
 if [ "$quick" = 1 ]; then
   vocab=4096 batches=1,8 modes=plain,topk,greedy iters=3 refiters=2
+  rounds=1 pgruns=2 pgbatch=8 portbatches=1,8 pathtokens=4 e2eargs=(--nproc 2 --batch 4 --vocab "$vocab" --forward-time 2ms --timeout 2m)
 else
   vocab=100352 batches=1,8,32,64 modes=plain,topk,topp,minp,greedy iters=30 refiters=10
+  rounds=3 pgruns=7 pgbatch=32 portbatches=1,32 pathtokens="128 512" e2eargs=(--nproc 4 --batch 32 --forward-time 20ms)
 fi
 
 # Sampler: fast with pool and inline noise, then the Reference (its noise is
 # always its own, so one --noise value).
 run sampler sampler --json --vocab "$vocab" --batch "$batches" --mode "$modes" --impl fast --noise pool,inline --iters "$iters"
 run sampler sampler --json --vocab "$vocab" --batch "$batches" --mode "$modes" --impl reference --noise inline --iters "$refiters"
+
+# Plain sampling against greedy argmax (one pass over the logits), run
+# after run: the AVX-512 target is plain within 1.5x of greedy.
+for r in $(seq 1 "$pgruns"); do
+  run_tagged plain-greedy "\"bench\":\"plain-greedy\",\"run\":$r" "$tpc" sampler --json --vocab "$vocab" --batch "$pgbatch" --mode plain,greedy --impl fast --noise pool --iters 60
+done
+
+# The portable path: the purego build and this one, rounds interleaved.
+for r in $(seq 1 "$rounds"); do
+  for b in native purego; do
+    run_tagged portable "\"bench\":\"portable\",\"build\":\"$b\",\"round\":$r" "$(exe_of "$b")" sampler --json --vocab "$vocab" --batch "$portbatches" --mode plain,topk,topp,greedy --impl fast --noise pool --iters "$iters"
+  done
+done
 
 if has_command noise; then
   # shellcheck disable=SC2206
@@ -126,6 +164,8 @@ if has_command step; then
     has_flag step nproc && sargs+=(--nproc 2)
     has_flag step tokens && sargs+=(--tokens 8)
     has_flag step floor-messages && sargs+=(--floor-messages 200)
+  elif [ -z "${TPC_BENCH_STEP_ARGS-}" ]; then
+    sargs+=(--nproc 8,16,32,64)
   fi
   run step step --json "${sargs[@]}"
 else
@@ -150,7 +190,34 @@ else
   run e2e e2e --json --combos all --nproc 4 --batch 32 --tokens 64 --forward-time 20ms "${cpus[@]}"
 fi
 
-py=${PYTHON:-python3}
+# Rank 0's critical path in the full combination, on both builds, rounds
+# interleaved: tokens/s against the forward-bound ceiling, and the phases.
+for r in $(seq 1 "$rounds"); do
+  for tok in $pathtokens; do
+    for b in native purego; do
+      run_tagged e2e-path "\"bench\":\"e2e-path\",\"variant\":\"$b\",\"round\":$r" "$(exe_of "$b")" e2e --json --combos pool+logspace+rank0 --tokens "$tok" "${e2eargs[@]}" "${cpus[@]}"
+    done
+  done
+done
+
+if has_command serve; then
+  if [ "$quick" = 1 ]; then
+    run serve serve --json --rounds 1 --duration 1s --clients 4 --vocab "$vocab"
+  else
+    run serve serve --json --rounds 8
+  fi
+else
+  log "this tpcoord has no 'bench serve': skipped"
+fi
+
+# Debian's python3-torch installs into /usr/bin/python3, which a python3
+# earlier in PATH (pyenv, a venv) may shadow: as bench broadcast's gloo
+# transport does, try it first.
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  py=python3
+  if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then py=/usr/bin/python3; fi
+fi
 if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
   ptmodes=plain,topk,topp
   pargs=(--vocab "$vocab" --batch "$batches" --mode "$ptmodes" --iters "$refiters")

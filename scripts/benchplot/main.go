@@ -167,7 +167,7 @@ func load(dir string) (*results, error) {
 	return res, nil
 }
 
-var knownOrder = []string{"sampler", "pytorch", "noise", "broadcast", "step", "e2e", "launch"}
+var knownOrder = []string{"sampler", "portable", "plain-greedy", "pytorch", "noise", "broadcast", "step", "e2e", "e2e-path", "launch", "serve"}
 
 func rank(file string) int {
 	b := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
@@ -266,6 +266,8 @@ func (g *gen) run(date string) error {
 			err = g.pathE2E(recs)
 		case "launch":
 			err = g.launch(recs)
+		case "portable":
+			err = g.portable(recs)
 		default:
 			g.p("### %s\n\n", b)
 			g.generic(recs)

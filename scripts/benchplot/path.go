@@ -38,6 +38,9 @@ func (g *gen) pathE2E(recs []record) error {
 	var keys []pathKey
 	ceil := 0.0
 	for _, r := range recs {
+		if kind := r.str("kind"); kind != "" && kind != "combo" {
+			continue // bench e2e's stage lines: nothing of the path
+		}
 		n, _ := r.num("tokens")
 		k := pathKey{int(n), r.str("variant")}
 		if _, ok := tps[k]; !ok {

@@ -15,7 +15,8 @@ func TestPathSection(t *testing.T) {
 			strconv.FormatFloat(smp, 'f', -1, 64) + `,"publish":0.2,"reply":0.1,"total":` + strconv.FormatFloat(fwd+smp+0.3, 'f', -1, 64) + `}}` + "\n"
 	}
 	writeFixture(t, dir, map[string]string{
-		"path.jsonl": line("old", 1400, 21, 0.7) + line("cur", 1500, 20.1, 0.6) + line("old", 1440, 21.2, 0.9) + line("cur", 1480, 20.3, 0.8),
+		"path.jsonl": line("old", 1400, 21, 0.7) + line("cur", 1500, 20.1, 0.6) + line("old", 1440, 21.2, 0.9) + line("cur", 1480, 20.3, 0.8) +
+			`{"bench":"e2e-path","variant":"cur","kind":"stage","stage":"noise","off":"sync","on":"pool"}` + "\n",
 	})
 	b := section(t, dir)
 	for _, want := range []string{

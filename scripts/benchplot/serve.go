@@ -52,7 +52,8 @@ func (g *gen) serve(recs []record) error {
 	if !found {
 		return fmt.Errorf("serve: no summary line")
 	}
-	g.p("### serve\n\n| path | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |\n|---|---|---|---|---|---|\n")
+	g.p("### HTTP gateway against NATS: %d streaming clients, %d ranks, %.0f ms forward\n\n", s.Clients, s.NProc, s.ForwardTimeMS)
+	g.p("| path | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |\n|---|---|---|---|---|---|\n")
 	for _, q := range []struct {
 		name string
 		s    servePath

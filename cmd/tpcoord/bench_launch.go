@@ -11,6 +11,7 @@ import (
 // newBenchLaunchCmd returns `tpcoord bench launch`.
 func newBenchLaunchCmd() *cobra.Command {
 	var o startup.Options
+	var binary string
 	cmd := &cobra.Command{
 		Use:   "launch [-- launch flags]",
 		Short: "Time from 'tpcoord launch --nproc N' to its ready file, with the CPU and page faults it took",
@@ -35,6 +36,9 @@ average before it included), a table otherwise; progress on stderr.`,
 			if o.Self, err = benchSelf(); err != nil {
 				return err
 			}
+			if binary != "" {
+				o.Self = binary
+			}
 			o.Args = args
 			if err := o.Validate(); err != nil {
 				return benchConfigError(err)
@@ -45,6 +49,7 @@ average before it included), a table otherwise; progress on stderr.`,
 	fs := cmd.Flags()
 	fs.IntSliceVar(&o.NProc, "nproc", []int{16, 32, 64}, "world sizes, comma-separated")
 	fs.IntVar(&o.Runs, "runs", 3, "jobs started per world size")
+	fs.StringVar(&binary, "binary", "", "the tpcoord binary to launch (default: this one), to compare two builds")
 	fs.BoolVar(&o.JSON, "json", false, "JSON lines instead of a table")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "give up on one job after this long")
 	return cmd

@@ -132,8 +132,18 @@ func Start(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if mc.Transport == nil {
+		s, err := newSockets(mc.BindAddr, mc.BindPort, c.log)
+		if err != nil {
+			return nil, fielderr.New("Bind", "%w", err)
+		}
+		mc.Transport, mc.BindPort, mc.AdvertisePort = s, s.port(), s.port()
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if s, ok := mc.Transport.(*sockets); ok {
+			_ = s.Shutdown() // memberlist leaves a transport it did not make
+		}
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	c.ml = ml
@@ -184,14 +194,13 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	}
 	if cfg.Transport != nil {
 		mc.Transport = cfg.Transport
-	} else {
-		host, port, err := splitHostPort(cfg.Bind)
-		if err != nil {
-			return nil, fielderr.New("Bind", "%w", err)
-		}
-		mc.BindAddr, mc.BindPort = host, port
-		mc.AdvertisePort = port
+		return mc, nil
 	}
+	host, port, err := splitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fielderr.New("Bind", "%w", err)
+	}
+	mc.BindAddr, mc.BindPort, mc.AdvertisePort = host, port, port
 	return mc, nil
 }
 

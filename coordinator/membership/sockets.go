@@ -187,6 +187,18 @@ func (s *sockets) closed() bool {
 	}
 }
 
+// retry logs a loop's error and waits before the loop goes on, backing
+// off from 5 ms to 1 s (out of file descriptors, say); it reports false
+// once the sockets are shut, and the loop ends.
+func (s *sockets) retry(delay *time.Duration, what string, err error) bool {
+	if s.closed() {
+		return false
+	}
+	*delay = min(max(2**delay, 5*time.Millisecond), time.Second)
+	s.log.Error(what, "err", err, "retry_in", *delay)
+	return s.pause(*delay)
+}
+
 // pause waits d, or until Shutdown; it reports whether the loop goes on.
 func (s *sockets) pause(d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -199,20 +211,14 @@ func (s *sockets) pause(d time.Duration) bool {
 	}
 }
 
-// accept hands memberlist each connection, backing off on errors (out of
-// file descriptors, say) from 5 ms to 1 s.
+// accept hands memberlist each connection.
 func (s *sockets) accept() {
 	defer s.wg.Done()
 	delay := time.Duration(0)
 	for {
 		conn, err := s.tcp.Accept()
 		if err != nil {
-			if s.closed() {
-				return
-			}
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.log.Error("accepting a memberlist connection", "err", err, "retry_in", delay)
-			if !s.pause(delay) {
+			if !s.retry(&delay, "accepting a memberlist connection", err) {
 				return
 			}
 			continue
@@ -236,12 +242,7 @@ func (s *sockets) readPackets() {
 		n, from, err := s.udp.ReadFrom(buf)
 		now := time.Now()
 		if err != nil {
-			if s.closed() {
-				return
-			}
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.log.Error("reading a memberlist packet", "err", err, "retry_in", delay)
-			if !s.pause(delay) {
+			if !s.retry(&delay, "reading a memberlist packet", err) {
 				return
 			}
 			continue

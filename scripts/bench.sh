@@ -71,6 +71,7 @@ go build -tags purego -o "$bin/tpcoord-purego" ./cmd/tpcoord
 exe_of() { if [ "$1" = purego ]; then echo "$bin/tpcoord-purego"; else echo "$tpc"; fi; }
 
 : >"$out/commands.txt"
+printf 'build\tgo build -tags purego -o tpcoord-purego ./cmd/tpcoord\n' >>"$out/commands.txt"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "kernel: $(uname -sr)"

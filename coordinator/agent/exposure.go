@@ -55,15 +55,16 @@ func (c *Config) Exposures() []Exposure {
 
 // validateExposure refuses an unparsable Bind and, unless Insecure is
 // set, the first exposure, naming what would protect it. Bind's host must
-// be an IP address (or empty: every interface): memberlist does not
-// resolve names, and binds every interface for one, "localhost" included.
+// be an IP address (or empty: every interface): the member's sockets bind
+// addresses, not names ("localhost" included), and judging a name's
+// exposure would need DNS.
 func (c *Config) validateExposure() error {
 	host, _, err := net.SplitHostPort(c.Bind)
 	if err != nil {
 		return fielderr.New("Bind", "%q is not host:port", c.Bind)
 	}
 	if host != "" && net.ParseIP(host) == nil {
-		return fielderr.New("Bind", "%q: memberlist binds an IP address, not a name (it would listen on every interface for %q); give 127.0.0.1 or this host's address", c.Bind, host)
+		return fielderr.New("Bind", "%q: memberlist binds an IP address, not a name (%q); give 127.0.0.1 or this host's address", c.Bind, host)
 	}
 	exp := c.Exposures()
 	if c.Insecure || len(exp) == 0 {

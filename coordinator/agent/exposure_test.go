@@ -65,9 +65,9 @@ func TestExposuresRefused(t *testing.T) {
 	}
 }
 
-// TestBindNameRefused: memberlist binds every interface for a name it
-// does not resolve ("localhost" too), so Bind takes IP addresses only,
-// whatever the key or Insecure say.
+// TestBindNameRefused: the member's sockets bind addresses, not names
+// ("localhost" too), so Bind takes IP addresses only, whatever the key or
+// Insecure say.
 func TestBindNameRefused(t *testing.T) {
 	for _, bind := range []string{"localhost:7946", "node-a.example:7946"} {
 		for _, insecure := range []bool{false, true} {

@@ -147,7 +147,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	c.ml = ml
-	c.quiet = quietGossipRounds * mc.GossipInterval
+	c.quiet = min(quietGossipRounds*mc.GossipInterval, maxQuiet)
 	// Read once, before any peer exists: memberlist rewrites its local
 	// node (on refutes and updates) under a lock callers cannot take.
 	n := ml.LocalNode()
@@ -294,6 +294,9 @@ func (c *Cluster) Reform(ctx context.Context, cond func([]Member) bool) ([]Membe
 
 func (c *Cluster) form(ctx context.Context, cond func([]Member) bool) ([]Member, error) {
 	f := &formation{world: c.cfg.Meta.World, backoff: firstJoinRetry, start: time.Now(), retry: time.NewTimer(0), missing: -1}
+	if c.hasJoined() { // a Reform, or a member with no one to join: no join to retry
+		f.backoff = rejoinBackoff
+	}
 	defer f.retry.Stop()
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
@@ -348,16 +351,26 @@ type formation struct {
 // before their seed, rank 0, listens: retry soon, then back off.
 const firstJoinRetry = 25 * time.Millisecond
 
-// quietGossipRounds is how many gossip intervals a member that has joined
-// waits without news of a missing rank before it asks a seed for its state.
-const quietGossipRounds = 3
+// rejoinBackoff is the first pause between state exchanges of a member
+// that had joined before the formation began (a Reform, or rank 0).
+const rejoinBackoff = 100 * time.Millisecond
 
-// gossipProgress postpones the next state exchange while gossip brings
-// missing ranks: once the member has joined, each rank that arrives resets
-// the wait to c.quiet and the backoff. Gossip hands a join to a few
-// random members a few times (2 in a job of up to 8, 4 up to 98), so some
-// members miss some joins; they are the ones that ask, c.quiet after the
-// last join they heard of, instead of a second after their own join.
+// quietGossipRounds is how many gossip intervals a member that has joined
+// waits without news of a missing rank before it asks a seed for its
+// state, but no longer than maxQuiet: a member that missed a join hears
+// nothing more of it, however slow the gossip is set.
+const (
+	quietGossipRounds = 3
+	maxQuiet          = time.Second
+)
+
+// gossipProgress times the next state exchange from the last missing rank
+// that gossip brought: once the member has joined, each rank that arrives
+// sets the wait to c.quiet and resets the backoff. Gossip hands a join to
+// a few random members a few times (memberlist's RetransmitMult × log10 of
+// the members: twice in a local job of up to 8), so some members miss
+// some joins; they are the ones that ask, c.quiet after the last join they
+// heard of, instead of a second after their own join.
 func (c *Cluster) gossipProgress(f *formation, missing int) {
 	arrived := f.missing >= 0 && missing < f.missing
 	f.missing = missing

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -63,7 +63,7 @@ func newSockets(host string, port int, log *slog.Logger) (*sockets, error) {
 			go s.readPackets()
 			return s, nil
 		}
-		if !strings.Contains(err.Error(), "address already in use") {
+		if !errors.Is(err, syscall.EADDRINUSE) {
 			break
 		}
 	}

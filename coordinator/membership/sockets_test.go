@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,15 +118,21 @@ func TestSocketsBindErrors(t *testing.T) {
 	}
 }
 
-// TestSocketsShutdownWithPacketsWaiting: Shutdown returns though nobody
-// takes the packet the read loop holds, and a second call returns too.
-func TestSocketsShutdownWithPacketsWaiting(t *testing.T) {
+// TestSocketsShutdownWithHandOffsWaiting: Shutdown returns while both
+// loops hold something memberlist has not taken (a packet, a connection),
+// and a second call returns too.
+func TestSocketsShutdownWithHandOffsWaiting(t *testing.T) {
 	a, b := testSockets(t), testSockets(t)
-	for range 3 {
-		if _, err := a.WriteTo([]byte("ping"), b.addr()); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := a.WriteTo([]byte("ping"), b.addr()); err != nil {
+		t.Fatal(err)
 	}
+	c, err := a.DialTimeout(b.addr(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitHandOff(t, "(*sockets).readPackets")
+	waitHandOff(t, "(*sockets).accept")
 	done := make(chan struct{})
 	go func() {
 		_ = b.Shutdown()
@@ -140,4 +147,22 @@ func TestSocketsShutdownWithPacketsWaiting(t *testing.T) {
 	if _, err := b.WriteTo([]byte("x"), a.addr()); err == nil {
 		t.Error("wrote on a shut socket")
 	}
+}
+
+// waitHandOff waits until a goroutine running loop (a sockets method) is
+// blocked handing memberlist a packet or connection (in its select, or a
+// bare channel send).
+func waitHandOff(t *testing.T, loop string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	eventually(t, 30*time.Second, loop+" never held a hand-off", func() bool {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			head, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(g, loop) && (strings.Contains(head, "[select") || strings.Contains(head, "[chan send")) {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -46,9 +47,18 @@ func (g *gen) portable(recs []record) error {
 		ms[k][build] = append(ms[k][build], m)
 	}
 	keys := make([]portKey, 0, len(ms))
-	for k := range ms {
+	var oneBuild []string
+	for k, b := range ms {
+		if len(b["native"]) == 0 || len(b["purego"]) == 0 {
+			oneBuild = append(oneBuild, fmt.Sprintf("%s batch %d", k.mode, k.batch))
+			continue
+		}
 		keys = append(keys, k)
 	}
+	if len(keys) == 0 {
+		return fmt.Errorf("portable: no case has lines of both builds (native and purego)")
+	}
+	sort.Strings(oneBuild)
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].batch != keys[j].batch {
 			return keys[i].batch < keys[j].batch
@@ -67,6 +77,9 @@ func (g *gen) portable(recs []record) error {
 		g.p("| %s | %d | %s | %s | %s | %s |\n", k.mode, k.batch, joinNums(nat, "%.3f"), joinNums(pg, "%.3f"), fmtRatio(median(pg)/median(nat)), target)
 	}
 	g.p("\n")
+	if len(oneBuild) > 0 {
+		g.p("Left out, measured on one build only: %s.\n\n", strings.Join(oneBuild, ", "))
+	}
 	if err := g.portablePlot(keys, ms); err != nil {
 		return err
 	}

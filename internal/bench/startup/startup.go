@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/coordinator/launch"
@@ -45,6 +46,13 @@ func (o Options) Validate() error {
 	for _, n := range o.NProc {
 		if n < 1 || n > launch.MaxProcs {
 			return fmt.Errorf("--nproc: %d is outside 1..%d", n, launch.MaxProcs)
+		}
+	}
+	for _, a := range o.Args {
+		for _, own := range []string{"--nproc", "--job", "--ready-file"} {
+			if a == own || strings.HasPrefix(a, own+"=") {
+				return fmt.Errorf("launch flags: %s is the bench's own; leave it out", own)
+			}
 		}
 	}
 	switch {

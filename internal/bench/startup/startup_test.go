@@ -65,6 +65,8 @@ func TestValidate(t *testing.T) {
 		{Options{NProc: []int{2, 0}, Runs: 1, Timeout: time.Minute}, "--nproc"},
 		{Options{NProc: []int{2}, Runs: 101, Timeout: time.Minute}, "--runs"},
 		{Options{NProc: []int{2}, Runs: 1}, "--timeout"},
+		{Options{NProc: []int{2}, Runs: 1, Timeout: time.Minute, Args: []string{"--vocab", "64", "--nproc=4"}}, "--nproc is the bench's own"},
+		{Options{NProc: []int{2}, Runs: 1, Timeout: time.Minute, Args: []string{"--ready-file", "x"}}, "--ready-file"},
 	} {
 		if err := tc.o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.o, err, tc.flag)

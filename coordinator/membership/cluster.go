@@ -91,7 +91,7 @@ type Cluster struct {
 
 	name  string        // this member's unique name
 	addr  string        // host:port peers reach this member at
-	quiet time.Duration // see formation.quiet
+	quiet time.Duration // the wait for gossip before a state exchange (gossipProgress)
 
 	mu         sync.Mutex
 	alive      map[string]Member // live members by name, kept by the delegate

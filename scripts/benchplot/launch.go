@@ -14,11 +14,10 @@ import (
 // The launch bench (tpcoord bench launch, launch.jsonl): one line per world
 // size, with every run's time from launch's start to its ready file.
 
+// launchRun is one run of a line; the table shows each run's time to ready
+// beside the line's medians.
 type launchRun struct {
-	ReadyS        float64 `json:"ready_s"`
-	CPUS          float64 `json:"cpu_s"`
-	FaultsPerProc float64 `json:"faults_per_proc"`
-	Load1         float64 `json:"load1_before"`
+	ReadyS float64 `json:"ready_s"`
 }
 
 type launchLine struct {

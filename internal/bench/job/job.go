@@ -61,7 +61,8 @@ type Job struct {
 }
 
 // Start runs `l.Self launch ...` with its flight recorder in l.Dir, waits
-// for its ready file and connects to its NATS server.
+// for its ready file and connects to its NATS server (with l.Plain: only
+// the first two, and launch's own defaults).
 func Start(ctx context.Context, l Launch) (*Job, error) {
 	j := &Job{exited: make(chan struct{}), flightDir: filepath.Join(l.Dir, "flight-"+l.Name)}
 	if err := os.MkdirAll(j.flightDir, 0o755); err != nil {

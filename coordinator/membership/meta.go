@@ -3,6 +3,7 @@ package membership
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // MetaLimit is memberlist's bound on node metadata.
@@ -57,4 +58,49 @@ func decodeMeta(b []byte) (Meta, error) {
 		return m, fmt.Errorf("metadata is not tpcoord's: %w", err)
 	}
 	return m, nil
+}
+
+// metaCache remembers the metadata it has decoded, by its bytes.
+// memberlist hands the alive delegate every alive message it receives,
+// most of them repeats of the same member's gossip (a 64-rank start
+// delivers each member's alive to each rank several times), and a JSON
+// decode for each was a tenth of a rank's start-up CPU. The cache holds at
+// most maxEntries metadata; past that it starts over. A refusal is not
+// cached: bad metadata is decoded again, and its error is the same.
+type metaCache struct {
+	mu         sync.Mutex
+	maxEntries int
+	byBytes    map[string]Meta
+}
+
+func newMetaCache(maxEntries int) *metaCache {
+	return &metaCache{maxEntries: maxEntries, byBytes: map[string]Meta{}}
+}
+
+// decode is decodeMeta(b), from the cache when b was decoded before.
+func (mc *metaCache) decode(b []byte) (Meta, error) {
+	mc.mu.Lock()
+	m, ok := mc.byBytes[string(b)]
+	mc.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	m, err := decodeMeta(b)
+	if err != nil {
+		return m, err
+	}
+	mc.mu.Lock()
+	if len(mc.byBytes) >= mc.maxEntries {
+		clear(mc.byBytes)
+	}
+	mc.byBytes[string(b)] = m
+	mc.mu.Unlock()
+	return m, nil
+}
+
+// metaCacheSize bounds a member's metaCache: each peer's metadata changes
+// a few times in a job's life (epochs, leaving), so four versions a rank,
+// plus some room for members of other jobs that get refused.
+func metaCacheSize(world int) int {
+	return 4*max(world, 1) + 16
 }

@@ -20,7 +20,10 @@ logits rows, one thread, and prints one line per case with the median and
 p90 time of a call. Pool noise (exact rows, or with --noise bound the
 bound rows that portable builds' pools hand out) is pre-filled outside the
 timing, as a warm noise pool would provide it; inline noise is computed by
-the sampler.`,
+the sampler. The modes of one vocab, batch, implementation and noise source
+are timed interleaved (a call of each in turn, over the same logits), so
+that their ratios, plain against greedy for one, are not moved by the
+machine's drift from one case to the next.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {

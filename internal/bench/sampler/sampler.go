@@ -96,77 +96,147 @@ func (o Options) cases() []benchCase {
 }
 
 // Run times every case of o and writes one line per case to stdout, a
-// table or JSON lines.
+// table or JSON lines. The modes of one vocab, batch, implementation and
+// noise source are timed interleaved, a call of each in turn, so that
+// their ratios (plain against greedy) are not moved by the machine's
+// drift between one case and the next.
 func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
 	m := stats.ThisMachine()
-	for _, c := range o.cases() {
+	cs := o.cases()
+	for len(cs) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r := c.run(o.Iters)
-		r.Machine = m
-		if err := printResult(stdout, r, o.JSON); err != nil {
-			return err
+		n := groupLen(cs)
+		for _, r := range runGroup(cs[:n], o.Iters) {
+			r.Machine = m
+			if err := printResult(stdout, r, o.JSON); err != nil {
+				return err
+			}
 		}
+		cs = cs[n:]
 	}
 	return nil
 }
 
-// run times iters calls after one that warms the scratch buffers.
-func (c benchCase) run(iters int) Result {
-	rows, pool := c.rows(iters)
-	cfg := sampler.DefaultConfig()
-	cfg.Vocab, cfg.CheckParams = c.vocab, false
-	var s interface {
-		Sample([]sampler.Row, []sampler.Result)
-	} = sampler.New(cfg)
-	if c.impl == "reference" {
-		s = sampler.NewReference(cfg)
+// groupLen is the number of leading cases of cs that differ only in mode.
+func groupLen(cs []benchCase) int {
+	n := 1
+	for n < len(cs) {
+		a, b := cs[0], cs[n]
+		if a.vocab != b.vocab || a.batch != b.batch || a.impl != b.impl || a.noise != b.noise {
+			break
+		}
+		n++
 	}
-	out := make([]sampler.Result, c.batch)
-	times := make([]time.Duration, 0, iters)
+	return n
+}
+
+// runGroup times iters calls of each case of g (cases that differ only in
+// mode), after one call each that warms the scratch buffers. Iteration
+// it times the modes in turn; each call reads pool rows no other call
+// read before it, as long as the pool (~256 MB) lasts.
+func runGroup(g []benchCase, iters int) []Result {
+	c0 := g[0]
+	pool := c0.poolRows((iters + 1) * len(g))
+	times := make([][]time.Duration, len(g))
+	samplers := make([]interface {
+		Sample([]sampler.Row, []sampler.Result)
+	}, len(g))
+	rows := make([][]sampler.Row, len(g))
+	logits := c0.logits() // shared: each mode finds them as warm as the last left them
+	for m, c := range g {
+		samplers[m], rows[m] = c.newSampler(), c.rows(logits)
+		times[m] = make([]time.Duration, 0, iters)
+	}
+	out := make([]sampler.Result, c0.batch)
 	for it := range iters + 1 {
-		for j := range rows {
-			rows[j].NoiseRow = uint64(it)
-			if pool != nil { // pool row i is (key i%batch+1, row i/batch)
-				i := (it*c.batch + j) % len(pool)
-				rows[j].Noise, rows[j].NoiseBlockMax = pool[i].values, pool[i].blockMax
-				rows[j].NoiseRow, rows[j].NoiseBound = uint64(i/c.batch), c.noise == "bound"
+		for m := range g {
+			c0.setNoise(rows[m], pool, it, it*len(g)+m)
+			t0 := time.Now()
+			samplers[m].Sample(rows[m], out)
+			if it > 0 {
+				times[m] = append(times[m], time.Since(t0))
 			}
 		}
-		t0 := time.Now()
-		s.Sample(rows, out)
-		if it > 0 {
-			times = append(times, time.Since(t0))
+	}
+	res := make([]Result, len(g))
+	for m, c := range g {
+		res[m] = c.result(times[m])
+	}
+	return res
+}
+
+// newSampler is the case's implementation for its vocab.
+func (c benchCase) newSampler() interface {
+	Sample([]sampler.Row, []sampler.Result)
+} {
+	cfg := sampler.DefaultConfig()
+	cfg.Vocab, cfg.CheckParams = c.vocab, false
+	if c.impl == "reference" {
+		return sampler.NewReference(cfg)
+	}
+	return sampler.New(cfg)
+}
+
+// setNoise points rows at iteration it's noise: the noise row number
+// it, and with pool rows the k-th batch of the pool (pool row i is key
+// i%batch+1, row i/batch), round-robin.
+func (c benchCase) setNoise(rows []sampler.Row, pool []poolRow, it, k int) {
+	for j := range rows {
+		rows[j].NoiseRow = uint64(it)
+		if pool != nil {
+			i := (k*c.batch + j) % len(pool)
+			rows[j].Noise, rows[j].NoiseBlockMax = pool[i].values, pool[i].blockMax
+			rows[j].NoiseRow, rows[j].NoiseBound = uint64(i/c.batch), c.noise == "bound"
 		}
 	}
+}
+
+// result summarizes the case's call times.
+func (c benchCase) result(times []time.Duration) Result {
 	slices.Sort(times)
 	ms := func(q float64) float64 { return float64(stats.Nearest(times, q).Nanoseconds()) / 1e6 }
 	nz := c.noise
 	if c.impl == "reference" {
 		nz = "inline"
 	}
-	return Result{Impl: c.impl, Noise: nz, Mode: c.mode, Vocab: c.vocab, Batch: c.batch, Iters: iters,
+	return Result{Impl: c.impl, Noise: nz, Mode: c.mode, Vocab: c.vocab, Batch: c.batch, Iters: len(times),
 		MedianMS: ms(0.50), P90MS: ms(0.90), P99MS: ms(0.99)}
 }
 
-// rows are the case's batch of synthetic rows and, for the fast sampler
-// with pool noise, its noise rows: filled before timing, one per (row,
-// iteration), as a warm pool hands out distinct rows, and reused
-// round-robin when that would exceed ~256 MB.
-func (c benchCase) rows(iters int) ([]sampler.Row, []poolRow) {
+// logits are the case's batch of synthetic logits rows.
+func (c benchCase) logits() [][]float32 {
+	l := make([][]float32, c.batch)
+	for i := range l {
+		l[i] = sampler.SyntheticLogits(c.vocab, uint64(i))
+	}
+	return l
+}
+
+// rows are the case's batch of rows over logits, with its mode's
+// parameters.
+func (c benchCase) rows(logits [][]float32) []sampler.Row {
 	p, _ := sampler.ModeParams(c.mode) // Validate checked the mode
 	rows := make([]sampler.Row, c.batch)
 	for i := range rows {
-		rows[i] = sampler.Row{Logits: sampler.SyntheticLogits(c.vocab, uint64(i)), Params: &p, EOS: -1, NoiseKey: uint64(i + 1)}
+		rows[i] = sampler.Row{Logits: logits[i], Params: &p, EOS: -1, NoiseKey: uint64(i + 1)}
 	}
+	return rows
+}
+
+// poolRows are, for the fast sampler with pool noise, the noise rows of
+// calls calls (warm-ups included): filled before timing, one per (row,
+// call), as a warm pool hands out distinct rows, and reused round-robin
+// when that would exceed ~256 MB. Nil for inline noise.
+func (c benchCase) poolRows(calls int) []poolRow {
 	if c.noise == "inline" || c.impl != "fast" {
-		return rows, nil
+		return nil
 	}
-	n := min(c.batch*(iters+1), max(c.batch, (256<<20)/(4*c.vocab)))
+	n := min(c.batch*calls, max(c.batch, (256<<20)/(4*c.vocab)))
 	pool := make([]poolRow, n/c.batch*c.batch) // whole batches: row i is (key i%batch+1, row i/batch)
 	fill := noisepool.FillRow
 	if c.noise == "bound" {
@@ -178,7 +248,7 @@ func (c benchCase) rows(iters int) ([]sampler.Row, []poolRow) {
 		noisepool.FillBlockMax(r.values, r.blockMax)
 		pool[i] = r
 	}
-	return rows, pool
+	return pool
 }
 
 // poolRow is a noise row as the pool hands it out: values and block maxima.

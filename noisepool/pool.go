@@ -155,9 +155,9 @@ func newPool(cfg Config, hooks testHooks) (*Pool, error) {
 		done:        make(chan struct{}),
 		beforeChunk: hooks.beforeChunk,
 	}
-	mem := make([]float32, cfg.Rows*cfg.Vocab)
+	mem := rowMemory(cfg.Rows * cfg.Vocab)
 	nb := BlockCount(cfg.Vocab)
-	bmem := make([]float32, cfg.Rows*nb)
+	bmem := rowMemory(cfg.Rows * nb)
 	for i := range p.slots {
 		p.slots[i].buf = mem[i*cfg.Vocab : (i+1)*cfg.Vocab : (i+1)*cfg.Vocab]
 		p.slots[i].bmax = bmem[i*nb : (i+1)*nb : (i+1)*nb]

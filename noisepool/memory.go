@@ -1,0 +1,27 @@
+package noisepool
+
+import "os"
+
+// rowMemory returns n zeroed float32s for a pool's rows, every page of
+// them already mapped. Fresh memory is mapped on its first write, a page
+// fault per page: 12,544 of them for the default pool's 51 MB. When rank
+// 0's first steps filled slots never used before, each row cost its
+// producer about a millisecond of faults (11 µs each on a VM) instead of
+// 45 µs, the producers fell behind and those steps made rows inline.
+// rowMemory takes the faults once, when the pool is made.
+//
+// Asking for transparent huge pages (madvise) instead was measured and not
+// kept: on a VM it made rank 0's sampling slower (docs/benchmarks-noise.md).
+func rowMemory(n int) []float32 {
+	mem := make([]float32, n)
+	touchPages(mem)
+	return mem
+}
+
+// touchPages writes one zero into each page of mem, which maps it.
+func touchPages(mem []float32) {
+	step := max(os.Getpagesize()/4, 1)
+	for i := 0; i < len(mem); i += step {
+		mem[i] = 0
+	}
+}

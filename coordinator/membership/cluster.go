@@ -176,7 +176,6 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		// instead of the few that fit in 1400 bytes. At 64 ranks each
 		// rank has 63 joins to pass on, and a start waited on them.
 		mc.UDPBufferSize = localPacketSize
-		mc.RetransmitMult = localRetransmitMult
 	}
 	if cfg.ProbeInterval > 0 {
 		mc.ProbeInterval = cfg.ProbeInterval
@@ -378,16 +377,6 @@ const (
 // bytes, and sockets reads up to maxPacket. It leaves room for the
 // encryption's overhead.
 const localPacketSize = 60000
-
-// localRetransmitMult is memberlist's RetransmitMult on one host: each
-// member passes each update on to 4·log10(n+1) others, not 2·log10(n+1).
-// With 2, a 64-rank start left each update unheard by about 1 in 50
-// members (a push gossip of fan-out f misses a fraction e^-f), so most
-// members missed one of the 63 joins and waited for a state exchange.
-// With 4 (fan-out 8) the fraction is e^-8, about 1 in 3000. Packets are
-// large on one host (localPacketSize), so this adds bytes to the same
-// packets, not packets.
-const localRetransmitMult = 4
 
 // gossipProgress times the next state exchange from the last missing rank
 // that gossip brought: once the member has joined, each rank that arrives

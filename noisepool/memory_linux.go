@@ -8,19 +8,19 @@ import (
 )
 
 // populate maps the pages of mem writable, without changing its contents,
-// in one system call; it reports whether the kernel did. The partial page
-// at its start, if any, is left to touchPages' caller: madvise wants a
-// page-aligned start, and the first write maps that one page.
-func populate(mem []float32) bool {
-	if len(mem) == 0 {
-		return true
-	}
+// in one system call. A partial page at its start, which madvise cannot
+// be given, is mapped on its first write. Kernels before 5.14 refuse
+// (EINVAL).
+func populate(mem []float32) error {
 	page := uintptr(os.Getpagesize())
+	if len(mem) == 0 {
+		return nil
+	}
 	skip := int((page - uintptr(unsafe.Pointer(&mem[0]))%page) % page / 4)
 	if skip >= len(mem) {
-		return false
+		return nil // no whole page
 	}
 	mem = mem[skip:]
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&mem[0])), len(mem)*4)
-	return unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil
+	return unix.Madvise(b, unix.MADV_POPULATE_WRITE)
 }

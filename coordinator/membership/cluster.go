@@ -171,11 +171,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		// on few cores spent a tenth of its start-up CPU on it. Members
 		// decode compressed messages whatever their own setting.
 		mc.EnableCompression = false
-		// All members share a host, where a datagram is not bound by
-		// an Ethernet MTU: a gossip packet carries every queued update
-		// instead of the few that fit in 1400 bytes. At 64 ranks each
-		// rank has 63 joins to pass on, and a start waited on them.
-		mc.UDPBufferSize = localPacketSize
+		mc.UDPBufferSize = packetSize(cfg.Meta.World, mc.UDPBufferSize)
 	}
 	if cfg.ProbeInterval > 0 {
 		mc.ProbeInterval = cfg.ProbeInterval
@@ -372,11 +368,33 @@ const (
 	maxQuiet          = time.Second
 )
 
-// localPacketSize is memberlist's packet size when every member is on this
-// host (Config.Local): loopback carries a UDP datagram of up to 65507
-// bytes, and sockets reads up to maxPacket. It leaves room for the
-// encryption's overhead.
-const localPacketSize = 60000
+// packetSize is memberlist's UDPBufferSize for a world of members all on
+// this host (Config.Local), given memberlist's default def. A datagram
+// there is not bound by an Ethernet MTU, so a gossip packet can carry
+// every queued update instead of the few that fit in 1400 bytes: at 64
+// ranks each rank has 63 joins to pass on, and a start waited on them.
+//
+// memberlist subtracts its label and encryption overheads from the size;
+// what it adds beyond (a 5-byte checksum header, a 2-byte length) stays
+// far within loopback's 65507-byte datagram and sockets' maxPacket. It
+// also piggybacks queued updates on each ping, ack and nack, as a compound
+// message whose count is one byte: with at most one queued update per
+// member, a world of more than maxCompoundWorld could overflow it in a
+// large packet, so such worlds keep def.
+func packetSize(world, def int) int {
+	if world > maxCompoundWorld {
+		return def
+	}
+	return localPacketSize
+}
+
+// localPacketSize is packetSize's large packet; maxCompoundWorld the
+// largest world that gets it (updates of the other members, this one's,
+// and the ping itself stay within a compound message's 255 parts).
+const (
+	localPacketSize  = 60000
+	maxCompoundWorld = 250
+)
 
 // gossipProgress times the next state exchange from the last missing rank
 // that gossip brought: once the member has joined, each rank that arrives

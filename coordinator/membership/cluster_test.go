@@ -563,3 +563,32 @@ func TestLocalGossipUncompressed(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalPacketSize: a --local member of a world up to maxCompoundWorld
+// gossips in large packets, a larger world or a LAN member keeps
+// memberlist's size; and a large packet, with everything memberlist may
+// put around it, fits a loopback datagram and sockets' read buffer.
+func TestLocalPacketSize(t *testing.T) {
+	def := memberlist.DefaultLocalConfig().UDPBufferSize
+	for _, c := range []struct {
+		local bool
+		world int
+		want  int
+	}{{true, 64, localPacketSize}, {true, maxCompoundWorld, localPacketSize}, {true, maxCompoundWorld + 1, def}, {false, 64, memberlist.DefaultLANConfig().UDPBufferSize}} {
+		cl := &Cluster{cfg: Config{Meta: Meta{Job: testJob, World: c.world}, Bind: "127.0.0.1:0", Local: c.local}}
+		mc, err := cl.memberlistConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mc.UDPBufferSize != c.want {
+			t.Errorf("Local %v, world %d: UDPBufferSize %d, want %d", c.local, c.world, mc.UDPBufferSize, c.want)
+		}
+	}
+	// Beyond the size: a checksum header (5 bytes) and a length (2), a
+	// label of up to 255 bytes with its 2-byte header, and encryption's
+	// version, nonce, tag and padding (at most 45 bytes).
+	const around = 5 + 2 + 2 + 255 + 45
+	if localPacketSize+around > min(65507, maxPacket) {
+		t.Fatalf("a %d-byte packet can reach %d bytes, over the datagram limit %d", localPacketSize, localPacketSize+around, min(65507, maxPacket))
+	}
+}

@@ -65,8 +65,9 @@ func decodeMeta(b []byte) (Meta, error) {
 // most of them repeats of the same member's gossip (a 64-rank start
 // delivers each member's alive to each rank several times), and a JSON
 // decode for each was a tenth of a rank's start-up CPU. The cache holds at
-// most maxEntries metadata; past that it starts over. A refusal is not
-// cached: bad metadata is decoded again, and its error is the same.
+// most maxEntries metadata of at most MetaLimit bytes each (memberlist does
+// not bound what peers send); past that it starts over. Metadata that does
+// not decode, or is longer, is not cached: it is decoded again each time.
 type metaCache struct {
 	mu         sync.Mutex
 	maxEntries int
@@ -86,7 +87,7 @@ func (mc *metaCache) decode(b []byte) (Meta, error) {
 		return m, nil
 	}
 	m, err := decodeMeta(b)
-	if err != nil {
+	if err != nil || len(b) > MetaLimit {
 		return m, err
 	}
 	mc.mu.Lock()

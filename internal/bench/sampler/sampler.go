@@ -138,7 +138,8 @@ func groupLen(cs []benchCase) int {
 // runGroup times iters calls of each case of g (cases that differ only in
 // mode), after one call each that warms the scratch buffers. Iteration
 // it times the modes in turn; each call reads pool rows no other call
-// read before it, as long as the pool (~256 MB) lasts.
+// read before it until the pool (~256 MB) wraps, and after that rows read
+// some 250 MB of other rows ago.
 func runGroup(g []benchCase, iters int) []Result {
 	c0 := g[0]
 	pool := c0.poolRows((iters + 1) * len(g))
@@ -155,7 +156,7 @@ func runGroup(g []benchCase, iters int) []Result {
 	out := make([]sampler.Result, c0.batch)
 	for it := range iters + 1 {
 		for m := range g {
-			c0.setNoise(rows[m], pool, it, it*len(g)+m)
+			c0.setNoise(rows[m], pool, it, callIndex(it, m, len(g)))
 			t0 := time.Now()
 			samplers[m].Sample(rows[m], out)
 			if it > 0 {
@@ -169,6 +170,10 @@ func runGroup(g []benchCase, iters int) []Result {
 	}
 	return res
 }
+
+// callIndex numbers the calls of a group of modes: iteration it's call of
+// mode m. Call k reads the pool's k-th batch of rows (setNoise).
+func callIndex(it, m, modes int) int { return it*modes + m }
 
 // newSampler is the case's implementation for its vocab.
 func (c benchCase) newSampler() interface {

@@ -81,7 +81,7 @@ func TestRunGroupInterleaves(t *testing.T) {
 	rows := g[0].rows(g[0].logits())
 	for it := range iters + 1 {
 		for m := range g {
-			g[0].setNoise(rows, pool, it, it*len(g)+m)
+			g[0].setNoise(rows, pool, it, callIndex(it, m, len(g)))
 			for _, r := range rows {
 				if seen[&r.Noise[0]] {
 					t.Fatalf("iteration %d, mode %d: a pool row read twice", it, m)

@@ -64,7 +64,7 @@ func decodeMeta(b []byte) (Meta, error) {
 // memberlist hands the alive delegate every alive message it receives,
 // most of them repeats of the same member's gossip (a 64-rank start
 // delivers each member's alive to each rank several times), and a JSON
-// decode for each was a tenth of a rank's start-up CPU. The cache holds at
+// decode for each took 3% of a 64-rank start's samples. The cache holds at
 // most maxEntries metadata of at most MetaLimit bytes each (memberlist does
 // not bound what peers send); past that it starts over. Metadata that does
 // not decode, or is longer, is not cached: it is decoded again each time.

@@ -144,9 +144,7 @@ func runGroup(g []benchCase, iters int) []Result {
 	c0 := g[0]
 	pool := c0.poolRows((iters + 1) * len(g))
 	times := make([][]time.Duration, len(g))
-	samplers := make([]interface {
-		Sample([]sampler.Row, []sampler.Result)
-	}, len(g))
+	samplers := make([]batchSampler, len(g))
 	rows := make([][]sampler.Row, len(g))
 	logits := c0.logits() // shared: each mode finds them as warm as the last left them
 	for m, c := range g {
@@ -175,10 +173,13 @@ func runGroup(g []benchCase, iters int) []Result {
 // mode m. Call k reads the pool's k-th batch of rows (setNoise).
 func callIndex(it, m, modes int) int { return it*modes + m }
 
-// newSampler is the case's implementation for its vocab.
-func (c benchCase) newSampler() interface {
+// batchSampler is what Sampler and Reference have in common.
+type batchSampler interface {
 	Sample([]sampler.Row, []sampler.Result)
-} {
+}
+
+// newSampler is the case's implementation for its vocab.
+func (c benchCase) newSampler() batchSampler {
 	cfg := sampler.DefaultConfig()
 	cfg.Vocab, cfg.CheckParams = c.vocab, false
 	if c.impl == "reference" {

@@ -9,8 +9,8 @@ package noisepool
 // rows inline. On Linux 5.14 and later one madvise(MADV_POPULATE_WRITE)
 // maps them when the pool is made (12 ms for 51 MB on that VM). Elsewhere
 // the pages are mapped as they are first used, as before: writing a zero
-// into each page instead took 135 ms there, and cost a 64-rank start half
-// a second of CPU.
+// into each page instead took 135 ms there, and cost a 64-rank start
+// 0.24–0.70 s of CPU.
 //
 // Transparent huge pages (MADV_HUGEPAGE) were measured too and not kept:
 // on that VM they made rank 0's sampling slower (docs/benchmarks-noise.md).

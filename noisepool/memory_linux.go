@@ -12,10 +12,10 @@ import (
 // be given, is mapped on its first write. Kernels before 5.14 refuse
 // (EINVAL).
 func populate(mem []float32) error {
-	page := uintptr(os.Getpagesize())
 	if len(mem) == 0 {
 		return nil
 	}
+	page := uintptr(os.Getpagesize())
 	skip := int((page - uintptr(unsafe.Pointer(&mem[0]))%page) % page / 4)
 	if skip >= len(mem) {
 		return nil // no whole page

@@ -5,15 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/freeport"
 )
 
 // jaegerBin finds the Jaeger all-in-one binary: $TPCOORD_JAEGER, else the
@@ -48,15 +52,15 @@ func jaegerBin(t *testing.T) string {
 	return bin
 }
 
-// freePort returns a loopback address with a port that was free a moment ago.
+// freePort returns a loopback address with a port that was free a moment
+// ago, outside the kernel's ephemeral range (see freeport).
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := netListen()
+	p, err := freeport.Pick("127.0.0.1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // startJaeger runs Jaeger v2 (in memory) with its OTLP gRPC and HTTP

@@ -8,23 +8,24 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/coordinator/membership"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 )
 
 // needsMasterPort reports whether this job's executor needs a rendezvous
 // port for collectives of its own: a model worker may run torch.distributed.
 func (c *Config) needsMasterPort() bool { return c.Executor == "worker" }
 
-// pickMasterPort finds a TCP port free on host for rank 0's runtime.
+// pickMasterPort finds a TCP port free on host for rank 0's runtime, which
+// binds it itself when it starts (freeport explains where it is picked).
 func pickMasterPort(host string) (int, error) {
 	if host == "" {
 		host = "0.0.0.0"
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	p, err := freeport.Pick(host, false)
 	if err != nil {
 		return 0, fmt.Errorf("pick a port for the model runtime's rendezvous: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 // epochInfo describes the epoch about to run from the members this agent

@@ -17,6 +17,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
@@ -141,22 +142,14 @@ func Run(ctx context.Context, cfg Config, use func(context.Context, *Job) error)
 var errStopped = errors.New("stopped")
 
 // freePort finds a port free for both TCP and UDP on loopback (memberlist
-// uses both).
+// uses both), outside the range the kernel hands out to the ranks' own
+// port-0 binds (see freeport).
 func freePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
+	p, err := freeport.Pick("127.0.0.1", true)
+	if err != nil {
+		return 0, fmt.Errorf("no free loopback port for memberlist: %w", err)
 	}
-	return 0, fmt.Errorf("no free loopback port for memberlist")
+	return p, nil
 }
 
 // rankMetricsAddr gives rank r its own metrics port: host:(port+r), so one

@@ -4,6 +4,7 @@ batch changes every step."""
 
 import importlib.util
 import os
+import random
 import socket
 
 import numpy as np
@@ -45,9 +46,24 @@ def make_checkpoint(out, **kw):
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port free now, picked at random below the kernel's
+    ephemeral range, where no port-0 bind or connect of the ranks can take
+    it before rank 0's store binds it (tpcoord's internal/freeport does the
+    same); a port the kernel picks if there is no room below the range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 49152
+    ports = [random.randrange(20000, low) for _ in range(64)] if low - 20000 >= 64 else []
+    for port in ports + [0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free loopback port")
 
 
 def _rotate_half(x):

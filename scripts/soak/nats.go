@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 )
 
 // The users of configs/nats/nats-server.conf: rank 0 (the only one that
@@ -107,16 +107,9 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// freePort is a TCP port of the loopback free now (memberlist also uses
-// its UDP twin; a clash shows as a rank that cannot bind).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a loopback port free now for TCP and UDP (memberlist also
+// uses its UDP twin), outside the kernel's ephemeral range (see freeport).
+func freePort() (int, error) { return freeport.Pick("127.0.0.1", true) }
 
 // clientBus is a client connection that is made again if nats.go gave up
 // on it (a server down for longer than its reconnect attempts).

@@ -61,17 +61,23 @@ log() { printf '[bench.sh %4ds] %s\n' "$(( $(date +%s) - start ))" "$*" >&2; }
 
 bin=$(mktemp -d -t tpc-bench-bin.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-log "building tpcoord and benchplot"
-go build -o "$bin/tpcoord" ./cmd/tpcoord
+# tpcoord is built as scripts/package.sh builds it (CGO_ENABLED=0,
+# -trimpath): the binary operators run. A cgo build of this code links
+# libc for net and os/user only, and each rank it starts costs more CPU:
+# a 64-rank launch was ready about 0.3 s later (docs/benchmarks.md).
+shipped() { CGO_ENABLED=0 go build -trimpath "$@"; }
+log "building tpcoord (as packaged: CGO_ENABLED=0, -trimpath) and benchplot"
+shipped -o "$bin/tpcoord" ./cmd/tpcoord
 go build -o "$bin/benchplot" ./scripts/benchplot
 tpc=$bin/tpcoord
 log "building the portable tpcoord (-tags purego: the Go path s390x and ppc64le run)"
-go build -tags purego -o "$bin/tpcoord-purego" ./cmd/tpcoord
+shipped -tags purego -o "$bin/tpcoord-purego" ./cmd/tpcoord
 # build EXE: the binary of a build ("native" is the one under test).
 exe_of() { if [ "$1" = purego ]; then echo "$bin/tpcoord-purego"; else echo "$tpc"; fi; }
 
 : >"$out/commands.txt"
-printf 'build\tgo build -tags purego -o tpcoord-purego ./cmd/tpcoord\n' >>"$out/commands.txt"
+printf 'build\tCGO_ENABLED=0 go build -trimpath -o tpcoord ./cmd/tpcoord\n' >>"$out/commands.txt"
+printf 'build\tCGO_ENABLED=0 go build -trimpath -tags purego -o tpcoord-purego ./cmd/tpcoord\n' >>"$out/commands.txt"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "kernel: $(uname -sr)"

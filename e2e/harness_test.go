@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,10 +218,6 @@ func (j *job) status() ([]rankStatus, error) {
 	}
 	return s.Ranks, nil
 }
-
-type netTCPAddr = net.TCPAddr
-
-func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 )
 
 // TestGarbageAndReplayFlood floods the step subject with 10,000 garbage,
@@ -266,14 +267,27 @@ func TestNATSServerRestart(t *testing.T) {
 	}
 }
 
+// freeTCPPort is a loopback port free now for a server started later,
+// outside the kernel's ephemeral range, where the job's own port-0 binds
+// and connects could take it first (see freeport).
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
-	l, err := netListen()
+	p, err := freeport.Pick("127.0.0.1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*netTCPAddr).Port
+	return p
+}
+
+// freeMemberPort is freeTCPPort for a member's memberlist, which binds
+// the port for both TCP and UDP.
+func freeMemberPort(t *testing.T) int {
+	t.Helper()
+	p, err := freeport.Pick("127.0.0.1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestForgedStepWhileIdle: in a job without a key (agents started by

@@ -52,15 +52,19 @@ func jaegerBin(t *testing.T) string {
 	return bin
 }
 
-// freePort returns a loopback address with a port that was free a moment
-// ago, outside the kernel's ephemeral range (see freeport).
-func freePort(t *testing.T) string {
+// freePorts returns n loopback addresses with distinct ports free a
+// moment ago, outside the kernel's ephemeral range (see freeport).
+func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	p, err := freeport.Pick("127.0.0.1", false)
+	ports, err := freeport.PickN("127.0.0.1", false, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	}
+	return addrs
 }
 
 // startJaeger runs Jaeger v2 (in memory) with its OTLP gRPC and HTTP
@@ -68,7 +72,8 @@ func freePort(t *testing.T) string {
 func startJaeger(t *testing.T) (otlpGRPC, otlpHTTP, query string) {
 	t.Helper()
 	bin := jaegerBin(t)
-	otlpGRPC, otlpHTTP, query, queryGRPC := freePort(t), freePort(t), freePort(t), freePort(t)
+	addrs := freePorts(t, 4)
+	otlpGRPC, otlpHTTP, query, queryGRPC := addrs[0], addrs[1], addrs[2], addrs[3]
 	config := jaegerConfig(query, queryGRPC, otlpGRPC, otlpHTTP)
 	path := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {

@@ -226,7 +226,7 @@ func TestNATSAuthPermissions(t *testing.T) {
 // as its own NATS user.
 func startAuthAgents(t *testing.T, srv *authServer, extra ...string) []*agent {
 	t.Helper()
-	memberPort := freeTCPPort(t)
+	memberPort := freeMemberPort(t)
 	return []*agent{startAuthAgent(t, srv, memberPort, 0, extra...), startAuthAgent(t, srv, memberPort, 1, extra...)}
 }
 
@@ -251,7 +251,7 @@ func startAuthAgent(t *testing.T, srv *authServer, memberPort, rank int, extra .
 // that it waits forever (the soak run of docs/reliability.md found it).
 func TestNATSAuthWaitReforms(t *testing.T) {
 	srv := startAuthNATSServer(t)
-	memberPort := freeTCPPort(t)
+	memberPort := freeMemberPort(t)
 	wait := []string{"--on-peer-loss", "wait"}
 	agents := []*agent{startAuthAgent(t, srv, memberPort, 0, wait...), startAuthAgent(t, srv, memberPort, 1, wait...)}
 	authLockstep(t, srv, agents, "both ranks running")

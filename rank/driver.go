@@ -439,42 +439,33 @@ type Control struct {
 
 type control = Control
 
+// subscribe subscribes this rank's handlers. Status comes last: a rank
+// that answers status has every other subscription live (the transport
+// keeps a connection's subscriptions in order), so a client that saw rank
+// 0 serving finds its generate subject answered.
 func (d *Driver) subscribe() ([]func() error, error) {
+	type handler struct {
+		subject string
+		fn      func(*broadcast.Msg)
+	}
+	var hs []handler
+	if d.cfg.Rank == 0 {
+		hs = []handler{{d.subj.Heartbeats(), d.onHeartbeat}, {d.subj.Generate(), d.onGenerate},
+			{d.subj.Replay(), d.onReplay}, {d.subj.Client(), d.onClient}}
+	} else {
+		hs = []handler{{d.subj.Step(), d.onStep}, {d.subj.Heartbeat(0), d.onLeaderHeartbeat}}
+	}
+	// A supervisor (launch) reports ranks it saw die.
+	hs = append(hs, handler{d.subj.Control(), d.onControl}, handler{d.subj.Status(), d.onStatus})
 	var unsubs []func() error
-	sub := func(subject string, fn func(*broadcast.Msg)) error {
-		u, err := d.tr.Subscribe(subject, fn)
+	for _, h := range hs {
+		u, err := d.tr.Subscribe(h.subject, h.fn)
 		if err != nil {
-			return err
+			return unsubs, err
 		}
 		unsubs = append(unsubs, u)
-		return nil
 	}
-	if err := sub(d.subj.Status(), d.onStatus); err != nil {
-		return unsubs, err
-	}
-	if d.cfg.Rank == 0 {
-		if err := sub(d.subj.Heartbeats(), d.onHeartbeat); err != nil {
-			return unsubs, err
-		}
-		if err := sub(d.subj.Generate(), d.onGenerate); err != nil {
-			return unsubs, err
-		}
-		if err := sub(d.subj.Replay(), d.onReplay); err != nil {
-			return unsubs, err
-		}
-		if err := sub(d.subj.Client(), d.onClient); err != nil {
-			return unsubs, err
-		}
-		// A supervisor (launch) reports ranks it saw die.
-		return unsubs, sub(d.subj.Control(), d.onControl)
-	}
-	if err := sub(d.subj.Step(), d.onStep); err != nil {
-		return unsubs, err
-	}
-	if err := sub(d.subj.Heartbeat(0), d.onLeaderHeartbeat); err != nil {
-		return unsubs, err
-	}
-	return unsubs, sub(d.subj.Control(), d.onControl)
+	return unsubs, nil
 }
 
 // Handlers run on the transport's delivery goroutine: they decode, hand

@@ -961,3 +961,47 @@ func TestDriverBatchEpoch(t *testing.T) {
 		rec.mu.Unlock()
 	}
 }
+
+// subscribeLog records the subjects subscribed on the connection it wraps,
+// in order.
+type subscribeLog struct {
+	broadcast.Transport
+	mu       sync.Mutex
+	subjects []string
+}
+
+func (s *subscribeLog) Subscribe(subject string, fn func(*broadcast.Msg)) (func() error, error) {
+	s.mu.Lock()
+	s.subjects = append(s.subjects, subject)
+	s.mu.Unlock()
+	return s.Transport.Subscribe(subject, fn)
+}
+
+// TestDriverSubscribesStatusLast: a rank that answers status has every
+// other subscription live, so a client that saw rank 0 serving is never
+// told that no rank 0 serves the job (a test once was, under load).
+func TestDriverSubscribesStatusLast(t *testing.T) {
+	hub := broadcast.NewHub()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := []*subscribeLog{{Transport: hub.Connect()}, {Transport: hub.Connect()}}
+	for r, l := range logs {
+		ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: r == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runRank(t, ctx, l, driverConfig(r, 2), ex)
+	}
+	waitServing(t, hub.Connect(), 2)
+	for r, l := range logs {
+		l.mu.Lock()
+		subjects := slices.Clone(l.subjects)
+		l.mu.Unlock()
+		if len(subjects) < 3 || subjects[len(subjects)-1] != drvSubj.Status() {
+			t.Errorf("rank %d subscribed %v, want status last", r, subjects)
+		}
+		if r == 0 && !slices.Contains(subjects, drvSubj.Generate()) {
+			t.Errorf("rank 0 subscribed %v, without generate", subjects)
+		}
+	}
+}

@@ -3,13 +3,13 @@ package rank
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -34,8 +34,13 @@ func startNATS(t *testing.T, port int) *server.Server {
 // as lost. (The request may still fail for another reason, such as replies
 // published while the client was away; only a false "lost" fails the test.)
 func TestGenerateAcrossNATSRestart(t *testing.T) {
-	s := startNATS(t, server.RANDOM_PORT)
-	port := s.Addr().(*net.TCPAddr).Port
+	// A port outside the kernel's ephemeral range: the clients' reconnects
+	// during the outage must not take it (see freeport).
+	port, err := freeport.Pick("127.0.0.1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startNATS(t, port)
 	cfg := natsbus.DefaultConfig()
 	cfg.URL = "nats://" + s.Addr().String()
 	rank0, err := natsbus.Connect(cfg)

@@ -64,7 +64,7 @@ trap 'rm -rf "$bin"' EXIT
 # tpcoord is built as scripts/package.sh builds it (CGO_ENABLED=0,
 # -trimpath): the binary operators run. A cgo build of this code links
 # libc for net and os/user only, and each rank it starts costs more CPU:
-# a 64-rank launch was ready about 0.3 s later (docs/benchmarks.md).
+# a 64-rank launch was ready 0.1-0.8 s later (docs/benchmarks.md).
 shipped() { CGO_ENABLED=0 go build -trimpath "$@"; }
 log "building tpcoord (as packaged: CGO_ENABLED=0, -trimpath) and benchplot"
 shipped -o "$bin/tpcoord" ./cmd/tpcoord

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -47,6 +46,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 import vllm_sampler_bench as vllm  # noqa: E402
+import testlib  # noqa: E402
 import worker  # noqa: E402
 from config import ModelConfig  # noqa: E402
 from runtime import Runtime  # noqa: E402
@@ -136,12 +136,6 @@ def run_rank(rank, world, port, opts, outdir):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def median_ms(values):
     return round(statistics.median(values) * 1000, 3) if values else 0.0
 
@@ -205,7 +199,7 @@ def main(argv):
         print("torch_tp_loop: TP %d: batch %d x %d tokens ..." % (world, args.batch, args.tokens),
               file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="torch-tp-loop-") as outdir:
-            mp.spawn(run_rank, args=(world, free_port(), opts, outdir), nprocs=world, join=True)
+            mp.spawn(run_rank, args=(world, testlib.free_port(), opts, outdir), nprocs=world, join=True)
             with open(os.path.join(outdir, "result.json")) as f:
                 res = json.load(f)
         line = result_line(world, opts, res)

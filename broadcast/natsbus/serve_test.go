@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 )
 
 func serve(t *testing.T, rawURL string) *Server {
@@ -149,12 +151,13 @@ func TestWriteThroughLeavesNothingBuffered(t *testing.T) {
 // ConnectWait keeps trying while nothing listens, connects once a server
 // starts there, and gives up with a clear error at its deadline.
 func TestConnectWait(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Outside the kernel's ephemeral range, so that no connect's source
+	// port (the test's own dials included) takes it (see freeport).
+	port, err := freeport.Pick("127.0.0.1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	if _, err := ConnectWait(context.Background(), Config{URL: "nats://tok@" + addr}, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no NATS server answered within 300ms") {
 		t.Fatalf("nothing listening: err = %v", err)
 	}

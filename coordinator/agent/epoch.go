@@ -15,13 +15,11 @@ import (
 // port for collectives of its own: a model worker may run torch.distributed.
 func (c *Config) needsMasterPort() bool { return c.Executor == "worker" }
 
-// pickMasterPort finds a TCP port free on host for rank 0's runtime, which
-// binds it itself when it starts (freeport explains where it is picked).
-func pickMasterPort(host string) (int, error) {
-	if host == "" {
-		host = "0.0.0.0"
-	}
-	p, err := freeport.Pick(host, false)
+// pickMasterPort finds a TCP port, none of avoid, free on every interface
+// for rank 0's runtime, which binds it itself when it starts (freeport
+// says where it is picked; torch's store listens on every interface).
+func pickMasterPort(avoid ...int) (int, error) {
+	p, err := freeport.Pick("", false, avoid...)
 	if err != nil {
 		return 0, fmt.Errorf("pick a port for the model runtime's rendezvous: %w", err)
 	}

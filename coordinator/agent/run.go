@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,7 +135,9 @@ func (r *run) startMember() error {
 	}
 	masterPort := 0
 	if cfg.Rank == 0 && cfg.needsMasterPort() {
-		if masterPort, err = pickMasterPort(r.bindHost()); err != nil {
+		// Not the member's own port: launch picked it from the same range,
+		// and it is bound only below.
+		if masterPort, err = pickMasterPort(r.bindPort()); err != nil {
 			return err
 		}
 	}
@@ -167,10 +170,11 @@ func (r *run) rendezvous(ctx context.Context) ([]membership.Member, error) {
 	return r.cl.Rendezvous(rctx)
 }
 
-// bindHost is the host part of Config.Bind ("" if it has none).
-func (r *run) bindHost() string {
-	host, _, _ := net.SplitHostPort(r.a.cfg.Bind)
-	return host
+// bindPort is the port of the member's bind address (0: any).
+func (r *run) bindPort() int {
+	_, port, _ := net.SplitHostPort(r.a.cfg.Bind)
+	p, _ := strconv.Atoi(port)
+	return p
 }
 
 // sampling builds the picker of a rank that samples, with its noise pool.

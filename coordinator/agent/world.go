@@ -246,7 +246,7 @@ func (w *world) reform(ctx context.Context) error {
 		w.epoch++
 		port := 0
 		if cfg.needsMasterPort() {
-			if port, err = pickMasterPort(w.r.bindHost()); err != nil {
+			if port, err = pickMasterPort(); err != nil {
 				return err
 			}
 		}

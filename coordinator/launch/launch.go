@@ -141,13 +141,13 @@ func Run(ctx context.Context, cfg Config, use func(context.Context, *Job) error)
 // asked to stop (a signal, or the caller's use returned nil).
 var errStopped = errors.New("stopped")
 
-// freePort finds a port free for both TCP and UDP on loopback (memberlist
-// uses both), outside the range the kernel hands out to the ranks' own
-// port-0 binds (see freeport).
-func freePort() (int, error) {
-	p, err := freeport.Pick("127.0.0.1", true)
+// freePort finds a loopback port for what, free for TCP (and UDP if udp:
+// memberlist binds both), none of avoid, outside the range the kernel
+// hands out to the ranks' own port-0 binds (see freeport).
+func freePort(what string, udp bool, avoid ...int) (int, error) {
+	p, err := freeport.Pick("127.0.0.1", udp, avoid...)
 	if err != nil {
-		return 0, fmt.Errorf("no free loopback port for memberlist: %w", err)
+		return 0, fmt.Errorf("no free loopback port for %s: %w", what, err)
 	}
 	return p, nil
 }
@@ -234,5 +234,3 @@ func exitHow(e childExit) string {
 	}
 	return e.err.Error()
 }
-
-func hasPort(url string, port int) bool { return strings.HasSuffix(url, ":"+strconv.Itoa(port)) }

@@ -41,6 +41,7 @@ type Supervisor struct {
 	natsURL   string          // what ranks (and launch) connect with
 	clientURL string          // what clients are given: the ready file's URL
 	serve     bool            // rank 0 hosts the server
+	natsPort  int             // its port, if so
 	children  []*child
 	exits     chan childExit
 	gone      map[int]bool // ranks whose exit was received
@@ -84,10 +85,11 @@ func (s *Supervisor) startNATS() error {
 	s.serve = s.natsURL == "" && s.cfg.NATSInRank0
 	switch {
 	case s.serve:
-		port, err := freePort()
+		port, err := freePort("rank 0's NATS server", false)
 		if err != nil {
 			return err
 		}
+		s.natsPort = port
 		if s.natsURL, s.clientURL, err = natsbus.JobURLs(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 			return err
 		}
@@ -105,10 +107,8 @@ func (s *Supervisor) startNATS() error {
 }
 
 func (s *Supervisor) startRanks() error {
-	port, err := freePort()
-	for err == nil && s.serve && hasPort(s.natsURL, port) {
-		port, err = freePort() // both were free, but only one can be bound
-	}
+	// Not the NATS server's port: rank 0 binds both, and both are free now.
+	port, err := freePort("rank 0's memberlist", true, s.natsPort)
 	if err != nil {
 		return err
 	}

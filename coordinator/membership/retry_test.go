@@ -56,9 +56,12 @@ func TestRetryBacksOff(t *testing.T) {
 		}
 	}
 
-	// From 800 ms the pause is capped at 1 s; Shutdown cuts it short.
+	// From 800 ms the pause is capped at 1 s; Shutdown cuts it short. A
+	// pause run to its end returns 1 s or more after the call began; cut
+	// short, it returns as soon as this test has read the log record.
 	delay = 800 * time.Millisecond
 	stopped := make(chan bool)
+	began := time.Now()
 	go func() { stopped <- s.retry(&delay, "reading", errBoom) }()
 	if got := retryIn(nextRecord(t, h.records)); got != time.Second {
 		t.Fatalf("pause %v, want the 1 s cap", got)
@@ -68,6 +71,9 @@ func TestRetryBacksOff(t *testing.T) {
 	case goOn := <-stopped:
 		if goOn {
 			t.Fatal("retry let a loop go on after Shutdown")
+		}
+		if took := time.Since(began); took >= time.Second {
+			t.Fatalf("retry returned %v after it began: Shutdown did not cut the 1 s pause short", took)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Shutdown did not end the pause")

@@ -7,7 +7,8 @@
 // comes from its ephemeral range, and in a job many processes bind port 0
 // at once: a pick from that range can be taken before its owner binds it.
 // So Pick chooses below the ephemeral range, at random, where only an
-// explicit bind can collide.
+// explicit bind can collide. Where the range leaves no room below it, Pick
+// falls back to a port the kernel picks, and the race is back.
 package freeport
 
 import (
@@ -16,13 +17,20 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
-// Base is the lowest port Pick chooses: above the registered ports most
-// services are configured on.
-const Base = 20000
+// The range Pick chooses from is [Base, min(Top, the ephemeral range's
+// first port)): above the ports most services are configured on, and
+// below Kubernetes' NodePorts (30000–32767), which kube-proxy may redirect
+// on a host whatever is bound there.
+const (
+	Base = 20000
+	Top  = 30000
+)
 
 // tries bounds the random picks before Pick falls back to port 0.
 const tries = 64
@@ -35,48 +43,72 @@ const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 const defaultLow = 49152
 
 // Pick returns a port free on host for TCP, and for UDP too when udp is
-// set (memberlist binds both). It picks at random in [Base, low), low
-// being the start of the ephemeral range; when that range leaves no room
-// below it, or no random pick is free, it takes a port from the kernel
-// (port 0) as the last resort.
-func Pick(host string, udp bool) (int, error) {
-	return pick(host, udp, ephemeralLow(rangeFile))
+// set (memberlist binds both), none of avoid. host "" checks every
+// interface, as a server listening on all of them will bind.
+func Pick(host string, udp bool, avoid ...int) (int, error) {
+	return pick(host, udp, min(Top, ephemeralLow(rangeFile)), avoid, free)
 }
 
-func pick(host string, udp bool, low int) (int, error) {
-	if low-Base >= tries {
+// PickN returns n distinct ports as Pick does.
+func PickN(host string, udp bool, n int) ([]int, error) {
+	var ports []int
+	for range n {
+		p, err := Pick(host, udp, ports...)
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+// checkFunc binds port on host (TCP, and UDP if udp) and releases it.
+type checkFunc func(host string, port int, udp bool) error
+
+// pick chooses at random in [Base, top) with check, or falls back to a
+// kernel-picked port when the range is too small, every random pick is
+// taken, or check fails other than for a port in use (a host that
+// cannot be bound fails the same for every port).
+func pick(host string, udp bool, top int, avoid []int, check checkFunc) (int, error) {
+	if top-Base >= tries {
 		for range tries {
-			p := Base + rand.IntN(low-Base)
-			if free(host, p, udp) {
+			p := Base + rand.IntN(top-Base)
+			if slices.Contains(avoid, p) {
+				continue
+			}
+			err := check(host, p, udp)
+			if err == nil {
 				return p, nil
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) {
+				return 0, fmt.Errorf("pick a free port on %q: %w", host, err)
 			}
 		}
 	}
-	return kernelPort(host, udp)
+	return kernelPort(host, udp, avoid)
 }
 
-// free reports whether port can be bound on host now (TCP, and UDP if
-// udp is set); it binds and releases it.
-func free(host string, port int, udp bool) bool {
+// free binds port on host (TCP, and UDP if udp) and releases it.
+func free(host string, port int, udp bool) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return false
+		return err
 	}
 	defer l.Close()
 	if !udp {
-		return true
+		return nil
 	}
 	u, err := net.ListenPacket("udp", addr)
 	if err != nil {
-		return false
+		return err
 	}
-	u.Close()
-	return true
+	return u.Close()
 }
 
-// kernelPort is a port the kernel picks, free for TCP (and UDP if udp).
-func kernelPort(host string, udp bool) (int, error) {
+// kernelPort is a port the kernel picks, free for TCP (and UDP if udp),
+// none of avoid.
+func kernelPort(host string, udp bool, avoid []int) (int, error) {
 	for range 20 {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
@@ -84,7 +116,7 @@ func kernelPort(host string, udp bool) (int, error) {
 		}
 		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if !udp || free(host, p, true) {
+		if !slices.Contains(avoid, p) && (!udp || free(host, p, true) == nil) {
 			return p, nil
 		}
 	}

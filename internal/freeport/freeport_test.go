@@ -5,87 +5,129 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
 const host = "127.0.0.1"
 
 func TestPickIsBelowTheEphemeralRange(t *testing.T) {
-	low := ephemeralLow(rangeFile)
-	if low-Base < tries {
-		t.Skipf("the ephemeral range starts at %d: no room below it", low)
+	top := min(Top, ephemeralLow(rangeFile))
+	if top-Base < tries {
+		t.Skipf("the ephemeral range starts at %d: no room below it", top)
 	}
 	for range 20 {
 		p, err := Pick(host, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p < Base || p >= low {
-			t.Fatalf("port %d, want one in [%d, %d)", p, Base, low)
+		if p < Base || p >= top {
+			t.Fatalf("port %d, want one in [%d, %d)", p, Base, top)
 		}
 		mustBind(t, p, true) // it is free for both TCP and UDP
 	}
 }
 
-// occupy binds every port in [Base, Base+tries) it can, for TCP or UDP;
-// a port it cannot bind is taken by someone else, which is as good.
-func occupy(t *testing.T, network string) {
-	for p := Base; p < Base+tries; p++ {
-		addr := net.JoinHostPort(host, strconv.Itoa(p))
-		if network == "tcp" {
-			if l, err := net.Listen("tcp", addr); err == nil {
-				t.Cleanup(func() { l.Close() })
-			}
-			continue
-		}
-		if u, err := net.ListenPacket("udp", addr); err == nil {
-			t.Cleanup(func() { u.Close() })
-		}
-	}
+// fakeCheck counts its calls and reports a port in use where inUse says.
+type fakeCheck struct {
+	calls int
+	inUse func(port int) bool
+	err   error // returned for every port if set
 }
+
+func (f *fakeCheck) check(_ string, port int, _ bool) error {
+	f.calls++
+	if f.err != nil {
+		return f.err
+	}
+	if f.inUse(port) {
+		return syscall.EADDRINUSE
+	}
+	return nil
+}
+
+// The tests below draw at random: a port from the free half of a range
+// of 64 is found unless all 64 draws land in the other half, which
+// happens with probability 2^-64.
 
 func TestPickSkipsTakenPorts(t *testing.T) {
-	occupy(t, "tcp")
-	p, err := pick(host, false, Base+tries)
+	f := &fakeCheck{inUse: func(p int) bool { return p < Base+tries/2 }}
+	p, err := pick(host, false, Base+tries, nil, f.check)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p >= Base && p < Base+tries {
-		t.Fatalf("port %d is taken, and every port of the range was", p)
+	if p < Base+tries/2 || p >= Base+tries {
+		t.Fatalf("port %d, want a free one in [%d, %d)", p, Base+tries/2, Base+tries)
 	}
-	mustBind(t, p, false)
 }
 
-func TestPickWantsUDPToo(t *testing.T) {
-	occupy(t, "udp")
-	p, err := pick(host, false, Base+tries)
+func TestPickAvoids(t *testing.T) {
+	var avoid []int
+	for p := Base; p < Base+tries/2; p++ {
+		avoid = append(avoid, p)
+	}
+	f := &fakeCheck{inUse: func(int) bool { return false }}
+	p, err := pick(host, false, Base+tries, avoid, f.check)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p < Base || p >= Base+tries {
-		t.Fatalf("TCP only: port %d, want one in [%d, %d) (TCP is free there)", p, Base, Base+tries)
+	if p < Base+tries/2 || p >= Base+tries {
+		t.Fatalf("port %d, want one in [%d, %d), outside avoid", p, Base+tries/2, Base+tries)
 	}
-	p, err = pick(host, true, Base+tries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p >= Base && p < Base+tries {
-		t.Fatalf("TCP and UDP: port %d has its UDP twin taken", p)
-	}
-	mustBind(t, p, true)
 }
 
-func TestPickWithNoRoomTakesAKernelPort(t *testing.T) {
-	p, err := pick(host, true, Base+tries-1)
-	if err != nil {
-		t.Fatal(err)
+func TestPickFallsBackToAKernelPort(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		top       int
+		wantCalls int
+	}{
+		{"every pick taken", Base + tries, tries},
+		{"no room below the ephemeral range", Base + tries - 1, 0},
+	} {
+		f := &fakeCheck{inUse: func(int) bool { return true }}
+		p, err := pick(host, true, tc.top, nil, f.check)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if f.calls != tc.wantCalls {
+			t.Errorf("%s: %d random picks checked, want %d", tc.name, f.calls, tc.wantCalls)
+		}
+		// A kernel-picked port is in the ephemeral range, above this one
+		// where the ephemeral range starts above it.
+		if low := ephemeralLow(rangeFile); low >= tc.top && p < low {
+			t.Errorf("%s: port %d is below the ephemeral range (from %d), want a kernel-picked one", tc.name, p, low)
+		}
+		mustBind(t, p, true)
 	}
-	mustBind(t, p, true)
 }
 
-func TestPickBadHost(t *testing.T) {
-	if _, err := pick("256.0.0.1", false, Base+1000); err == nil {
+func TestPickStopsOnOtherErrors(t *testing.T) {
+	f := &fakeCheck{err: syscall.EADDRNOTAVAIL}
+	if _, err := pick(host, false, Base+1000, nil, f.check); err == nil || f.calls != 1 {
+		t.Fatalf("error %v after %d checks, want an error after 1", err, f.calls)
+	}
+	// For real: an address of no interface here (TEST-NET-1, RFC 5737).
+	if _, err := Pick("192.0.2.1", false); err == nil {
 		t.Fatal("no error for a host that cannot be bound")
+	}
+}
+
+func TestPickN(t *testing.T) {
+	ports, err := PickN(host, false, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d picked twice: %v", p, ports)
+		}
+		seen[p] = true
+		mustBind(t, p, false)
+	}
+	if len(ports) != 5 {
+		t.Fatalf("%d ports, want 5", len(ports))
 	}
 }
 

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
@@ -21,15 +22,16 @@ type matcher func(s string) [][2]int
 // gpt2Pattern is the ByteLevel pre-tokenizer's split, as in GPT-2.
 const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 
-var gpt2Matcher = mustRegexp2(gpt2Pattern)
-
-func mustRegexp2(p string) matcher {
-	m, err := regexp2Matcher(p)
+// gpt2Matcher compiles gpt2Pattern on first use, not at package
+// initialisation: every rank process links this package, and only a
+// gateway tokenizes.
+var gpt2Matcher = sync.OnceValue(func() matcher {
+	m, err := regexp2Matcher(gpt2Pattern)
 	if err != nil {
 		panic(err) // only for the constant pattern above
 	}
 	return m
-}
+})
 
 // regexp2Matcher compiles a tokenizer.json Regex pattern. regexp2 is used
 // because the patterns in the wild use lookahead, which RE2 lacks.
@@ -158,7 +160,7 @@ func byteLevelPre(addPrefixSpace, useRegex bool) preTokenizer {
 			}
 			parts := []string{w}
 			if useRegex {
-				parts = splitBy(w, gpt2Matcher, "Isolated", false)
+				parts = splitBy(w, gpt2Matcher(), "Isolated", false)
 			}
 			for _, p := range parts {
 				out = append(out, toByteChars(p))

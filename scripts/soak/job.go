@@ -49,11 +49,13 @@ func newJob(spec jobSpec, dir string, ev *eventLog) (*job, error) {
 	if j.nats, err = newNATSServer(dir, spec.natsConf, spec.name, spec.procs+"nats", ev); err != nil {
 		return nil, err
 	}
+	used := []int{j.nats.port} // the ranks bind theirs later: no port twice
 	for range spec.world {
-		port, err := freePort()
+		port, err := freePort(used...)
 		if err != nil {
 			return nil, err
 		}
+		used = append(used, port)
 		j.binds = append(j.binds, fmt.Sprintf("127.0.0.1:%d", port))
 	}
 	for r := range spec.world {

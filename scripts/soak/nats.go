@@ -109,7 +109,7 @@ func randomHex(n int) (string, error) {
 
 // freePort is a loopback port free now for TCP and UDP (memberlist also
 // uses its UDP twin), outside the kernel's ephemeral range (see freeport).
-func freePort() (int, error) { return freeport.Pick("127.0.0.1", true) }
+func freePort(avoid ...int) (int, error) { return freeport.Pick("127.0.0.1", true, avoid...) }
 
 // clientBus is a client connection that is made again if nats.go gave up
 // on it (a server down for longer than its reconnect attempts).

@@ -211,7 +211,7 @@ func (s *natsServer) kill() {
 // decode: they reconnect, fill any gap by replay, and go on in lockstep;
 // requests submitted after the restart complete.
 func TestNATSServerRestart(t *testing.T) {
-	port := freeTCPPort(t)
+	port := pickPort(t, false)
 	srv := startNATSServer(t, port)
 	j := launch(t, "--nproc", "3", "--job", "e2e-restart", "--forward-time", "5ms", "--nats", srv.url())
 
@@ -267,23 +267,13 @@ func TestNATSServerRestart(t *testing.T) {
 	}
 }
 
-// freeTCPPort is a loopback port free now for a server started later,
-// outside the kernel's ephemeral range, where the job's own port-0 binds
-// and connects could take it first (see freeport).
-func freeTCPPort(t *testing.T) int {
+// pickPort is a loopback port free now for a server or member started
+// later (free for UDP too if udp: memberlist binds both), outside the
+// kernel's ephemeral range, where the job's own port-0 binds and connects
+// could take it first (see freeport).
+func pickPort(t *testing.T, udp bool) int {
 	t.Helper()
-	p, err := freeport.Pick("127.0.0.1", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// freeMemberPort is freeTCPPort for a member's memberlist, which binds
-// the port for both TCP and UDP.
-func freeMemberPort(t *testing.T) int {
-	t.Helper()
-	p, err := freeport.Pick("127.0.0.1", true)
+	p, err := freeport.Pick("127.0.0.1", udp)
 	if err != nil {
 		t.Fatal(err)
 	}

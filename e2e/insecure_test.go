@@ -57,7 +57,7 @@ func TestInsecureRefused(t *testing.T) {
 // on loopback), logs one warning naming the exposed bind address, and
 // stops cleanly.
 func TestInsecureWarnsOnce(t *testing.T) {
-	nats := fmt.Sprintf("nats://e2etoken@127.0.0.1:%d", freeTCPPort(t))
+	nats := fmt.Sprintf("nats://e2etoken@127.0.0.1:%d", pickPort(t, false))
 	a := startAgent(t, 0, "--job", "e2e-insecure", "--bind", "0.0.0.0:0", "--insecure", "--nats-serve", "--nats", nats,
 		"--local", "--vocab", "1024", "--noise", "inline", "--forward-time", "1ms", "--log-format", "text")
 	waitFor(t, 60*time.Second, "the world of one formed", func() (bool, string) {

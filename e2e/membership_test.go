@@ -50,7 +50,7 @@ type manualJob struct {
 func newManualJob(t *testing.T, job string, world int, extra ...string) *manualJob {
 	t.Helper()
 	m := &manualJob{t: t, nats: embeddedNATS(t), job: job, agents: map[int]*agent{}}
-	m.rank0 = fmt.Sprintf("127.0.0.1:%d", freeMemberPort(t))
+	m.rank0 = fmt.Sprintf("127.0.0.1:%d", pickPort(t, true))
 	m.common = append([]string{"--job", job, "--world-size", strconv.Itoa(world), "--nats", m.nats, "--local"}, extra...)
 	return m
 }

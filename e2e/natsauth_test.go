@@ -46,7 +46,7 @@ func startAuthNATSServer(t *testing.T) *authServer {
 	if !listen.Match(conf) {
 		t.Fatal("configs/nats/nats-server.conf has no top-level listen: line")
 	}
-	port := freeTCPPort(t)
+	port := pickPort(t, false)
 	conf = listen.ReplaceAll(conf, fmt.Appendf(nil, "listen: 127.0.0.1:%d", port))
 	dir := t.TempDir()
 	confPath := filepath.Join(dir, "nats-server.conf")
@@ -226,7 +226,7 @@ func TestNATSAuthPermissions(t *testing.T) {
 // as its own NATS user.
 func startAuthAgents(t *testing.T, srv *authServer, extra ...string) []*agent {
 	t.Helper()
-	memberPort := freeMemberPort(t)
+	memberPort := pickPort(t, true)
 	return []*agent{startAuthAgent(t, srv, memberPort, 0, extra...), startAuthAgent(t, srv, memberPort, 1, extra...)}
 }
 
@@ -251,7 +251,7 @@ func startAuthAgent(t *testing.T, srv *authServer, memberPort, rank int, extra .
 // that it waits forever (the soak run of docs/reliability.md found it).
 func TestNATSAuthWaitReforms(t *testing.T) {
 	srv := startAuthNATSServer(t)
-	memberPort := freeMemberPort(t)
+	memberPort := pickPort(t, true)
 	wait := []string{"--on-peer-loss", "wait"}
 	agents := []*agent{startAuthAgent(t, srv, memberPort, 0, wait...), startAuthAgent(t, srv, memberPort, 1, wait...)}
 	authLockstep(t, srv, agents, "both ranks running")

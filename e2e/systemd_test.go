@@ -188,7 +188,7 @@ func checkGatewayUnit(t *testing.T, path, bin string) {
 // rendezvous completes, WATCHDOG=1 pings follow, SIGTERM brings STOPPING=1
 // and exit 0.
 func TestSystemdNotifyAgent(t *testing.T) {
-	srv := startNATSServer(t, freeTCPPort(t))
+	srv := startNATSServer(t, pickPort(t, false))
 	sock := filepath.Join(t.TempDir(), "notify")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {

@@ -373,6 +373,9 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	err = d.tr.Flush(fctx)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while subscribing: a clean stop too
+		}
 		return fmt.Errorf("flush subscriptions: %w", err)
 	}
 

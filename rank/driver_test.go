@@ -1005,3 +1005,30 @@ func TestDriverSubscribesStatusLast(t *testing.T) {
 		}
 	}
 }
+
+// flushUntilDone is a connection whose Flush is still waiting on the
+// server when the context ends, as a NATS flush can be.
+type flushUntilDone struct{ broadcast.Transport }
+
+func (f flushUntilDone) Flush(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestDriverStoppedWhileSubscribing: a rank asked to stop while its
+// subscriptions are being flushed stops cleanly (an agent sent SIGTERM
+// just after its world formed once exited 1).
+func TestDriverStoppedWhileSubscribing(t *testing.T) {
+	for _, r := range []int{0, 1} {
+		ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: r == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		rr := runRank(t, ctx, flushUntilDone{broadcast.NewHub().Connect()}, driverConfig(r, 2), ex)
+		cancel()
+		if err := rr.wait(t); err != nil {
+			t.Errorf("rank %d stopped while subscribing: %v, want a clean stop", r, err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/freeport"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -49,9 +50,11 @@ func newJob(spec jobSpec, dir string, ev *eventLog) (*job, error) {
 	if j.nats, err = newNATSServer(dir, spec.natsConf, spec.name, spec.procs+"nats", ev); err != nil {
 		return nil, err
 	}
-	used := []int{j.nats.port} // the ranks bind theirs later: no port twice
+	// Free for TCP and UDP (memberlist binds both), and no port twice: the
+	// ranks bind theirs later (see freeport).
+	used := []int{j.nats.port}
 	for range spec.world {
-		port, err := freePort(used...)
+		port, err := freeport.Pick("127.0.0.1", true, used...)
 		if err != nil {
 			return nil, err
 		}

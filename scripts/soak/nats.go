@@ -59,7 +59,7 @@ func newNATSServer(dir, tmplPath, job, name string, ev *eventLog) (*natsServer, 
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := freeport.Pick("127.0.0.1", true)
 	if err != nil {
 		return nil, err
 	}
@@ -106,10 +106,6 @@ func randomHex(n int) (string, error) {
 	}
 	return hex.EncodeToString(b), nil
 }
-
-// freePort is a loopback port free now for TCP and UDP (memberlist also
-// uses its UDP twin), outside the kernel's ephemeral range (see freeport).
-func freePort(avoid ...int) (int, error) { return freeport.Pick("127.0.0.1", true, avoid...) }
 
 // clientBus is a client connection that is made again if nats.go gave up
 // on it (a server down for longer than its reconnect attempts).

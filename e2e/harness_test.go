@@ -26,11 +26,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	tpcoordBin = filepath.Join(dir, "tpcoord")
-	build := exec.Command("go", "build", "-o", tpcoordBin, "../cmd/tpcoord")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tpcoord:", err)
-		os.Exit(1)
+	// tpcoord, and beside it its agent-only build, which launch's ranks run.
+	for _, args := range [][]string{{"-o", tpcoordBin}, {"-tags", "agentonly", "-o", tpcoordBin + "-agent"}} {
+		build := exec.Command("go", append(append([]string{"build"}, args...), "../cmd/tpcoord")...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build tpcoord:", args, err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -76,9 +79,15 @@ type job struct {
 // launch starts `tpcoord launch` and waits for its ready file.
 func launch(t *testing.T, args ...string) *job {
 	t.Helper()
+	return launchBin(t, tpcoordBin, args...)
+}
+
+// launchBin is launch of the tpcoord binary bin.
+func launchBin(t *testing.T, bin string, args ...string) *job {
+	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
 	j := &job{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
-	j.cmd = exec.Command(tpcoordBin, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
+	j.cmd = exec.Command(bin, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
 	j.cmd.Stdout, j.cmd.Stderr = j.log, j.log
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPackageVersion: scripts/package.sh maps a tag (or git describe of
@@ -124,8 +126,23 @@ func TestPackage(t *testing.T) {
 	checkConffiles(t, control)
 	checkMaintainerScripts(t, control)
 	checkPackagedBinary(t, b, filepath.Join(root, "usr/bin/tpcoord"))
+	checkPackagedBinary(t, b, filepath.Join(root, "usr/bin/tpcoord-agent"))
+	checkPackagedLaunch(t, root)
 	checkPackagedUnits(t, root)
 	checkRPM(t, b, files)
+}
+
+// checkPackagedLaunch runs the packaged launch and checks that its ranks
+// run the packaged agent-only build: the two binaries, built with
+// -trimpath and the version stamped, are taken as the same build.
+func checkPackagedLaunch(t *testing.T, root string) {
+	t.Helper()
+	bin := filepath.Join(root, "usr/bin/tpcoord")
+	j := launchBin(t, bin, "--nproc", "2")
+	checkRankExe(t, j, bin+"-agent")
+	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
+		t.Errorf("packaged launch: %v", err)
+	}
 }
 
 // debEntry is one line of dpkg-deb -c: mode and owner/group.
@@ -151,6 +168,7 @@ func checkDebListing(t *testing.T, listing string) []string {
 	}
 	for path, want := range map[string]debEntry{
 		"/usr/bin/tpcoord":                                         {"-rwxr-xr-x", "root/root"},
+		"/usr/bin/tpcoord-agent":                                   {"-rwxr-xr-x", "root/root"},
 		"/usr/lib/systemd/system/tpcoord@.service":                 {"-rw-r--r--", "root/root"},
 		"/usr/lib/systemd/system/tpcoord.target":                   {"-rw-r--r--", "root/root"},
 		"/usr/lib/systemd/system/tpcoord-nats.service":             {"-rw-r--r--", "root/root"},

@@ -37,6 +37,7 @@ func TestInstallPrefix(t *testing.T) {
 	install(t, dir)
 	want := map[string]os.FileMode{
 		"usr/local/bin/tpcoord":                                         0o755,
+		"usr/local/bin/tpcoord-agent":                                   0o755, // the --binary's -agent beside it
 		"etc/systemd/system/tpcoord@.service":                           0o644,
 		"etc/systemd/system/tpcoord.target":                             0o644,
 		"etc/systemd/system/tpcoord-nats.service":                       0o644,

@@ -62,22 +62,28 @@ log() { printf '[bench.sh %4ds] %s\n' "$(( $(date +%s) - start ))" "$*" >&2; }
 bin=$(mktemp -d -t tpc-bench-bin.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 # tpcoord is built as scripts/package.sh builds it (CGO_ENABLED=0,
-# -trimpath): the binary operators run. A cgo build of this code links
-# libc for net and os/user only, and each rank it starts costs more CPU:
-# a 64-rank launch was ready 0.1-0.8 s later (docs/benchmarks.md).
-shipped() { CGO_ENABLED=0 go build -trimpath "$@"; }
-log "building tpcoord (as packaged: CGO_ENABLED=0, -trimpath) and benchplot"
-shipped -o "$bin/tpcoord" ./cmd/tpcoord
+# -trimpath, -tags grpcnotrace), beside its agent-only build, which
+# launch starts for its ranks: the binaries operators run. A cgo build of
+# this code links libc for net and os/user only, and each rank it starts
+# costs more CPU: a 64-rank launch was ready 0.1-0.8 s later
+# (docs/benchmarks.md).
+shipped() {
+  local dst=$1 tags=grpcnotrace${2:+,$2}
+  CGO_ENABLED=0 go build -trimpath -tags "$tags" -o "$dst" ./cmd/tpcoord
+  CGO_ENABLED=0 go build -trimpath -tags "$tags,agentonly" -o "$dst-agent" ./cmd/tpcoord
+  printf 'build\tCGO_ENABLED=0 go build -trimpath -tags %s -o %s ./cmd/tpcoord\n' "$tags" "${dst##*/}" "$tags,agentonly" "${dst##*/}-agent" >>"$out_cmds"
+}
+out_cmds=$out/commands.txt
+: >"$out_cmds"
+log "building tpcoord and tpcoord-agent (as packaged: CGO_ENABLED=0, -trimpath, -tags grpcnotrace) and benchplot"
+shipped "$bin/tpcoord"
 go build -o "$bin/benchplot" ./scripts/benchplot
 tpc=$bin/tpcoord
 log "building the portable tpcoord (-tags purego: the Go path s390x and ppc64le run)"
-shipped -tags purego -o "$bin/tpcoord-purego" ./cmd/tpcoord
+shipped "$bin/tpcoord-purego" purego
 # build EXE: the binary of a build ("native" is the one under test).
 exe_of() { if [ "$1" = purego ]; then echo "$bin/tpcoord-purego"; else echo "$tpc"; fi; }
 
-: >"$out/commands.txt"
-printf 'build\tCGO_ENABLED=0 go build -trimpath -o tpcoord ./cmd/tpcoord\n' >>"$out/commands.txt"
-printf 'build\tCGO_ENABLED=0 go build -trimpath -tags purego -o tpcoord-purego ./cmd/tpcoord\n' >>"$out/commands.txt"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "kernel: $(uname -sr)"

@@ -11,6 +11,8 @@ Usage: scripts/install.sh [--binary PATH] [--prefix DIR]
 
 Installs:
   /usr/local/bin/tpcoord                 the binary (built with go build unless --binary)
+  /usr/local/bin/tpcoord-agent           its agent-only build, which launch's ranks run
+                                         (with --binary: PATH-agent, if there is one)
   /etc/systemd/system/tpcoord@.service   one TP rank per instance (tpcoord@0.service, ...)
   /etc/systemd/system/tpcoord.target     every rank of this node
   /etc/systemd/system/tpcoord-nats.service
@@ -21,7 +23,8 @@ and creates the tpcoord system user and group if missing, then runs
 systemctl daemon-reload. Enabling and starting units is left to you.
 
 Options:
-  --binary PATH  install this tpcoord binary instead of building one
+  --binary PATH  install this tpcoord binary instead of building one (and
+                 PATH-agent, its agent-only build, if there is one)
   --prefix DIR   dry install: put every file under DIR (DIR/usr/local/bin/...,
                  DIR/etc/...), create no user, leave ownership and systemd alone
   -h, --help     show this help
@@ -101,12 +104,22 @@ if [ -z "$binary" ]; then
   if commit=$(git -C "$root" rev-parse HEAD 2>/dev/null); then
     ldflags+=" -X $bi.commit=$commit -X $bi.modified=$([[ $ver == *-dirty ]] && echo true || echo false)"
   fi
-  say "building tpcoord $ver"
-  (cd "$root" && go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/tpcoord" ./cmd/tpcoord)
+  say "building tpcoord $ver and its agent-only build, tpcoord-agent"
+  # grpcnotrace: gRPC without golang.org/x/net/trace (scripts/package.sh).
+  (cd "$root" && go build -trimpath -buildvcs=false -tags grpcnotrace -ldflags "$ldflags" -o "$tmp/tpcoord" ./cmd/tpcoord &&
+    go build -trimpath -buildvcs=false -tags grpcnotrace,agentonly -ldflags "$ldflags" -o "$tmp/tpcoord-agent" ./cmd/tpcoord)
   binary=$tmp/tpcoord
 fi
 [ -x "$binary" ] || { echo "install.sh: $binary is not an executable" >&2; exit 1; }
 replace "$binary" "$bindir/tpcoord" 0755
+# launch's ranks run the agent-only build beside tpcoord if it is the same
+# build; an older one left there would only be skipped, with a warning.
+if [ -x "$binary-agent" ]; then
+  replace "$binary-agent" "$bindir/tpcoord-agent" 0755
+elif [ -e "$bindir/tpcoord-agent" ]; then
+  rm -f "$bindir/tpcoord-agent"
+  say "removed $bindir/tpcoord-agent: $binary has no agent-only build beside it"
+fi
 
 for u in tpcoord@.service tpcoord.target tpcoord-nats.service tpcoord-gateway.service; do
   replace "$root/configs/systemd/$u" "$unitdir/$u" 0644

@@ -20,3 +20,6 @@ if [ "$("$bin" version --short 2>/dev/null || true)" != "$version" ]; then
 fi
 [ "${1:-}" = "--install" ] && exit 0
 "$bin" run ./...
+# The shipped builds' tags: tpcoord-agent (agentonly) leaves out commands
+# and the embedded NATS server; grpcnotrace only drops a dependency.
+"$bin" run --build-tags agentonly,grpcnotrace ./cmd/... ./broadcast/... ./coordinator/...

@@ -20,8 +20,9 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-step "go vet"
+step "go vet (and of the agent-only and shipped builds' tags)"
 go vet ./...
+go vet -tags agentonly,grpcnotrace ./cmd/... ./broadcast/... ./coordinator/... ./internal/telemetry
 
 step "golangci-lint"
 scripts/lint.sh

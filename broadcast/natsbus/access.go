@@ -1,20 +1,14 @@
+//go:build !agentonly
+
 package natsbus
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-)
-
-// Rank and client user names of a job's embedded server.
-const (
-	RankUser   = "rank"
-	ClientUser = "client"
 )
 
 // ClientPermissions are what a job's clients may do on its bus: publish
@@ -26,21 +20,6 @@ func ClientPermissions(subj broadcast.Subjects) *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: []string{subj.Generate(), subj.Client(), subj.Status()}},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 	}
-}
-
-// JobURLs returns the rank and client URLs of a job's server at host:port,
-// each with a random password.
-func JobURLs(hostPort string) (rankURL, clientURL string, err error) {
-	var urls [2]string
-	for i, user := range []string{RankUser, ClientUser} {
-		var b [16]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return "", "", err
-		}
-		u := url.URL{Scheme: "nats", User: url.UserPassword(user, hex.EncodeToString(b[:])), Host: hostPort}
-		urls[i] = u.String()
-	}
-	return urls[0], urls[1], nil
 }
 
 // ServeJob starts a server for one job with separate credentials for its
@@ -89,15 +68,6 @@ func ServeLoopbackJob(subj broadcast.Subjects) (*Server, error) {
 		return nil, err
 	}
 	return ServeJob(rankURL, clientURL, subj)
-}
-
-// ClientURL is the URL the job's clients connect with (ServeJob); for a
-// server with one set of credentials it is URL.
-func (s *Server) ClientURL() string {
-	if s.clientURL == "" {
-		return s.url
-	}
-	return s.clientURL
 }
 
 func urlHost(raw string) string {

@@ -1,8 +1,8 @@
+//go:build !agentonly
+
 package natsbus
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -15,28 +15,9 @@ import (
 	"github.com/tpcoord/tpcoord/internal/loopback"
 )
 
-// MaxPayload is the largest message an embedded server accepts (8 MiB).
-const MaxPayload = 8 << 20
-
-// Server is a NATS server embedded in this process: the single-machine
-// default, hosted by launch, or by rank 0 (agent --nats-serve), whose step
-// messages then reach it through an in-process pipe (Config.InProcess)
-// instead of a socket and a wake-up of another process. Everyone else
-// connects over TCP as to any server.
-type Server struct {
-	srv       *server.Server
-	url       string
-	clientURL string // ServeJob: the clients' credentials
-}
-
-// NewToken returns a random 128-bit token, hex-encoded.
-func NewToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
+// HasServer reports whether this build embeds the NATS server: the
+// agent-only build (-tags agentonly, tpcoord-agent) does not.
+const HasServer = true
 
 // Serve starts a server where rawURL says: nats://[TOKEN@]HOST:PORT or
 // nats://USER:PASSWORD@HOST:PORT. Clients must present the URL's token or
@@ -132,17 +113,4 @@ func ServeLoopback() (*Server, error) {
 		return nil, err
 	}
 	return Serve("nats://" + tok + "@127.0.0.1:0")
-}
-
-// URL is the URL clients connect to; it carries the credentials.
-func (s *Server) URL() string { return s.url }
-
-// NumClients is the number of client connections, in-process ones
-// included.
-func (s *Server) NumClients() int { return s.srv.NumClients() }
-
-// Close shuts the server down and waits until it has.
-func (s *Server) Close() {
-	s.srv.Shutdown()
-	s.srv.WaitForShutdown()
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -218,26 +216,4 @@ func exitFor(err error, fields fieldFlags) error {
 		return &exitError{code: exitAborted, err: err}
 	}
 	return err
-}
-
-// agentArgs renders the flags of fs that were set (by flag, env or file)
-// as command-line arguments, skipping the names in skip.
-func agentArgs(fs *pflag.FlagSet, skip ...string) []string {
-	var args []string
-	fs.VisitAll(func(f *pflag.Flag) {
-		for _, s := range skip {
-			if f.Name == s {
-				return
-			}
-		}
-		if !f.Changed && f.Value.String() == f.DefValue {
-			return
-		}
-		v := f.Value.String()
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			v = strings.Join(sv.GetSlice(), ",")
-		}
-		args = append(args, fmt.Sprintf("--%s=%s", f.Name, v))
-	})
-	return args
 }

@@ -14,5 +14,3 @@ func layerConfig(fs *pflag.FlagSet) error {
 	}
 	return nil
 }
-
-var envName = flaglayer.EnvName

@@ -1,11 +1,16 @@
+//go:build !agentonly
+
 package main
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/flaglayer"
 	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
@@ -29,6 +35,7 @@ type launchOptions struct {
 	StopGrace     time.Duration
 	TuneRuntime   bool
 	NATSInRank0   bool
+	AgentBinary   string
 	gw            gatewayOptions
 }
 
@@ -39,7 +46,9 @@ func newLaunchCmd() *cobra.Command {
 		Short: "Run a local job: an embedded NATS server and N agent processes (ranks 0..N-1)",
 		Long: `Run a whole TP job on this machine. launch starts an embedded NATS server
 on 127.0.0.1 (free port, random token) unless --nats is given, and spawns N
-'tpcoord agent' processes with memberlist on loopback. With --nats-in-rank0
+'tpcoord agent' processes with memberlist on loopback. The ranks run
+tpcoord-agent, the agent-only build, when it is installed beside tpcoord
+as the same build: it starts on less CPU (see --agent-binary). With --nats-in-rank0
 rank 0 hosts that server instead (agent --nats-serve) and publishes its steps
 to it in-process: a faster fan-out, but rank 0 then does the server's work
 for all of the job's traffic (see docs/benchmarks-broadcast.md). Once every
@@ -82,15 +91,18 @@ the ready file as http_url.`,
 	fs.IntVar(&o.DemoMaxTokens, "demo-max-tokens", 64, "demo: max tokens per request")
 	fs.DurationVar(&o.StopGrace, o.agent.fields.name("StopGrace", "stop-grace"), 10*time.Second, "time ranks get to stop before they are killed")
 	fs.BoolVar(&o.NATSInRank0, "nats-in-rank0", false, "without --nats: rank 0 hosts the NATS server and publishes to it in-process (faster fan-out; rank 0 does the server's work)")
+	fs.StringVar(&o.AgentBinary, "agent-binary", "", "the binary the ranks run ('BINARY agent ...'); default: tpcoord's agent-only build beside this binary (its name + \"-agent\") if it is the same build, else this binary. A rank 0 that hosts the NATS server (--nats-in-rank0) runs this binary: the agent-only build has no server")
 	o.gw.flags(fs, "http", "")
 	fs.BoolVar(&o.TuneRuntime, "tune-runtime", true, "set each rank's Go runtime for a shared host: GOMAXPROCS = cores/nproc, sysmon kept from parking (GODEBUG=schedtrace=2147483647); variables already set win")
 	return cmd
 }
 
+var envName = flaglayer.EnvName
+
 // launchOwnFlags are launch's flags that are not passed on to the ranks
 // (with the agent flags launch sets itself).
 var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local", "gossip-key-file",
-	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0",
+	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0", "agent-binary",
 	"http", "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "request-timeout", "default-max-tokens", "chat-max-tokens", "cors-origin"}
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
@@ -104,22 +116,8 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	if err := checkLaunchKeys(a); err != nil {
 		return err
 	}
-	natsURL := ""
-	if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
-		natsURL = a.NATS
-	}
-	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
-		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile,
-		ReadyTimeout: a.RendezvousTimeout + 30*time.Second, StopGrace: o.StopGrace, Output: cmd.ErrOrStderr()}
-	self, err := os.Executable()
+	cfg, err := o.launchConfig(cmd)
 	if err != nil {
-		return fmt.Errorf("locate own binary: %w", err)
-	}
-	cfg.Self = self
-	if err := cfg.Validate(); err != nil {
-		return a.fields.configErr(err)
-	}
-	if err := a.validate(); err != nil {
 		return err
 	}
 	log, err := newLogger(cmd.ErrOrStderr(), a.LogLevel, a.LogFormat)
@@ -139,6 +137,9 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		}
 		rankproc.TuneSelf(launchShare(o.NProc, gw != nil), again && reexec, log)
 	}
+	if cfg.Binary == "" {
+		cfg.Binary = agentBinary(cfg.Self, log)
+	}
 	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)
 	cfg.AgentArgs = agentArgs(fs, launchOwnFlags...)
 	cfg.Logger = log
@@ -150,6 +151,62 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		cfg.HTTPURL = gateway.URL(gw.cfg, gw.ln)
 	}
 	return runLaunch(cmd.Context(), cfg, o, gw, cmd.OutOrStdout())
+}
+
+// launchConfig is the job's configuration from the flags. The ranks'
+// binary is set only if --agent-binary names one: the binary beside
+// launch is looked for once launch runs with its runtime settings.
+func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) {
+	a, fs := &o.agent, cmd.Flags()
+	natsURL := ""
+	if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
+		natsURL = a.NATS
+	}
+	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
+		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile,
+		ReadyTimeout: a.RendezvousTimeout + 30*time.Second, StopGrace: o.StopGrace, Output: cmd.ErrOrStderr()}
+	self, err := os.Executable()
+	if err != nil {
+		return cfg, fmt.Errorf("locate own binary: %w", err)
+	}
+	cfg.Self = self
+	if o.AgentBinary != "" {
+		if cfg.Binary, err = executable(o.AgentBinary); err != nil {
+			return cfg, configError("agent-binary: %v", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, a.fields.configErr(err)
+	}
+	return cfg, a.validate()
+}
+
+// agentBinary is what the ranks run without --agent-binary:
+// launch.AgentBinary's choice, with a warning when it passed over a
+// binary.
+func agentBinary(self string, log *slog.Logger) string {
+	path, skipped := launch.AgentBinary(self)
+	if skipped != nil {
+		log.Warn("the ranks run this binary, not the one beside it", "err", skipped)
+	}
+	return path
+}
+
+// executable is path made absolute (a rank's binary is not looked up in
+// $PATH), if it is an executable file.
+func executable(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	switch {
+	case err != nil:
+		return "", err
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		return "", fmt.Errorf("%s is not an executable file", path)
+	}
+	return abs, nil
 }
 
 // checkLaunchKeys refuses what launch decides itself, and checks the
@@ -220,4 +277,26 @@ func launchShare(nproc int, serving bool) int {
 		return 1
 	}
 	return nproc + 1
+}
+
+// agentArgs renders the flags of fs that were set (by flag, env or file)
+// as command-line arguments, skipping the names in skip.
+func agentArgs(fs *pflag.FlagSet, skip ...string) []string {
+	var args []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		if !f.Changed && f.Value.String() == f.DefValue {
+			return
+		}
+		v := f.Value.String()
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			v = strings.Join(sv.GetSlice(), ",")
+		}
+		args = append(args, fmt.Sprintf("--%s=%s", f.Name, v))
+	})
+	return args
 }

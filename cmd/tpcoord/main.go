@@ -44,15 +44,12 @@ func configError(format string, a ...any) error {
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "tpcoord",
-		Short:         "Tensor-parallel decode coordinator: one agent per card, rank 0 samples, NATS keeps ranks in lockstep",
+		Use:           programName,
+		Short:         programShort,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	bench := &cobra.Command{Use: "bench", Short: "Benchmarks (JSON lines with the machine, the configuration and medians)"}
-	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastPublisherCmd(), newBenchBroadcastServerCmd(), newBenchBroadcastFollowerCmd(), newBenchE2ECmd())
-	bench.AddCommand(newBenchNoiseCmd(), newBenchStepCmd(), newBenchServeCmd(), newBenchLaunchCmd())
-	root.AddCommand(newAgentCmd(), newLaunchCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newWorkerCmd(), newServeCmd(), newVersionCmd())
+	addCommands(root)
 	return root
 }
 
@@ -69,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	// "tpcoord:" from either build: scripts match on it.
 	fmt.Fprintf(stderr, "tpcoord: %v\n", err)
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -129,10 +127,7 @@ func newVersionCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			i := buildinfo.Get()
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
-					buildinfo.Info
-					WireProtocol int `json:"wire_protocol"`
-				}{i, broadcast.Version})
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(buildinfo.Report{Info: i, WireProtocol: broadcast.Version})
 			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s, wire protocol %d\n", i, broadcast.Version)
 			return err

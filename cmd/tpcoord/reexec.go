@@ -1,3 +1,5 @@
+//go:build !agentonly
+
 package main
 
 // reexec lets launch re-execute itself to give itself the sysmon setting

@@ -173,6 +173,8 @@ func (c *Config) validateIdentity() error {
 		return fielderr.New("NATS", "must not be empty")
 	case c.NATSServeClients != "" && !c.NATSServe:
 		return fielderr.New("NATSServeClients", "only for a rank 0 that hosts the server (NATSServe)")
+	case c.NATSServe && !natsbus.HasServer:
+		return fielderr.New("NATSServe", "this build (tpcoord-agent) has no NATS server; run tpcoord agent to host it")
 	case c.NATSServe && c.Rank != 0:
 		return fielderr.New("NATSServe", "only rank 0 hosts the NATS server; this is rank %d", c.Rank)
 	case c.NATSServe && c.OnPeerLoss == "wait":

@@ -26,8 +26,14 @@ const MaxProcs = 64
 
 // Config is one local job.
 type Config struct {
-	NProc int    // ranks 0..NProc-1
-	Self  string // the tpcoord binary each rank runs ("agent" + arguments)
+	NProc int // ranks 0..NProc-1
+	// Self is the tpcoord binary: the ranks run it ("agent" + arguments)
+	// unless Binary is set.
+	Self string
+	// Binary, if set, is what the ranks run instead: tpcoord's agent-only
+	// build (AgentBinary). Rank 0 runs Self when it hosts the NATS server
+	// (NATSInRank0): the agent-only build has none.
+	Binary string
 	// AgentArgs are passed to every rank after launch's own (--rank,
 	// --world-size, --nats, --local, --bind, --join); later flags win.
 	AgentArgs []string
@@ -66,7 +72,7 @@ func (c *Config) Validate() error {
 	case c.NATSInRank0 && c.NATS != "":
 		return fielderr.New("NATSInRank0", "not with a NATS server given (that server is used)")
 	case c.Self == "":
-		return fielderr.New("Self", "the binary ranks run must be given")
+		return fielderr.New("Self", "the tpcoord binary must be given")
 	case c.StopGrace <= 0:
 		return fielderr.New("StopGrace", "must be > 0, got %v", c.StopGrace)
 	case c.ReadyTimeout <= 0:
@@ -188,8 +194,16 @@ func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 	return args
 }
 
+// binary is the binary rank r runs.
+func (s *Supervisor) binary(r int) string {
+	if s.cfg.Binary == "" || r == 0 && s.serve {
+		return s.cfg.Self
+	}
+	return s.cfg.Binary
+}
+
 func (s *Supervisor) spawn(r int, args []string) error {
-	c := exec.Command(s.cfg.Self, args...)
+	c := exec.Command(s.binary(r), args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
 	c.Env = append(withoutVars(s.cfg.Env, natsEnv, serveClientsEnv, jobKeyEnv, gossipKeyEnv),
 		natsEnv+"="+s.natsURL, jobKeyEnv+"="+s.keyFile(), gossipKeyEnv+"="+s.gossipKeyFile())

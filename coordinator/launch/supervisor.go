@@ -184,7 +184,11 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 	for i, c := range s.children {
 		pids[i] = c.cmd.Process.Pid
 	}
-	s.log.Info("ranks started", "nproc", s.cfg.NProc, "pids", pids)
+	attrs := []any{"nproc", s.cfg.NProc, "pids", pids, "binary", s.binary(s.cfg.NProc - 1)}
+	if b := s.binary(0); b != s.binary(s.cfg.NProc-1) {
+		attrs = append(attrs, "rank0_binary", b)
+	}
+	s.log.Info("ranks started", attrs...)
 	timeout := time.NewTimer(s.cfg.ReadyTimeout)
 	defer timeout.Stop()
 	progress := time.NewTicker(5 * time.Second)

@@ -44,6 +44,14 @@ type Info struct {
 	Platform   string `json:"platform"`              // GOOS/GOARCH
 }
 
+// Report is what `tpcoord version --json` prints: the build, and the wire
+// protocol it speaks (broadcast.Version, which the caller gives: this
+// package imports none of tpcoord's).
+type Report struct {
+	Info
+	WireProtocol int `json:"wire_protocol"`
+}
+
 var get = sync.OnceValue(func() Info {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -38,7 +38,9 @@ func usage(pids []int) (procUsage, error) {
 	return u, nil
 }
 
-// parseStat reads minflt, utime and stime from the contents of a
+// parseStat reads the minor faults and the user and system CPU time of a
+// process and of its children it has waited for (launch's probe of the
+// agent-only build: launch.AgentBinary) from the contents of a
 // /proc/<pid>/stat file. The command name, in parentheses, may hold
 // spaces and parentheses itself: fields are counted after its last ')'.
 func parseStat(data []byte) (procUsage, error) {
@@ -47,20 +49,21 @@ func parseStat(data []byte) (procUsage, error) {
 		return procUsage{}, fmt.Errorf("no command name")
 	}
 	// After the name: state(0) ppid pgrp session tty_nr tpgid flags
-	// minflt(7) cminflt majflt cmajflt utime(11) stime(12).
+	// minflt(7) cminflt(8) majflt cmajflt utime(11) stime(12) cutime(13)
+	// cstime(14).
 	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return procUsage{}, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	if len(f) < 15 {
+		return procUsage{}, fmt.Errorf("%d fields after the command name, want at least 15", len(f))
 	}
-	var v [3]int64
-	for k, idx := range []int{7, 11, 12} {
+	var v [6]int64
+	for k, idx := range []int{7, 8, 11, 12, 13, 14} {
 		n, err := strconv.ParseInt(f[idx], 10, 64)
 		if err != nil || n < 0 || n > 1<<40 {
 			return procUsage{}, fmt.Errorf("field %d: %q is not a count", idx+3, f[idx])
 		}
 		v[k] = n
 	}
-	return procUsage{minflt: v[0], cpu: time.Duration(v[1]+v[2]) * clockTick}, nil
+	return procUsage{minflt: v[0] + v[1], cpu: time.Duration(v[2]+v[3]+v[4]+v[5]) * clockTick}, nil
 }
 
 // loadAvg is the host's 1-minute load average, or 0 where /proc has none.

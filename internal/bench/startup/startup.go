@@ -134,7 +134,7 @@ func measure(ctx context.Context, o Options, n int, dir string) (Sample, error) 
 // Sample is one job's start.
 type Sample struct {
 	ReadyS        float64 `json:"ready_s"`
-	CPUS          float64 `json:"cpu_s"` // user + system of launch and its ranks at readiness
+	CPUS          float64 `json:"cpu_s"` // user + system of launch and its ranks at readiness, and of the children launch has reaped
 	Procs         int     `json:"procs"` // launch and its ranks
 	FaultsPerProc float64 `json:"faults_per_proc"`
 	Load1         float64 `json:"load1_before"` // the host's 1-minute load average before the start

@@ -9,20 +9,22 @@ import (
 func TestParseStat(t *testing.T) {
 	// A command name with spaces and parentheses: fields count after the
 	// last ')'.
-	line := "4242 (tp (c) oord) S 1 4242 4242 0 -1 4194560 1234 0 5 0 17 3 0 0 20 0 9 0 100 2000000 300 18446744073709551615\n"
+	// Reaped children's faults and CPU (cminflt, cutime, cstime) count.
+	line := "4242 (tp (c) oord) S 1 4242 4242 0 -1 4194560 1234 66 5 0 17 3 4 2 20 0 9 0 100 2000000 300 18446744073709551615\n"
 	u, err := parseStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.minflt != 1234 || u.cpu != 20*clockTick {
-		t.Errorf("got minflt %d, cpu %v; want 1234, %v", u.minflt, u.cpu, 20*clockTick)
+	if u.minflt != 1300 || u.cpu != 26*clockTick {
+		t.Errorf("got minflt %d, cpu %v; want 1300, %v", u.minflt, u.cpu, 26*clockTick)
 	}
 	for _, bad := range []string{
 		"4242 tpcoord S 1", // no parentheses
-		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 12",            // too few fields
-		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 x 0 5 0 17 3",  // minflt not a number
-		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 -17 3", // negative utime
-		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 99999999999999999999 3",
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 17 3 0",    // too few fields
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 x 0 5 0 17 3 0 0",  // minflt not a number
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 -17 3 0 0", // negative utime
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 17 3 0 -1", // negative cstime
+		"4242 (tpcoord) S 1 4242 4242 0 -1 4194560 1 0 5 0 99999999999999999999 3 0 0",
 	} {
 		if _, err := parseStat([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)

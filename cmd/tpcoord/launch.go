@@ -137,7 +137,7 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		}
 		rankproc.TuneSelf(launchShare(o.NProc, gw != nil), again && reexec, log)
 	}
-	if cfg.Binary == "" {
+	if cfg.Binary == "" && (o.NProc > 1 || !o.NATSInRank0) { // a lone rank 0 hosting NATS runs Self
 		cfg.Binary = agentBinary(cfg.Self, log)
 	}
 	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)

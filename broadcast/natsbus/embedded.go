@@ -74,11 +74,11 @@ func NewToken() (string, error) {
 func JobURLs(hostPort string) (rankURL, clientURL string, err error) {
 	var urls [2]string
 	for i, user := range []string{RankUser, ClientUser} {
-		var b [16]byte
-		if _, err := rand.Read(b[:]); err != nil {
+		pw, err := NewToken()
+		if err != nil {
 			return "", "", err
 		}
-		u := url.URL{Scheme: "nats", User: url.UserPassword(user, hex.EncodeToString(b[:])), Host: hostPort}
+		u := url.URL{Scheme: "nats", User: url.UserPassword(user, pw), Host: hostPort}
 		urls[i] = u.String()
 	}
 	return urls[0], urls[1], nil

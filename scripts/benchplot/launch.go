@@ -50,7 +50,7 @@ func (g *gen) launch(recs []record) error {
 	}
 	sort.Slice(lines, func(i, j int) bool { return lines[i].NProc < lines[j].NProc })
 	g.p("### `launch --nproc N`: time to the ready file\n\n")
-	g.p("From `tpcoord launch` (its defaults) to its ready file, polled every 5 ms; CPU is user + system of launch and its ranks, read from /proc at readiness. Runs interleaved across sizes.\n\n")
+	g.p("From `tpcoord launch` (its defaults) to its ready file, polled every 5 ms; CPU is user + system of launch (with the children it has reaped) and its ranks, read from /proc at readiness. Runs interleaved across sizes.\n\n")
 	g.p("| ranks | ready in, s (runs) | median | CPU, s | CPU per process, ms | page faults per process | target |\n|---|---|---|---|---|---|---|\n")
 	target := 0.0
 	for _, l := range lines {

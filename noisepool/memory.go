@@ -10,7 +10,8 @@ package noisepool
 // maps them when the pool is made (12 ms for 51 MB on that VM). Elsewhere
 // the pages are mapped as they are first used, as before: writing a zero
 // into each page instead took 135 ms there, and cost a 64-rank start
-// 0.24–0.70 s of CPU.
+// 0.24–0.70 s of CPU. On that VM the first write to a mapped page still
+// traps to the host; idle producers take that cost later (Pool.touch).
 //
 // Transparent huge pages (MADV_HUGEPAGE) were measured too and not kept:
 // on that VM they made rank 0's sampling slower (docs/benchmarks-noise.md).

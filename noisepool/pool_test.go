@@ -514,3 +514,77 @@ func TestYielderThreshold(t *testing.T) {
 		t.Fatalf("did not give way after yieldAfter: since %v (start %v), yielded %v", y.since, start, y.yielded)
 	}
 }
+
+// TestActivateUntilStopsAtEnd: producers fill a stream's rows only up to its
+// end; a row at or past the end is still handed out, inline; a stream that
+// shares the key extends the end, and a stream already past its end gets
+// nothing.
+func TestActivateUntilStopsAtEnd(t *testing.T) {
+	p := newTestPool(t, smallConfig(50, 8, 1, 4))
+	p.ActivateUntil(1, 0, 2) // rows 0 and 1 only
+	p.ActivateUntil(2, 5, 5) // already at its end
+	if err := p.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Ready != 2 || s.Produced != 2 {
+		t.Fatalf("lookahead 4 within end 2: want 2 rows made, stats %+v", s)
+	}
+	for row := range uint64(3) {
+		r, err := p.Take(1, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRow(t, r, 1, row)
+		if r.Inline != (row == 2) {
+			t.Fatalf("row %d: inline %v, want %v", row, r.Inline, row == 2)
+		}
+		p.Release(r)
+	}
+	// A second reference with a later end: rows 3 and 4 are prefetched.
+	p.ActivateUntil(1, 3, 5)
+	if err := p.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Ready != 2 || s.Produced != 4 {
+		t.Fatalf("end extended to 5: want rows 3 and 4 made, stats %+v", s)
+	}
+	// An end never shrinks: a reference with an earlier one keeps 5.
+	p.ActivateUntil(1, 3, 4)
+	p.Deactivate(1)
+	for row := uint64(3); row < 5; row++ {
+		r, err := p.Take(1, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Inline {
+			t.Fatalf("row %d made inline, want prefetched", row)
+		}
+		p.Release(r)
+	}
+}
+
+// TestIdleProducersTouchSlots: once a stream has been activated, idle
+// producers write every slot never used yet, and the rows handed out
+// afterwards, from the slots touched, keep their values.
+func TestIdleProducersTouchSlots(t *testing.T) {
+	p := newTestPool(t, smallConfig(5000, 6, 1, 1))
+	if s := p.Stats(); s.Untouched != 6 {
+		t.Fatalf("new pool: %d slots untouched, want 6", s.Untouched)
+	}
+	p.Activate(3, 0)
+	checkFor(t, "every slot touched", func() bool { return p.Stats().Untouched == 0 })
+	var held []Row
+	for row := range uint64(5) { // more rows held than were ever filled
+		r, err := p.Take(3, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRow(t, r, 3, row)
+		held = append(held, r)
+	}
+	for _, r := range held {
+		if err := p.Release(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

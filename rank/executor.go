@@ -96,8 +96,14 @@ func (s *Synthetic) OverlapsStep() bool { return true }
 // the fill rather than after it: rank 0's step sender, whose write to the
 // bus the followers wait for, and nats.go's flusher, which on a rank with
 // one P would otherwise hold the step's token replies for the whole fill
-// (1.4 ms at batch 32, vocab 100352). The forward time runs from the call,
-// as a card's would from its launch.
+// (1.4 ms at batch 32, vocab 100352). It then gives way after every
+// fillGiveWay of filling, as the noise producers do: a card leaves the
+// host's cores to rank 0's goroutines, and a fill that held rank 0's only
+// P was charged to them. Its first fill at a larger batch writes fresh
+// pages (on the benchmarks' VM 20–40 ms of page faults for 32 rows),
+// and without giving way the noise producer got none of that forward
+// pass, so the next step made its rows inline. The forward time runs from
+// the call, as a card's would from its launch.
 func (s *Synthetic) Forward(ctx context.Context, b Batch) ([]float32, error) {
 	deadline := time.Now().Add(s.cfg.ForwardTime)
 	var out []float32
@@ -108,8 +114,17 @@ func (s *Synthetic) Forward(ctx context.Context, b Batch) ([]float32, error) {
 			s.logits = make([]float32, n)
 		}
 		out = s.logits[:n]
+		since := time.Now()
 		for i, r := range b.Rows {
-			s.Row(r, out[i*s.cfg.Vocab:(i+1)*s.cfg.Vocab])
+			dst := out[i*s.cfg.Vocab : (i+1)*s.cfg.Vocab]
+			for off := 0; off < len(dst); off += fillChunk {
+				copy(dst[off:min(off+fillChunk, len(dst))], s.base[off:])
+				if now := time.Now(); now.Sub(since) >= fillGiveWay {
+					runtime.Gosched()
+					since = time.Now()
+				}
+			}
+			s.lift(r, dst)
 		}
 	}
 	if err := WaitUntil(ctx, deadline); err != nil {
@@ -118,9 +133,23 @@ func (s *Synthetic) Forward(ctx context.Context, b Batch) ([]float32, error) {
 	return out, nil
 }
 
+// fillChunk is how many logits Forward copies between its checks of the
+// time (32 KB: a few microseconds warm, a few tens with page faults), and
+// fillGiveWay how long it fills before it gives way.
+const (
+	fillChunk   = 8192
+	fillGiveWay = 50 * time.Microsecond
+)
+
 // Row writes the logits of one sequence into dst (len Vocab).
 func (s *Synthetic) Row(r *Seq, dst []float32) {
 	copy(dst, s.base)
+	s.lift(r, dst)
+}
+
+// lift raises the logits of r's likely next tokens, and its EOS logit,
+// in dst, a copy of the base row.
+func (s *Synthetic) lift(r *Seq, dst []float32) {
 	v := uint64(s.cfg.Vocab)
 	last := uint64(uint32(r.Last()))
 	for j, lift := range syntheticLifts {

@@ -99,6 +99,26 @@ func TestSyntheticDeterministicAndRowIndependent(t *testing.T) {
 	}
 }
 
+// TestSyntheticForwardMatchesRow: Forward, which fills rows in chunks and
+// gives way between them, writes each row as Row does (the worker's
+// logits), for a vocabulary of several chunks and a partial last one.
+func TestSyntheticForwardMatchesRow(t *testing.T) {
+	const vocab = 2*fillChunk + 77
+	ex := newSynthetic(t, vocab, 1, true)
+	rows := []*Seq{{ID: 1, Prompt: []int32{3, 4, 5}}, {ID: 2, Prompt: []int32{7}, Output: []int32{8, 9}}}
+	got, err := ex.Forward(t.Context(), Batch{Step: 1, Rows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, vocab)
+	for i, r := range rows {
+		ex.Row(r, want)
+		if !slices.Equal(got[i*vocab:(i+1)*vocab], want) {
+			t.Fatalf("row %d: Forward's logits differ from Row's", i)
+		}
+	}
+}
+
 func TestSyntheticFollowerHasNoLogits(t *testing.T) {
 	ex := newSynthetic(t, 64, 1, false)
 	logits, err := ex.Forward(context.Background(), Batch{Step: 1, Rows: []*Seq{{ID: 1, Prompt: []int32{1}}}})

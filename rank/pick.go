@@ -32,8 +32,8 @@ type Sampling struct {
 	rows    []sampler.Row
 	out     []sampler.Result
 	taken   []noisepool.Row
-	active  map[uint64]bool // streams activated in the pool, by key
-	seen    map[uint64]bool // streams of the current batch
+	active  map[uint64]uint64 // streams activated in the pool: key to end
+	seen    map[uint64]bool   // streams of the current batch
 	// takeErrs counts rows that fell back to inline noise because the pool
 	// had no slot; read by Stats on another goroutine.
 	takeErrs atomic.Uint64
@@ -104,7 +104,7 @@ func NewSamplingWith(cfg SamplingConfig) *Sampling {
 	}
 	p := &Sampling{
 		s: s, sync: cfg.Noise == NoiseSync, eos: cfg.EOS, base: cfg.Base,
-		active: map[uint64]bool{}, seen: map[uint64]bool{},
+		active: map[uint64]uint64{}, seen: map[uint64]bool{},
 	}
 	if cfg.Noise == NoisePool {
 		p.pool = cfg.Pool
@@ -130,26 +130,61 @@ func rowParams(req *Request) sampler.Params {
 // Prefetch activates, before the step's forward pass, the pool streams of
 // the rows that will read a full noise row, so that the producers make a
 // new request's first row while the card works instead of Pick making it
-// inline. Without a pool it does nothing.
+// inline, and retires the streams of every other row: a request that
+// finished last step, whose prefetched rows would otherwise hold slots,
+// and producers, until Pick. Without a pool it does nothing.
 func (p *Sampling) Prefetch(rows []*Seq, reqs []*Request) {
 	if p.pool == nil {
 		return
 	}
+	clear(p.seen)
 	for i, r := range rows {
 		params := rowParams(reqs[i])
 		if !wantsPoolRow(&params) {
 			continue
 		}
-		p.activate(noisepool.StreamKey(params.Seed, p.base, r.ID), uint64(len(r.Output)))
+		key := noisepool.StreamKey(params.Seed, p.base, r.ID)
+		p.seen[key] = true
+		p.activate(key, uint64(len(r.Output)), streamEnd(reqs[i]))
 	}
+	p.retireUnseen()
 }
 
-// activate registers the pool stream key, whose next row is next, unless
-// it is active already.
-func (p *Sampling) activate(key, next uint64) {
-	if !p.active[key] {
-		p.pool.Activate(key, next)
-		p.active[key] = true
+// streamEnd is the first noise row a request will not ask for: one per
+// output token up to its limit (NoEnd without a request or a limit).
+func streamEnd(req *Request) uint64 {
+	if req == nil || req.MaxTokens <= 0 {
+		return noisepool.NoEnd
+	}
+	return uint64(req.MaxTokens)
+}
+
+// activate registers the pool stream key, whose next row is next and
+// whose rows stop before end, unless it is active already with an end as
+// far. Rows that share a key (requests with one seed) extend its end:
+// activating it again and dropping the added reference leaves one
+// reference with the larger end.
+func (p *Sampling) activate(key, next, end uint64) {
+	had, ok := p.active[key]
+	switch {
+	case !ok:
+		p.pool.ActivateUntil(key, next, end)
+	case end > had:
+		p.pool.ActivateUntil(key, next, end)
+		p.pool.Deactivate(key)
+	default:
+		return
+	}
+	p.active[key] = end
+}
+
+// retireUnseen deactivates the active streams that are not in p.seen.
+func (p *Sampling) retireUnseen() {
+	for key := range p.active {
+		if !p.seen[key] {
+			p.pool.Deactivate(key)
+			delete(p.active, key)
+		}
 	}
 }
 
@@ -181,7 +216,7 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 		}
 		if p.pool != nil && wantsPoolRow(&params) {
 			p.seen[sr.NoiseKey] = true
-			p.activate(sr.NoiseKey, sr.NoiseRow)
+			p.activate(sr.NoiseKey, sr.NoiseRow, streamEnd(reqs[i]))
 			if nr, err := p.pool.Take(sr.NoiseKey, sr.NoiseRow); err == nil {
 				sr.Noise, sr.NoiseBlockMax, sr.NoiseBound = nr.Values, nr.BlockMax, nr.Form == noisepool.FormBound
 				p.taken = append(p.taken, nr)
@@ -196,12 +231,7 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 	for _, nr := range p.taken {
 		_ = p.pool.Release(nr)
 	}
-	for key := range p.active {
-		if !p.seen[key] {
-			p.pool.Deactivate(key)
-			delete(p.active, key)
-		}
-	}
+	p.retireUnseen()
 	for i, res := range p.out {
 		tokens[i], errs[i] = res.Token, res.Err
 	}

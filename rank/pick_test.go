@@ -223,6 +223,42 @@ func TestPrefetchMakesFirstRows(t *testing.T) {
 	}
 }
 
+// TestPrefetchRetiresAndStopsAtLimit: Prefetch prefetches no noise row past
+// a request's token limit, and retires the streams of rows that are not in
+// the coming step (requests that finished), so that the producers spend
+// the forward pass on the step's rows.
+func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
+	pool, err := noisepool.New(noisepool.Config{Vocab: 64, Rows: 16, Producers: 1, Lookahead: 2, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	p := NewSampling(64, -1, 9, pool)
+	warm := func() noisepool.Stats {
+		t.Helper()
+		if err := pool.Warm(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return pool.Stats()
+	}
+	// The last token of a 3-token request, and the first of a longer one.
+	last, long := &Seq{ID: 1, Output: []int32{5, 6}}, &Seq{ID: 2}
+	p.Prefetch([]*Seq{last, long}, []*Request{{MaxTokens: 3, Params: sampler.DefaultParams()}, {MaxTokens: 100, Params: sampler.DefaultParams()}})
+	if s := warm(); s.Streams != 2 || s.Ready != 3 {
+		t.Fatalf("want 2 streams and 3 rows ready (1 before the limit, 2 of lookahead): %+v", s)
+	}
+	// Next step: the finished request is gone, a row without a request
+	// (default parameters, no limit) joins.
+	p.Prefetch([]*Seq{long, {ID: 3}}, []*Request{{MaxTokens: 100, Params: sampler.DefaultParams()}, nil})
+	s := pool.Stats()
+	if s.Streams != 2 || s.Discarded != 1 {
+		t.Fatalf("want the finished stream retired (its row discarded) before the forward pass: %+v", s)
+	}
+	if s := warm(); s.Ready != 4 {
+		t.Fatalf("want 2 rows ready for each of 2 streams: %+v", s)
+	}
+}
+
 // prefetchFirst is the driver's order: Prefetch, the forward pass (here:
 // until the producers are done), Pick.
 type prefetchFirst struct {

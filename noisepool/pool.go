@@ -48,7 +48,7 @@ type Stats struct {
 	Held         int           // rows handed out and not yet released
 	Rows         int           // slots in the pool (Config.Rows)
 	Streams      int           // active streams
-	Untouched    int           // slots never written yet: their first fill may trap (see untouchedLocked)
+	Untouched    int           // slots never claimed to be written yet: their first fill may trap (see untouchedLocked)
 }
 
 type slotState uint8
@@ -109,6 +109,7 @@ type Pool struct {
 	used    bool // a stream has been activated: idle producers may touch slots
 	// untouched counts the slots never claimed for writing.
 	untouched int
+	touching  int // slots being touched now
 	filling   int
 	ready     int
 	held      int
@@ -300,7 +301,8 @@ func (p *Pool) Release(r Row) error {
 }
 
 // Warm blocks until the producers have nothing left to do: every row within
-// the lookahead of every active stream is ready, or no slot is left for it.
+// the lookahead of every active stream, and before its end, is ready, or
+// no slot is left for it.
 // It returns at once when the pool has no producers, and ErrClosed or the
 // context's error if the pool closes or ctx ends first.
 func (p *Pool) Warm(ctx context.Context) error {
@@ -314,7 +316,7 @@ func (p *Pool) Warm(ctx context.Context) error {
 			return ErrClosed
 		}
 		_, _, work := p.findWorkLocked()
-		if !work && p.filling == 0 {
+		if !work && p.filling == 0 && p.touching == 0 {
 			p.mu.Unlock()
 			return nil
 		}
@@ -443,7 +445,10 @@ func (p *Pool) produceRow(id RowID, i int, y *yielder) bool {
 // that needed slots never used before then had rows made slowly, and
 // those steps made rows inline. Idle producers write one value per page
 // of each such slot instead, after the first Activate (not when the pool
-// is made, where 65 ms of CPU would slow the start of every job).
+// is made, where 65 ms of CPU would slow the start of every job). A touch
+// is not interrupted: a row asked for meanwhile waits for the rest of one
+// slot's pages (half a millisecond on that VM, microseconds where pages
+// do not trap).
 func (p *Pool) untouchedLocked() int {
 	if !p.used || p.untouched == 0 {
 		return -1
@@ -463,6 +468,7 @@ func (p *Pool) touch(i int, y *yielder) {
 	p.takeSlotLocked(i)
 	s := &p.slots[i]
 	s.state = slotTouching
+	p.touching++
 	buf, bmax := s.buf, s.bmax
 	p.mu.Unlock()
 
@@ -478,6 +484,7 @@ func (p *Pool) touch(i int, y *yielder) {
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.touching--
 	p.freeLocked(i)
 	p.notifyLocked()
 }
@@ -537,8 +544,8 @@ func (y *yielder) maybe() {
 
 // findWorkLocked picks the most urgent missing row: distance 0 of every
 // stream first (in activation order), then distance 1, and so on, short of
-// each stream's end, and the slot to fill it in (a free one, or a ready one further ahead, evicted).
-// It changes nothing.
+// each stream's end, and the slot to fill it in (a free one, or a ready
+// one further ahead, evicted). It changes nothing.
 func (p *Pool) findWorkLocked() (RowID, int, bool) {
 	for d := range uint64(p.cfg.Lookahead) {
 		for _, key := range p.order {

@@ -540,16 +540,17 @@ func TestActivateUntilStopsAtEnd(t *testing.T) {
 		}
 		p.Release(r)
 	}
-	// A second reference with a later end: rows 3 and 4 are prefetched.
+	// A second reference with a later end extends it, and a third with an
+	// earlier one does not shrink it: rows 3 and 4 are prefetched.
 	p.ActivateUntil(1, 3, 5)
+	p.ActivateUntil(1, 3, 4)
 	if err := p.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if s := p.Stats(); s.Ready != 2 || s.Produced != 4 {
 		t.Fatalf("end extended to 5: want rows 3 and 4 made, stats %+v", s)
 	}
-	// An end never shrinks: a reference with an earlier one keeps 5.
-	p.ActivateUntil(1, 3, 4)
+	p.Deactivate(1)
 	p.Deactivate(1)
 	for row := uint64(3); row < 5; row++ {
 		r, err := p.Take(1, row)

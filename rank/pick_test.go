@@ -259,6 +259,33 @@ func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
 	}
 }
 
+// TestPrefetchSharedSeedExtendsEnd: two requests with one seed share a
+// noise stream; the longer one's limit holds for both, and retiring them
+// leaves no stream (no reference leaks from extending the end).
+func TestPrefetchSharedSeedExtendsEnd(t *testing.T) {
+	pool, err := noisepool.New(noisepool.Config{Vocab: 64, Rows: 16, Producers: 1, Lookahead: 2, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	p := NewSampling(64, -1, 9, pool)
+	seed := uint64(42)
+	params := sampler.DefaultParams()
+	params.Seed = &seed
+	rows := []*Seq{{ID: 1, Output: []int32{5}}, {ID: 2, Output: []int32{5}}}
+	p.Prefetch(rows, []*Request{{MaxTokens: 2, Params: params}, {MaxTokens: 10, Params: params}})
+	if err := pool.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s := pool.Stats(); s.Streams != 1 || s.Ready != 2 {
+		t.Fatalf("want one shared stream with rows 1 and 2 ready (the longer limit): %+v", s)
+	}
+	p.Prefetch([]*Seq{{ID: 3}}, []*Request{nil})
+	if s := pool.Stats(); s.Streams != 1 {
+		t.Fatalf("want the shared stream retired and the new one active: %+v", s)
+	}
+}
+
 // prefetchFirst is the driver's order: Prefetch, the forward pass (here:
 // until the producers are done), Pick.
 type prefetchFirst struct {

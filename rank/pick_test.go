@@ -223,17 +223,24 @@ func TestPrefetchMakesFirstRows(t *testing.T) {
 	}
 }
 
+// prefetchSampling is a Sampling over vocabulary 64 with a pool of 16
+// rows, one producer and a lookahead of 2, closed when the test ends.
+func prefetchSampling(t *testing.T) (*Sampling, *noisepool.Pool) {
+	t.Helper()
+	pool, err := noisepool.New(noisepool.Config{Vocab: 64, Rows: 16, Producers: 1, Lookahead: 2, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	return NewSampling(64, -1, 9, pool), pool
+}
+
 // TestPrefetchRetiresAndStopsAtLimit: Prefetch prefetches no noise row past
 // a request's token limit, and retires the streams of rows that are not in
 // the coming step (requests that finished), so that the producers spend
 // the forward pass on the step's rows.
 func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
-	pool, err := noisepool.New(noisepool.Config{Vocab: 64, Rows: 16, Producers: 1, Lookahead: 2, MaxBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	p := NewSampling(64, -1, 9, pool)
+	p, pool := prefetchSampling(t)
 	warm := func() noisepool.Stats {
 		t.Helper()
 		if err := pool.Warm(t.Context()); err != nil {
@@ -263,12 +270,7 @@ func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
 // noise stream; the longer one's limit holds for both, and retiring them
 // leaves no stream (no reference leaks from extending the end).
 func TestPrefetchSharedSeedExtendsEnd(t *testing.T) {
-	pool, err := noisepool.New(noisepool.Config{Vocab: 64, Rows: 16, Producers: 1, Lookahead: 2, MaxBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	p := NewSampling(64, -1, 9, pool)
+	p, pool := prefetchSampling(t)
 	seed := uint64(42)
 	params := sampler.DefaultParams()
 	params.Seed = &seed

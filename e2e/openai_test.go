@@ -22,7 +22,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/respjson"
 
-	"github.com/tpcoord/tpcoord/internal/tokenizer"
+	"github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
 )
 
 // These tests drive `launch --http` with the official openai-go client, as

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 func connect(t *testing.T, j *job) (*natsbus.Conn, broadcast.Subjects) {
@@ -38,9 +38,9 @@ func TestManyMixedRequests(t *testing.T) {
 	j := launch(t, "--nproc", "2", "--job", "e2e-many", "--forward-time", "2ms", "--max-batch", "64", "--vocab", "32000")
 	nc, subj := connect(t, j)
 	rng := rand.New(rand.NewPCG(7, 7))
-	reqs := make([]*client.GenerateRequest, 200)
+	reqs := make([]*api.GenerateRequest, 200)
 	for i := range reqs {
-		p := sampler.DefaultParams()
+		p := api.DefaultParams()
 		switch i % 6 {
 		case 0:
 			p.Temperature = 0
@@ -59,7 +59,7 @@ func TestManyMixedRequests(t *testing.T) {
 			seed := uint64(i)
 			p.Seed = &seed
 		}
-		reqs[i] = &client.GenerateRequest{
+		reqs[i] = &api.GenerateRequest{
 			PromptTokenIDs: []int32{int32(rng.IntN(32000)), int32(rng.IntN(32000))},
 			MaxTokens:      4 + rng.IntN(40),
 			Params:         p,
@@ -78,11 +78,11 @@ func TestManyMixedRequests(t *testing.T) {
 			}
 			n := len(rep.Tokens)
 			switch rep.FinishReason {
-			case client.FinishLength:
+			case api.FinishLength:
 				if n != req.MaxTokens {
 					errs[i] = fmt.Errorf("request %d: length with %d tokens, max %d", i, n, req.MaxTokens)
 				}
-			case client.FinishStop:
+			case api.FinishStop:
 				last := rep.Tokens[n-1]
 				if n < req.MinTokens || (last != eos && !slices.Contains(req.StopTokenIDs, last)) {
 					errs[i] = fmt.Errorf("request %d: stop on token %d after %d tokens (min %d, stop ids %v)", i, last, n, req.MinTokens, req.StopTokenIDs)
@@ -144,9 +144,9 @@ func TestOverload(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 12 {
 		wg.Go(func() {
-			p := sampler.DefaultParams()
+			p := api.DefaultParams()
 			p.Temperature, p.IgnoreEOS = 0, true
-			_, err := client.Generate(ctx, nc, subj, &client.GenerateRequest{PromptTokenIDs: []int32{int32(i + 1)}, MaxTokens: 10, Params: p}, nil)
+			_, err := client.Generate(ctx, nc, subj, &api.GenerateRequest{PromptTokenIDs: []int32{int32(i + 1)}, MaxTokens: 10, Params: p}, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

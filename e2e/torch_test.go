@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // torchPython is a Python with PyTorch (Debian's python3-torch), or the
@@ -145,12 +145,12 @@ func runStaggered(t *testing.T, j *job, reqs []torchRequest) [][]int32 {
 		case <-ctx.Done():
 			t.Fatal("a request never reached its second token")
 		}
-		p := sampler.DefaultParams()
+		p := api.DefaultParams()
 		p.IgnoreEOS, p.Temperature, p.Seed = true, 0, r.seed
 		if r.seed != nil {
 			p.Temperature, p.TopK = 0.8, 50
 		}
-		req := &client.GenerateRequest{PromptTokenIDs: r.prompt, MaxTokens: r.maxTokens, Params: p}
+		req := &api.GenerateRequest{PromptTokenIDs: r.prompt, MaxTokens: r.maxTokens, Params: p}
 		var once sync.Once
 		wg.Go(func() {
 			rep, err := client.Generate(ctx, nc, subj, req, func(index int, _ int32) {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // nanRows is an executor whose logits hold a NaN (or +Inf) in every row
@@ -56,10 +56,10 @@ func TestDriverBadLogitsFailOneRequest(t *testing.T) {
 		gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
-		reps := make([]*client.GenerateReply, 2)
+		reps := make([]*api.GenerateReply, 2)
 		for i, first := range []int32{66, 5} {
 			wg.Go(func() {
-				req := &client.GenerateRequest{PromptTokenIDs: []int32{first, 7}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+				req := &api.GenerateRequest{PromptTokenIDs: []int32{first, 7}, MaxTokens: 12, Params: api.Params{IgnoreEOS: true}}
 				reps[i], errs[i] = client.Generate(gctx, requester, drvSubj, req, nil)
 			})
 		}

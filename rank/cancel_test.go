@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 func TestSchedulerCancel(t *testing.T) {
@@ -37,11 +37,11 @@ func TestSchedulerCancel(t *testing.T) {
 	}
 	// Cancel the waiting one: it leaves the queue at once.
 	why := errors.New("client said so")
-	if r := s.Cancel("b", why); r != b || b.Finish != client.FinishCancelled || !errors.Is(b.Err, why) || s.Waiting() != 0 {
+	if r := s.Cancel("b", why); r != b || b.Finish != api.FinishCancelled || !errors.Is(b.Err, why) || s.Waiting() != 0 {
 		t.Fatalf("cancel waiting: %v %+v waiting=%d", r, b, s.Waiting())
 	}
 	// Cancel the admitted one: its token and its removal go in the next step.
-	if r := s.Cancel("a", why); r != a || a.Finish != client.FinishCancelled {
+	if r := s.Cancel("a", why); r != a || a.Finish != api.FinishCancelled {
 		t.Fatalf("cancel active: %v %+v", r, a)
 	}
 	if r := s.Cancel("a", why); r != nil {
@@ -139,34 +139,34 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 	// Cancel through Generate's context.
 	gctx, gcancel := context.WithCancel(context.Background())
 	got := make(chan int, 64)
-	var rep *client.GenerateReply
+	var rep *api.GenerateReply
 	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rep, err = client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()}, func(i int, _ int32) { got <- i })
+		rep, err = client.Generate(gctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()}, func(i int, _ int32) { got <- i })
 	}()
 	<-got // streaming
 	gcancel()
 	<-done
-	if rep == nil || rep.FinishReason != client.FinishCancelled {
+	if rep == nil || rep.FinishReason != api.FinishCancelled {
 		t.Fatalf("cancelled request: reply %+v, err %v", rep, err)
 	}
 
 	// A client that sent one keepalive and went silent.
 	reply := subscribeReplies(t, requester)
-	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
+	data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	ka, _ := json.Marshal(client.Message{Reply: reply.inbox, Op: "keepalive"})
+	ka, _ := json.Marshal(api.Message{Reply: reply.inbox, Op: "keepalive"})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: ka}); err != nil {
 		t.Fatal(err)
 	}
 	for {
 		r := reply.next(t)
 		if r.Done {
-			if r.FinishReason != client.FinishCancelled {
+			if r.FinishReason != api.FinishCancelled {
 				t.Fatalf("silent requester's request ended %+v, want cancelled", r)
 			}
 			break
@@ -174,14 +174,14 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 	}
 	// A client that promised keepalives and died before sending one: its
 	// timeout runs from submission.
-	data, _ = json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{5}, MaxTokens: 100000, Keepalive: true, Params: greedyParams()})
+	data, _ = json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{5}, MaxTokens: 100000, Keepalive: true, Params: greedyParams()})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	for {
 		r := reply.next(t)
 		if r.Done {
-			if r.FinishReason != client.FinishCancelled || !strings.Contains(r.Error, "client went away") {
+			if r.FinishReason != api.FinishCancelled || !strings.Contains(r.Error, "client went away") {
 				t.Fatalf("request of a client that died at once ended %+v, want cancelled (client went away)", r)
 			}
 			break
@@ -194,8 +194,8 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 }
 
 // greedyParams is vLLM's defaults at temperature 0, never stopping at EOS.
-func greedyParams() sampler.Params {
-	p := sampler.DefaultParams()
+func greedyParams() api.Params {
+	p := api.DefaultParams()
 	p.Temperature, p.IgnoreEOS = 0, true
 	return p
 }
@@ -210,7 +210,7 @@ func TestDriverLogprobs(t *testing.T) {
 	p := greedyParams()
 	n := 3
 	p.Logprobs = &n
-	rep, err := client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 12, Params: p}, nil)
+	rep, err := client.Generate(ctx, c.requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 12, Params: p}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestDriverLogprobs(t *testing.T) {
 			t.Fatalf("token %d: greedy token has rank %d, top %+v", i, lp.Rank, lp.Top)
 		}
 	}
-	rep, err = client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 4, Params: greedyParams()}, nil)
+	rep, err = client.Generate(ctx, c.requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{7, 8}, MaxTokens: 4, Params: greedyParams()}, nil)
 	if err != nil || rep.TokenLogprobs != nil {
 		t.Fatalf("request without logprobs: %v, %+v", err, rep.TokenLogprobs)
 	}
@@ -307,7 +307,7 @@ func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
 	requester := hub.Connect()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := client.Generate(context.Background(), requester, subj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+		_, err := client.Generate(context.Background(), requester, subj, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
 		errc <- err
 	}()
 	select {
@@ -328,16 +328,16 @@ func TestGenerateEndsWhenConnectionCloses(t *testing.T) {
 
 // ackOf sends a keepalive for the request whose reply subject is tag, with
 // a reply subject, and returns rank 0's answer.
-func ackOf(t *testing.T, tr broadcast.Transport, tag string) client.KeepaliveAck {
+func ackOf(t *testing.T, tr broadcast.Transport, tag string) api.KeepaliveAck {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	data, _ := json.Marshal(client.Message{Reply: tag, Op: "keepalive"})
+	data, _ := json.Marshal(api.Message{Reply: tag, Op: "keepalive"})
 	b, err := broadcast.Request(ctx, tr, drvSubj.Client(), data)
 	if err != nil {
 		t.Fatalf("keepalive for %s: %v", tag, err)
 	}
-	var ack client.KeepaliveAck
+	var ack api.KeepaliveAck
 	if err := json.Unmarshal(b, &ack); err != nil {
 		t.Fatalf("keepalive answer %q: %v", b, err)
 	}
@@ -354,7 +354,7 @@ func TestDriverAcksKeepalives(t *testing.T) {
 	if _, err := c.requester.Subscribe(inbox, func(*broadcast.Msg) { once.Do(func() { close(streaming) }) }); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
+	data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Params: greedyParams()})
 	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func TestDriverAcksKeepalives(t *testing.T) {
 	if ack := ackOf(t, c.requester, "_INBOX.nobody"); ack.Known {
 		t.Error("keepalive for a request never submitted: known")
 	}
-	cancelMsg, _ := json.Marshal(client.Message{Reply: inbox, Op: "cancel"})
+	cancelMsg, _ := json.Marshal(api.Message{Reply: inbox, Op: "cancel"})
 	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelMsg}); err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		_, err := client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()},
+		_, err := client.Generate(ctx, c.requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()},
 			func(int, int32) { once.Do(func() { close(first) }) })
 		errc <- err
 	}()
@@ -406,11 +406,11 @@ func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 func TestGenerateEndsWhenRank0ForgetsRequest(t *testing.T) {
 	answers := []bool{false, true, false, false} // then "not known" forever
 	keepalives, requester := fakeRank0(t, func(n int, _ string, publish func(string, any)) {
-		publish("", client.KeepaliveAck{Known: n <= len(answers) && answers[n-1]})
+		publish("", api.KeepaliveAck{Known: n <= len(answers) && answers[n-1]})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err := client.Generate(ctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+	_, err := client.Generate(ctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
 	if !errors.Is(err, client.ErrRequestLost) || !strings.Contains(err.Error(), "no longer holds") {
 		t.Fatalf("Generate: %v, want client.ErrRequestLost saying rank 0 no longer holds the request", err)
 	}
@@ -435,7 +435,7 @@ func TestGenerateSlowReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n := 0
-	rep, err := client.Generate(ctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 80, Params: greedyParams()},
+	rep, err := client.Generate(ctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 80, Params: greedyParams()},
 		func(int, int32) { n++; time.Sleep(50 * time.Millisecond) })
 	if err != nil || len(rep.Tokens) != 80 || n != 80 {
 		t.Fatalf("slow reader: %d tokens streamed, reply %+v, err %v", n, rep, err)
@@ -470,7 +470,7 @@ func TestGenerateLongStep(t *testing.T) {
 			}
 			gctx, gcancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer gcancel()
-			rep, err := client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 1, Params: p}, nil)
+			rep, err := client.Generate(gctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 1, Params: p}, nil)
 			if err != nil || len(rep.Tokens) != 1 {
 				t.Fatalf("request with %v steps: reply %+v, err %v", 2500*time.Millisecond, rep, err)
 			}
@@ -517,7 +517,7 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := startRank(t, ctx, hub, cfg)
 	t.Cleanup(func() { cancel(); _ = r.wait(t) })
-	last := func(rs *replies) client.GenerateReply {
+	last := func(rs *replies) api.GenerateReply {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			if rep := rs.next(t); rep.Done {
@@ -525,12 +525,12 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 			}
 		}
 		t.Fatal("no final reply within 30s (the request was never timed out)")
-		return client.GenerateReply{}
+		return api.GenerateReply{}
 	}
-	if rep := last(gone); rep.FinishReason != client.FinishCancelled || !strings.Contains(rep.Error, "client went away") {
+	if rep := last(gone); rep.FinishReason != api.FinishCancelled || !strings.Contains(rep.Error, "client went away") {
 		t.Fatalf("resumed request whose requester went away: %+v, want cancelled", rep)
 	}
-	if rep := last(quiet); rep.FinishReason != client.FinishLength || len(rep.Tokens) != 3 {
+	if rep := last(quiet); rep.FinishReason != api.FinishLength || len(rep.Tokens) != 3 {
 		t.Fatalf("resumed request without keepalives: %+v, want its 3 tokens", rep)
 	}
 }
@@ -542,17 +542,17 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 func TestGenerateFinalReplyCrossesAnswers(t *testing.T) {
 	_, requester := fakeRank0(t, func(n int, request string, publish func(string, any)) {
 		if n == 2 {
-			publish(request, client.GenerateReply{Done: true, FinishReason: client.FinishLength, Tokens: []int32{1, 2}})
+			publish(request, api.GenerateReply{Done: true, FinishReason: api.FinishLength, Tokens: []int32{1, 2}})
 			for range 8 {
-				publish("", client.KeepaliveAck{Known: false})
+				publish("", api.KeepaliveAck{Known: false})
 			}
 		}
-		publish("", client.KeepaliveAck{Known: false})
+		publish("", api.KeepaliveAck{Known: false})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rep, err := client.Generate(ctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil)
-	if err != nil || rep.FinishReason != client.FinishLength {
+	rep, err := client.Generate(ctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil)
+	if err != nil || rep.FinishReason != api.FinishLength {
 		t.Fatalf("Generate: %+v, %v; want the final reply", rep, err)
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // DefaultClientTimeout is how long rank 0 keeps a request whose client
-// promised keepalives (client.GenerateRequest.Keepalive) or sent one, but
+// promised keepalives (api.GenerateRequest.Keepalive) or sent one, but
 // has gone silent (DriverConfig.ClientTimeout): the client went away, so
 // its sequence is removed. It counts from submission. Clients that neither
 // promise nor send keepalives are never timed out.
@@ -20,12 +20,12 @@ const DefaultClientTimeout = 2 * time.Second
 type clientOp struct {
 	reply  string
 	cancel bool
-	ack    string // keepalive: where to send the client.KeepaliveAck ("" for none)
+	ack    string // keepalive: where to send the api.KeepaliveAck ("" for none)
 }
 
 // onClient hands a client's cancel or keepalive to the loop.
 func (d *Driver) onClient(m *broadcast.Msg) {
-	var c client.Message
+	var c api.Message
 	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" || (c.Op != "cancel" && c.Op != "keepalive") {
 		d.reject("client", fmt.Errorf("malformed client message %q", m.Data))
 		return
@@ -91,6 +91,6 @@ func (d *Driver) clientOps(now time.Time) {
 
 // ack answers a keepalive.
 func (d *Driver) ack(subject string, known bool) {
-	data, _ := json.Marshal(client.KeepaliveAck{Known: known})
+	data, _ := json.Marshal(api.KeepaliveAck{Known: known})
 	_ = d.tr.Publish(&broadcast.Msg{Subject: subject, Data: data})
 }

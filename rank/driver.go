@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
@@ -102,7 +103,7 @@ type DriverConfig struct {
 	// them with an error.
 	HoldOnPeerLoss bool
 	// Clock is the time the loop's decisions use: peer liveness and
-	// client timeouts (default time.Now). client.Timings it measures (the flight
+	// client timeouts (default time.Now). api.Timings it measures (the flight
 	// recorder, metrics) use the wall clock.
 	Clock func() time.Time
 	// Resume are the requests in flight when the previous epoch stopped
@@ -328,7 +329,7 @@ func (d *Driver) InFlight() []*Request {
 }
 
 // Status returns this rank's current status.
-func (d *Driver) Status() client.RankStatus {
+func (d *Driver) Status() api.RankStatus {
 	d.mu.Lock()
 	p := d.pos
 	var rejected map[string]uint64
@@ -336,7 +337,7 @@ func (d *Driver) Status() client.RankStatus {
 		rejected = maps.Clone(d.rejected)
 	}
 	d.mu.Unlock()
-	st := client.RankStatus{
+	st := api.RankStatus{
 		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Member: d.cfg.Member, Epoch: d.cfg.Epoch,
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
 		Rejected: rejected,
@@ -421,26 +422,16 @@ func (d *Driver) wrapUp(err error, unsubs []func() error) {
 		d.drain(err)
 	}
 	if err != nil && d.cfg.Rank == 0 {
-		kind := "abort"
+		kind := api.ControlAbort
 		if errors.Is(err, ErrPeerLost) {
-			kind = "peer_lost"
+			kind = api.ControlPeerLost
 		}
-		d.publishControl(control{Kind: kind, Reason: err.Error()})
+		d.publishControl(api.Control{Kind: kind, Reason: err.Error()})
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = d.tr.Flush(fctx)
 	cancel()
 }
-
-// Control is a message on tpc.<job>.control: rank 0 (or a supervisor
-// such as launch, which sets From) tells every rank to stop.
-type Control struct {
-	Kind   string `json:"kind"` // "abort" or "peer_lost"
-	Reason string `json:"reason,omitempty"`
-	From   string `json:"from,omitempty"` // empty: rank 0
-}
-
-type control = Control
 
 // subscribe subscribes this rank's handlers. Status comes last: a rank
 // that answers status has every other subscription live (the transport
@@ -524,7 +515,7 @@ func (d *Driver) reserveQueue(size int64) (int64, bool) {
 }
 
 func (d *Driver) onControl(m *broadcast.Msg) {
-	var c control
+	var c api.Control
 	if err := json.Unmarshal(m.Data, &c); err != nil {
 		d.reject("control", err)
 		return
@@ -537,9 +528,9 @@ func (d *Driver) onControl(m *broadcast.Msg) {
 		return // our own announcement
 	}
 	switch c.Kind {
-	case "abort":
+	case api.ControlAbort:
 		d.Abort(fmt.Errorf("%w by %s: %s", ErrAborted, from, c.Reason))
-	case "peer_lost":
+	case api.ControlPeerLost:
 		d.Abort(fmt.Errorf("%w (reported by %s): %s", ErrPeerLost, from, c.Reason))
 	}
 }
@@ -589,18 +580,18 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		d.log.Warn("ignoring generate request without a reply subject")
 		return
 	}
-	req, err := client.ParseGenerateRequest(m.Data, d.ex.Vocab())
+	req, err := api.ParseGenerateRequest(m.Data, d.ex.Vocab())
 	if err != nil {
-		d.reply(m.Reply, client.FailedReply(err, client.CodeInvalid))
+		d.reply(m.Reply, api.FailedReply(err, api.CodeInvalid))
 		return
 	}
 	// A request may be re-admitted in a new epoch with all its tokens, so
 	// prompt + max_tokens must fit one step message and the decoder's bound.
 	total := len(req.PromptTokenIDs) + req.MaxTokens
 	if need := broadcast.StepSize(&broadcast.Step{}) + d.cfg.MaxBatch*20 + broadcast.AdmissionSize(total); need > d.cfg.stepBudget() || total > broadcast.MaxPromptLen {
-		d.reply(m.Reply, client.FailedReply(fielderr.New("max_tokens",
+		d.reply(m.Reply, api.FailedReply(fielderr.New("max_tokens",
 			"prompt (%d tokens) plus max_tokens (%d) do not fit in one step message (%d bytes needed, %d available under the NATS max payload; at most %d tokens); lower max_tokens, shorten the prompt or raise max_payload",
-			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen), client.CodeInvalid))
+			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen), api.CodeInvalid))
 		return
 	}
 	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive,
@@ -609,11 +600,11 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	select {
 	case d.intake <- r:
 	default:
-		d.reply(m.Reply, client.FailedReply(overloaded(len(d.intake)), client.CodeOverloaded))
+		d.reply(m.Reply, api.FailedReply(overloaded(len(d.intake)), api.CodeOverloaded))
 	}
 }
 
-func (d *Driver) reply(subject string, r client.GenerateReply) {
+func (d *Driver) reply(subject string, r api.GenerateReply) {
 	data, _ := json.Marshal(r)
 	d.publishReply(subject, data)
 }
@@ -624,7 +615,7 @@ func (d *Driver) publishReply(subject string, data []byte) {
 	}
 }
 
-func (d *Driver) publishControl(c control) {
+func (d *Driver) publishControl(c api.Control) {
 	data, _ := json.Marshal(c)
 	_ = d.tr.Publish(&broadcast.Msg{Subject: d.subj.Control(), Data: data})
 }
@@ -948,9 +939,9 @@ func (d *Driver) enqueue(r *Request) {
 	if err := d.sched.Submit(r); err != nil {
 		code := ""
 		if errors.Is(err, ErrOverloaded) {
-			code = client.CodeOverloaded
+			code = api.CodeOverloaded
 		}
-		d.reply(r.Tag, client.FailedReply(err, code))
+		d.reply(r.Tag, api.FailedReply(err, code))
 		return
 	}
 	if r.keepalives {
@@ -1057,7 +1048,7 @@ func (d *Driver) sendLogprobs() {
 	for _, j := range d.lp.wait() {
 		if j.err == nil {
 			res := j.res
-			d.reply(j.req.Tag, client.GenerateReply{Index: j.index, Logprobs: &res})
+			d.reply(j.req.Tag, api.GenerateReply{Index: j.index, Logprobs: &res})
 		} else {
 			d.log.Warn("logprobs failed", "seq", j.req.Seq, "err", j.err)
 		}
@@ -1070,7 +1061,7 @@ func (d *Driver) sendLogprobs() {
 func (d *Driver) finish(r *Request, now time.Time) {
 	delete(d.alive, r.Tag)
 	d.requestFinished(r, now)
-	rep := client.GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
+	rep := api.GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
 	if rep.Tokens == nil {
 		rep.Tokens = []int32{}
 	}
@@ -1078,7 +1069,7 @@ func (d *Driver) finish(r *Request, now time.Time) {
 		rep.Error = r.Err.Error()
 	}
 	if t := r.times; !t.received.IsZero() {
-		tm := &client.Timings{TotalMs: ms(now.Sub(t.received))}
+		tm := &api.Timings{TotalMs: ms(now.Sub(t.received))}
 		if !t.scheduled.IsZero() {
 			tm.QueueMs = ms(t.scheduled.Sub(t.received))
 		}
@@ -1112,7 +1103,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // drain answers every open request when the loop stops.
 func (d *Driver) drain(cause error) {
 	d.admit()
-	reason, err := client.FinishError, cause
+	reason, err := api.FinishError, cause
 	if cause == nil {
 		err = errors.New("rank 0 is shutting down")
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 const (
@@ -141,7 +141,7 @@ func startClusterWith(t *testing.T, world int, wrap func(rank int, tr broadcast.
 	return c
 }
 
-func (c *cluster) status(t *testing.T) []client.RankStatus {
+func (c *cluster) status(t *testing.T) []api.RankStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -155,7 +155,7 @@ func (c *cluster) status(t *testing.T) []client.RankStatus {
 // predict decodes req greedily with the rules of the scheduler, using a
 // Synthetic executor of the same configuration: rows are independent of
 // the batch, so this is exactly what the cluster must produce.
-func predict(t *testing.T, req *client.GenerateRequest) ([]int32, string) {
+func predict(t *testing.T, req *api.GenerateRequest) ([]int32, string) {
 	t.Helper()
 	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: true})
 	if err != nil {
@@ -170,9 +170,9 @@ func predict(t *testing.T, req *client.GenerateRequest) ([]int32, string) {
 		stop := (tok == drvEOS && !req.IgnoreEOS) || slices.Contains(req.StopTokenIDs, tok)
 		switch {
 		case stop && len(s.Output) >= req.MinTokens:
-			return s.Output, client.FinishStop
+			return s.Output, api.FinishStop
 		case len(s.Output) >= req.MaxTokens:
-			return s.Output, client.FinishLength
+			return s.Output, api.FinishLength
 		}
 	}
 }
@@ -243,13 +243,13 @@ func runRequests(t *testing.T, c *cluster) {
 		}
 		reasons[o.reply.FinishReason]++
 	}
-	if reasons[client.FinishStop] == 0 || reasons[client.FinishLength] == 0 {
+	if reasons[api.FinishStop] == 0 || reasons[api.FinishLength] == 0 {
 		t.Errorf("finish reasons %v: the scenario should cover both", reasons)
 	}
 	if n := len(outcomes[2].reply.Tokens); n != 60 {
 		t.Errorf("ignore_eos request produced %d tokens, want 60", n)
 	}
-	if got := outcomes[5].reply.Tokens; len(got) != 3 || outcomes[5].reply.FinishReason != client.FinishStop {
+	if got := outcomes[5].reply.Tokens; len(got) != 3 || outcomes[5].reply.FinishReason != api.FinishStop {
 		t.Errorf("stop-token request: %s after %v", outcomes[5].reply.FinishReason, got)
 	}
 	waitRanksAgree(t, c)
@@ -257,17 +257,17 @@ func runRequests(t *testing.T, c *cluster) {
 
 // mixedRequests returns requests that between them finish by length, EOS,
 // a held-back EOS and a stop token (request 5's third token, from predict).
-func mixedRequests(t *testing.T) []*client.GenerateRequest {
+func mixedRequests(t *testing.T) []*api.GenerateRequest {
 	t.Helper()
-	reqs := []*client.GenerateRequest{
-		{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 4},                                               // length
-		{PromptTokenIDs: []int32{8}, MaxTokens: 200},                                                   // EOS
-		{PromptTokenIDs: []int32{9, 10}, MaxTokens: 60, Params: sampler.Params{IgnoreEOS: true}},       // length past EOS
-		{PromptTokenIDs: []int32{11}, MaxTokens: 200, Params: sampler.Params{MinTokens: 50}},           // EOS held back
-		{PromptTokenIDs: []int32{12, 13, 14, 15}, MaxTokens: 1},                                        // one token
-		{PromptTokenIDs: []int32{16}, MaxTokens: 200},                                                  // stop token, set below
-		{PromptTokenIDs: []int32{17, 3}, MaxTokens: 30, Params: sampler.Params{Temperature: 0}},        // length or EOS
-		{PromptTokenIDs: []int32{200, 300, 400, 500}, MaxTokens: 100, Params: sampler.Params{TopK: 5}}, // EOS
+	reqs := []*api.GenerateRequest{
+		{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 4},                                           // length
+		{PromptTokenIDs: []int32{8}, MaxTokens: 200},                                               // EOS
+		{PromptTokenIDs: []int32{9, 10}, MaxTokens: 60, Params: api.Params{IgnoreEOS: true}},       // length past EOS
+		{PromptTokenIDs: []int32{11}, MaxTokens: 200, Params: api.Params{MinTokens: 50}},           // EOS held back
+		{PromptTokenIDs: []int32{12, 13, 14, 15}, MaxTokens: 1},                                    // one token
+		{PromptTokenIDs: []int32{16}, MaxTokens: 200},                                              // stop token, set below
+		{PromptTokenIDs: []int32{17, 3}, MaxTokens: 30, Params: api.Params{Temperature: 0}},        // length or EOS
+		{PromptTokenIDs: []int32{200, 300, 400, 500}, MaxTokens: 100, Params: api.Params{TopK: 5}}, // EOS
 	}
 	// A stop token that the request meets before EOS: its third token.
 	first, _ := predict(t, reqs[5])
@@ -278,14 +278,14 @@ func mixedRequests(t *testing.T) []*client.GenerateRequest {
 // outcome is one request's final reply, the tokens streamed before it, or
 // its error.
 type outcome struct {
-	reply    *client.GenerateReply
+	reply    *api.GenerateReply
 	streamed []int32
 	err      error
 }
 
 // generateAll runs reqs concurrently, each over its own hub connection, and
 // returns their outcomes in order; it checks the streamed token indexes.
-func generateAll(t *testing.T, c *cluster, reqs []*client.GenerateRequest) []outcome {
+func generateAll(t *testing.T, c *cluster, reqs []*api.GenerateRequest) []outcome {
 	t.Helper()
 	outcomes := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
@@ -313,7 +313,7 @@ func generateAll(t *testing.T, c *cluster, reqs []*client.GenerateRequest) []out
 // same step and digest, then checks what each says about itself.
 func waitRanksAgree(t *testing.T, c *cluster) {
 	t.Helper()
-	var last []client.RankStatus
+	var last []api.RankStatus
 	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
 		last = c.status(t)
 		if len(last) != 3 {
@@ -336,17 +336,17 @@ func waitRanksAgree(t *testing.T, c *cluster) {
 func TestDriverInvalidRequests(t *testing.T) {
 	c := startCluster(t, 1)
 	for _, tc := range []struct {
-		req   client.GenerateRequest
+		req   api.GenerateRequest
 		field string
 	}{
-		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 0}, "max_tokens"},
-		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: -3}, "max_tokens"},
-		{client.GenerateRequest{MaxTokens: 5}, "prompt_token_ids"},
-		{client.GenerateRequest{PromptTokenIDs: []int32{1, drvVocab}, MaxTokens: 5}, "prompt_token_ids[1]"},
-		{client.GenerateRequest{PromptTokenIDs: []int32{-1}, MaxTokens: 5}, "prompt_token_ids[0]"},
-		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{Temperature: -1}}, "temperature"},
-		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{TopK: drvVocab + 1}}, "top_k"},
-		{client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: sampler.Params{MinTokens: -1}}, "min_tokens"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 0}, "max_tokens"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: -3}, "max_tokens"},
+		{api.GenerateRequest{MaxTokens: 5}, "prompt_token_ids"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{1, drvVocab}, MaxTokens: 5}, "prompt_token_ids[1]"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{-1}, MaxTokens: 5}, "prompt_token_ids[0]"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: api.Params{Temperature: -1}}, "temperature"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: api.Params{TopK: drvVocab + 1}}, "top_k"},
+		{api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 5, Params: api.Params{MinTokens: -1}}, "min_tokens"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -358,7 +358,7 @@ func TestDriverInvalidRequests(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("error %q does not name %s", err, tc.field)
 			}
-			if rep == nil || rep.FinishReason != client.FinishError || !rep.Done {
+			if rep == nil || rep.FinishReason != api.FinishError || !rep.Done {
 				t.Fatalf("reply %+v", rep)
 			}
 		})
@@ -368,13 +368,13 @@ func TestDriverInvalidRequests(t *testing.T) {
 	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: []byte("{not json")}); err != nil {
 		t.Fatal(err)
 	}
-	if r := reply.next(t); !r.Done || r.FinishReason != client.FinishError || !strings.Contains(r.Error, "JSON") {
+	if r := reply.next(t); !r.Done || r.FinishReason != api.FinishError || !strings.Contains(r.Error, "JSON") {
 		t.Fatalf("reply to malformed JSON: %+v", r)
 	}
 	// The cluster still serves valid requests.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := client.Generate(ctx, c.requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil); err != nil {
+	if _, err := client.Generate(ctx, c.requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 2}, nil); err != nil {
 		t.Fatalf("valid request after invalid ones: %v", err)
 	}
 }
@@ -382,14 +382,14 @@ func TestDriverInvalidRequests(t *testing.T) {
 // replies collects the generate replies sent to one inbox.
 type replies struct {
 	inbox string
-	ch    chan client.GenerateReply
+	ch    chan api.GenerateReply
 }
 
 func subscribeReplies(t *testing.T, tr broadcast.Transport) *replies {
 	t.Helper()
-	r := &replies{inbox: tr.NewInbox(), ch: make(chan client.GenerateReply, 64)}
+	r := &replies{inbox: tr.NewInbox(), ch: make(chan api.GenerateReply, 64)}
 	unsub, err := tr.Subscribe(r.inbox, func(m *broadcast.Msg) {
-		var rep client.GenerateReply
+		var rep api.GenerateReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Errorf("malformed reply %q", m.Data)
 			return
@@ -403,14 +403,14 @@ func subscribeReplies(t *testing.T, tr broadcast.Transport) *replies {
 	return r
 }
 
-func (r *replies) next(t *testing.T) client.GenerateReply {
+func (r *replies) next(t *testing.T) api.GenerateReply {
 	t.Helper()
 	select {
 	case rep := <-r.ch:
 		return rep
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reply")
-		return client.GenerateReply{}
+		return api.GenerateReply{}
 	}
 }
 
@@ -611,7 +611,7 @@ func TestDriverFollowerIgnoresNoise(t *testing.T) {
 
 func TestDriverFollowerControlAbort(t *testing.T) {
 	r, pub, _ := lone(t)
-	data, _ := json.Marshal(control{Kind: "abort", Reason: "test says so"})
+	data, _ := json.Marshal(api.Control{Kind: api.ControlAbort, Reason: "test says so"})
 	if err := pub.Publish(&broadcast.Msg{Subject: drvSubj.Control(), Data: data}); err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +635,7 @@ func TestDriverLeaderStops(t *testing.T) {
 			defer requester.Close()
 			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 			reply := subscribeReplies(t, requester)
-			data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
+			data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
 			if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
 				t.Fatal(err)
 			}
@@ -656,7 +656,7 @@ func TestDriverLeaderStops(t *testing.T) {
 				t.Fatalf("Run = %v after cancel, want nil", err)
 			}
 			rep := reply.next(t)
-			if !rep.Done || rep.FinishReason != client.FinishError || rep.Error == "" {
+			if !rep.Done || rep.FinishReason != api.FinishError || rep.Error == "" {
 				t.Fatalf("reply to the pending request: %+v", rep)
 			}
 			if abort && !strings.Contains(rep.Error, "rank 1 failed") {
@@ -684,7 +684,7 @@ func TestDriverOverload(t *testing.T) {
 	defer requester.Close()
 	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 	reply := subscribeReplies(t, requester)
-	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
+	data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
 	const n = 8
 	for range n {
 		if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
@@ -706,7 +706,7 @@ func TestDriverOverload(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	for range n - refused {
-		if rep := reply.next(t); !rep.Done || rep.FinishReason != client.FinishError {
+		if rep := reply.next(t); !rep.Done || rep.FinishReason != api.FinishError {
 			t.Fatalf("reply at shutdown %+v", rep)
 		}
 	}
@@ -725,7 +725,7 @@ func TestDriverLeaderStopsWhileBusy(t *testing.T) {
 			requester := hub.Connect()
 			defer requester.Close()
 			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
-			req := &client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 100_000, Params: sampler.Params{IgnoreEOS: true}}
+			req := &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 100_000, Params: api.Params{IgnoreEOS: true}}
 			started := make(chan struct{})
 			var once sync.Once
 			result := make(chan error, 1)
@@ -799,7 +799,7 @@ func TestDriverStepsTransport(t *testing.T) {
 // generateWithSteps starts rank 0 on main with its steps published on
 // steps, and rank 1 on hub; once both are ready it runs one greedy request
 // of 12 tokens and returns the ranks, the request and Generate's result.
-func generateWithSteps(t *testing.T, hub *broadcast.Hub, main, steps broadcast.Transport) ([]*runningRank, *client.GenerateRequest, *client.GenerateReply, error) {
+func generateWithSteps(t *testing.T, hub *broadcast.Hub, main, steps broadcast.Transport) ([]*runningRank, *api.GenerateRequest, *api.GenerateReply, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	requester := hub.Connect()
@@ -816,7 +816,7 @@ func generateWithSteps(t *testing.T, hub *broadcast.Hub, main, steps broadcast.T
 	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: api.Params{IgnoreEOS: true}}
 	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer gcancel()
 	rep, err := client.Generate(gctx, requester, drvSubj, req, nil)
@@ -942,7 +942,7 @@ func TestDriverBatchEpoch(t *testing.T) {
 	waitServing(t, requester, 2)
 	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer gcancel()
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6, Params: sampler.Params{IgnoreEOS: true}}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6, Params: api.Params{IgnoreEOS: true}}
 	if _, err := client.Generate(gctx, requester, drvSubj, req, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // LoopPhase is where a rank's decode loop is. The flight recorder times
@@ -123,8 +123,8 @@ func (f *FlightRecorder) stepDone(k uint64, rows int, now time.Time) {
 
 func nsMs(ns int64) float64 { return float64(ns/1000) / 1000 }
 
-func (e *flightEntry) timing() client.StepTiming {
-	return client.StepTiming{
+func (e *flightEntry) timing() api.StepTiming {
+	return api.StepTiming{
 		Step: e.step, Start: time.Unix(0, e.start), Rows: int(e.rows),
 		AwaitMs: nsMs(e.dur[PhaseAwait]), PublishMs: nsMs(e.dur[PhasePublish]), ForwardMs: nsMs(e.dur[PhaseForward]),
 		SampleMs: nsMs(e.dur[PhaseSample]), ReplyMs: nsMs(e.dur[PhaseReply]), TotalMs: nsMs(e.end - e.start),
@@ -135,8 +135,8 @@ func (e *flightEntry) timing() client.StepTiming {
 type FlightSnapshot struct {
 	Phase    LoopPhase
 	InPhase  time.Duration
-	Recorded uint64              // steps recorded since start
-	Steps    []client.StepTiming // oldest first
+	Recorded uint64           // steps recorded since start
+	Steps    []api.StepTiming // oldest first
 }
 
 // Snapshot returns the current phase and the last n recorded steps (all
@@ -152,7 +152,7 @@ func (f *FlightRecorder) Snapshot(n int, now time.Time) FlightSnapshot {
 	if n > 0 && uint64(n) < kept {
 		kept = uint64(n)
 	}
-	s.Steps = make([]client.StepTiming, 0, kept)
+	s.Steps = make([]api.StepTiming, 0, kept)
 	for i := f.n - kept; i < f.n; i++ {
 		s.Steps = append(s.Steps, f.ring[i%uint64(len(f.ring))].timing())
 	}
@@ -187,7 +187,7 @@ const statusSteps = 8
 
 // fillStatus adds the current phase, the time in it and the last few
 // steps to a status reply.
-func (f *FlightRecorder) fillStatus(st *client.RankStatus, now time.Time) {
+func (f *FlightRecorder) fillStatus(st *api.RankStatus, now time.Time) {
 	if f == nil {
 		return
 	}

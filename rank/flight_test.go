@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // recordSteps records steps first..last, each with await 1ms, forward
@@ -32,7 +32,7 @@ func TestFlightRecorderRingWraps(t *testing.T) {
 	}
 	for i, st := range s.Steps {
 		k := uint64(3 + i)
-		want := client.StepTiming{Step: k, Start: t0.Add(time.Duration(k) * 10 * time.Millisecond), Rows: int(k), AwaitMs: 1, ForwardMs: 2, SampleMs: 3, TotalMs: 6}
+		want := api.StepTiming{Step: k, Start: t0.Add(time.Duration(k) * 10 * time.Millisecond), Rows: int(k), AwaitMs: 1, ForwardMs: 2, SampleMs: 3, TotalMs: 6}
 		if !st.Start.Equal(want.Start) {
 			t.Errorf("step %d: start %v, want %v", k, st.Start, want.Start)
 		}
@@ -57,7 +57,7 @@ func TestFlightRecorderCurrentPhase(t *testing.T) {
 	if s.Phase != PhaseForward || s.InPhase != 2*time.Second-time.Millisecond {
 		t.Errorf("phase %v for %v, want forward for 1.999s", s.Phase, s.InPhase)
 	}
-	var st client.RankStatus
+	var st api.RankStatus
 	f.fillStatus(&st, t0.Add(2*time.Second))
 	if st.Phase != "forward" || st.PhaseMs != 1999 {
 		t.Errorf("status phase %q for %vms, want forward for 1999ms", st.Phase, st.PhaseMs)

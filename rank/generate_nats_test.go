@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/internal/freeport"
 	"github.com/tpcoord/tpcoord/rank/client"
@@ -65,7 +66,7 @@ func TestGenerateAcrossNATSRestart(t *testing.T) {
 	go func() {
 		gctx, gcancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer gcancel()
-		_, err := client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 400, Params: greedyParams()}, func(int, int32) {
+		_, err := client.Generate(gctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{7}, MaxTokens: 400, Params: greedyParams()}, func(int, int32) {
 			select {
 			case streaming <- struct{}{}:
 			default:

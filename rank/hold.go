@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // StateReforming is the status state of a rank between two epochs, waiting
@@ -27,7 +27,7 @@ var ErrReforming = errors.New("unavailable: rank 0 is waiting for the world to r
 // is refused with ErrReforming rather than met by nobody.
 type Hold struct {
 	tr     broadcast.Transport
-	status client.RankStatus
+	status api.RankStatus
 	unsubs []func() error
 
 	mu     sync.Mutex
@@ -38,7 +38,7 @@ type Hold struct {
 // NewHold subscribes the job's status subject (and, when last is rank 0's
 // status, its generate and client subjects) and answers for the rank until
 // Close. held are rank 0's requests carried into the next epoch.
-func NewHold(tr broadcast.Transport, subj broadcast.Subjects, last client.RankStatus, held []*Request) (*Hold, error) {
+func NewHold(tr broadcast.Transport, subj broadcast.Subjects, last api.RankStatus, held []*Request) (*Hold, error) {
 	last.State, last.Phase, last.PhaseMs = StateReforming, "", 0
 	last.Rows, last.Waiting = 0, len(held)
 	h := &Hold{tr: tr, status: last, held: slices.Clone(held)}
@@ -85,8 +85,8 @@ func (h *Hold) Fail(err error) {
 		if tokens == nil {
 			tokens = []int32{}
 		}
-		r.endSpan(client.FinishError, err, time.Now())
-		h.publish(r.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishError, Tokens: tokens, Error: err.Error()})
+		r.endSpan(api.FinishError, err, time.Now())
+		h.publish(r.Tag, api.GenerateReply{Done: true, FinishReason: api.FinishError, Tokens: tokens, Error: err.Error()})
 	}
 	_ = h.tr.Flush(context.Background())
 }
@@ -116,13 +116,13 @@ func (h *Hold) onGenerate(m *broadcast.Msg) {
 	if m.Reply == "" || closed {
 		return
 	}
-	rep := client.FailedReply(ErrReforming, client.CodeUnavailable)
+	rep := api.FailedReply(ErrReforming, api.CodeUnavailable)
 	rep.Tokens = []int32{}
 	h.publish(m.Reply, rep)
 }
 
 func (h *Hold) onClient(m *broadcast.Msg) {
-	var c client.Message
+	var c api.Message
 	if err := json.Unmarshal(m.Data, &c); err != nil || c.Reply == "" {
 		return
 	}
@@ -143,13 +143,13 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 	h.mu.Unlock()
 	switch {
 	case c.Op == "keepalive" && m.Reply != "":
-		h.publish(m.Reply, client.KeepaliveAck{Known: i >= 0})
+		h.publish(m.Reply, api.KeepaliveAck{Known: i >= 0})
 	case cancelled != nil:
 		tokens := cancelled.Output
 		if tokens == nil {
 			tokens = []int32{}
 		}
-		cancelled.endSpan(client.FinishCancelled, nil, time.Now())
-		h.publish(cancelled.Tag, client.GenerateReply{Done: true, FinishReason: client.FinishCancelled, Tokens: tokens, Error: "cancelled by the client"})
+		cancelled.endSpan(api.FinishCancelled, nil, time.Now())
+		h.publish(cancelled.Tag, api.GenerateReply{Done: true, FinishReason: api.FinishCancelled, Tokens: tokens, Error: "cancelled by the client"})
 	}
 }

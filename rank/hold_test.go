@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -24,7 +25,7 @@ func TestHoldRank0(t *testing.T) {
 	defer requester.Close()
 	a := &Request{Seq: 1, Tag: requester.NewInbox(), Prompt: []int32{3}, MaxTokens: 9, Output: []int32{5, 6}}
 	b := &Request{Seq: 2, Tag: requester.NewInbox(), Prompt: []int32{4}, MaxTokens: 9}
-	h, err := NewHold(tr, drvSubj, client.RankStatus{Rank: 0, World: 2, Job: drvJob, State: "running", Epoch: 3, Step: 40, Rows: 2, Phase: "await"}, []*Request{a, b})
+	h, err := NewHold(tr, drvSubj, api.RankStatus{Rank: 0, World: 2, Job: drvJob, State: "running", Epoch: 3, Step: 40, Rows: 2, Phase: "await"}, []*Request{a, b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,20 +41,20 @@ func TestHoldRank0(t *testing.T) {
 	}
 
 	rep := subscribeReplies(t, requester)
-	data, _ := json.Marshal(client.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4})
+	data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: rep.inbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	if r := rep.next(t); !r.Done || r.FinishReason != client.FinishError || !strings.Contains(r.Error, "re-form") {
+	if r := rep.next(t); !r.Done || r.FinishReason != api.FinishError || !strings.Contains(r.Error, "re-form") {
 		t.Fatalf("a new request while re-forming: %+v, want an error naming the re-formation", r)
 	}
 
 	final := recordReplies(t, requester, a.Tag)
-	msg, _ := json.Marshal(client.Message{Reply: a.Tag, Op: "cancel"})
+	msg, _ := json.Marshal(api.Message{Reply: a.Tag, Op: "cancel"})
 	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: msg}); err != nil {
 		t.Fatal(err)
 	}
-	if f := *final; len(f) != 1 || !f[0].Done || f[0].FinishReason != client.FinishCancelled || !slices.Equal(f[0].Tokens, []int32{5, 6}) {
+	if f := *final; len(f) != 1 || !f[0].Done || f[0].FinishReason != api.FinishCancelled || !slices.Equal(f[0].Tokens, []int32{5, 6}) {
 		t.Fatalf("cancel while re-forming: replies %+v, want one final cancelled reply with tokens [5 6]", f)
 	}
 	if ackOf(t, requester, a.Tag).Known {
@@ -75,7 +76,7 @@ func TestHoldRank0(t *testing.T) {
 	// A handler still running when Close came (NATS does not wait for it)
 	// must not end a request that now belongs to the next epoch.
 	late := recordReplies(t, requester, b.Tag)
-	cancelB, _ := json.Marshal(client.Message{Reply: b.Tag, Op: "cancel"})
+	cancelB, _ := json.Marshal(api.Message{Reply: b.Tag, Op: "cancel"})
 	h.onClient(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelB})
 	if len(*late) != 0 {
 		t.Fatalf("a cancel handled after Close sent %+v", *late)
@@ -88,7 +89,7 @@ func TestHoldFollower(t *testing.T) {
 	tr, requester := hub.Connect(), hub.Connect()
 	defer tr.Close()
 	defer requester.Close()
-	h, err := NewHold(tr, drvSubj, client.RankStatus{Rank: 2, World: 3, Job: drvJob, State: "running", Step: 7}, nil)
+	h, err := NewHold(tr, drvSubj, api.RankStatus{Rank: 2, World: 3, Job: drvJob, State: "running", Step: 7}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +113,12 @@ func TestHoldFail(t *testing.T) {
 	defer tr.Close()
 	defer requester.Close()
 	rep := subscribeReplies(t, requester)
-	h, err := NewHold(tr, drvSubj, client.RankStatus{Rank: 0, World: 2}, []*Request{{Seq: 1, Tag: rep.inbox, Output: []int32{8}}})
+	h, err := NewHold(tr, drvSubj, api.RankStatus{Rank: 0, World: 2}, []*Request{{Seq: 1, Tag: rep.inbox, Output: []int32{8}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.Fail(errors.New("rank 0 is shutting down"))
-	if r := rep.next(t); !r.Done || r.FinishReason != client.FinishError || r.Error != "rank 0 is shutting down" || !slices.Equal(r.Tokens, []int32{8}) {
+	if r := rep.next(t); !r.Done || r.FinishReason != api.FinishError || r.Error != "rank 0 is shutting down" || !slices.Equal(r.Tokens, []int32{8}) {
 		t.Fatalf("held request after Fail: %+v", r)
 	}
 }
@@ -125,11 +126,11 @@ func TestHoldFail(t *testing.T) {
 // recordReplies collects the replies published on subject. The hub
 // delivers in the publisher's goroutine, so the test reads them once its
 // own publish has returned.
-func recordReplies(t *testing.T, tr broadcast.Transport, subject string) *[]client.GenerateReply {
+func recordReplies(t *testing.T, tr broadcast.Transport, subject string) *[]api.GenerateReply {
 	t.Helper()
-	var got []client.GenerateReply
+	var got []api.GenerateReply
 	if _, err := tr.Subscribe(subject, func(m *broadcast.Msg) {
-		var r client.GenerateReply
+		var r api.GenerateReply
 		_ = json.Unmarshal(m.Data, &r)
 		got = append(got, r)
 	}); err != nil {

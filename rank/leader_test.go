@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 const (
@@ -96,7 +96,7 @@ func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 		t.Fatalf("rank 0's heartbeat names leader %08x, want %08x", hb.Leader, testLeader)
 	}
 
-	peer := func() client.PeerStatus { return r.d.Status().Peers[0] }
+	peer := func() api.PeerStatus { return r.d.Status().Peers[0] }
 	refused := func() uint64 { return r.d.Status().Rejected["heartbeat_other_leader"] }
 	hb1 := broadcast.Heartbeat{Epoch: 1, Rank: 1, Phase: broadcast.PhaseReady, Leader: otherLeader}
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(1), hb1)
@@ -387,9 +387,9 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 24, Params: sampler.Params{IgnoreEOS: true}}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 24, Params: api.Params{IgnoreEOS: true}}
 	type result struct {
-		rep *client.GenerateReply
+		rep *api.GenerateReply
 		err error
 	}
 	done := make(chan result, 1)
@@ -413,7 +413,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 	if !slices.Equal(res.rep.Tokens, want) {
 		t.Fatalf("tokens %v, want %v", res.rep.Tokens, want)
 	}
-	var st0, st1 client.RankStatus
+	var st0, st1 api.RankStatus
 	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
 		st0, st1 = ranks[0].d.Status(), ranks[1].d.Status()
 		return st0.Step > 0 && st0.Step == st1.Step && st0.Digest == st1.Digest

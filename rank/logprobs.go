@@ -3,6 +3,7 @@ package rank
 import (
 	"slices"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -27,7 +28,7 @@ type lpJob struct {
 	n              int
 	prompt, output []int32
 	logits         []float32
-	res            sampler.Logprobs
+	res            api.Logprobs
 	err            error
 	finish         bool // the request finished with this token: reply after the logprobs
 }

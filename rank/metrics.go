@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // Metrics are one rank's Prometheus metrics. Create them once per process
@@ -246,7 +246,7 @@ func (d *Driver) attachTelemetry() {
 
 // fillTelemetry adds the flight recorder's view and the metrics address
 // to a status reply.
-func (d *Driver) fillTelemetry(st *client.RankStatus) {
+func (d *Driver) fillTelemetry(st *api.RankStatus) {
 	d.cfg.Flight.fillStatus(st, time.Now())
 	if d.cfg.Metrics != nil {
 		st.MetricsAddr = d.cfg.Metrics.Addr

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -74,7 +75,7 @@ func TestMetricsScrapeCluster(t *testing.T) {
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer rcancel()
-	rep, err := client.Generate(rctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 5}, nil)
+	rep, err := client.Generate(rctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 5}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func checkSeriesAtLeast(t *testing.T, rank, text string, want map[string]float64
 
 // checkRequestSpan checks that rank 0 traced the request from admission
 // to finish: a request span whose attributes match the reply.
-func checkRequestSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, rep *client.GenerateReply) {
+func checkRequestSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, rep *api.GenerateReply) {
 	t.Helper()
 	var found bool
 	for _, s := range spans {

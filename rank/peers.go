@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // peerTable is what one rank knows of the ranks it watches (every follower
@@ -141,10 +141,10 @@ func (p *peerTable) present(now time.Time, window time.Duration) int {
 }
 
 // status is rank 0's view of its followers for status replies.
-func (p *peerTable) status(now time.Time) []client.PeerStatus {
-	out := make([]client.PeerStatus, 0, p.world-1)
+func (p *peerTable) status(now time.Time) []api.PeerStatus {
+	out := make([]api.PeerStatus, 0, p.world-1)
 	for r := 1; r < p.world; r++ {
-		ps := client.PeerStatus{Rank: r, HeartbeatAgeMs: -1, State: "unknown"}
+		ps := api.PeerStatus{Rank: r, HeartbeatAgeMs: -1, State: "unknown"}
 		if hb, ok := p.last[r]; ok {
 			ps.Epoch, ps.Step, ps.State = hb.Epoch, hb.Applied, hb.Phase.String()
 			ps.HeartbeatAgeMs = ms(now.Sub(p.heard[r]))

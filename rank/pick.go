@@ -3,6 +3,7 @@ package rank
 import (
 	"sync/atomic"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/sampler"
 )
@@ -114,15 +115,15 @@ func NewSamplingWith(cfg SamplingConfig) *Sampling {
 
 // wantsPoolRow reports whether a row with parameters p reads a full noise
 // row: not greedy, not top-k.
-func wantsPoolRow(p *sampler.Params) bool {
-	return p.Temperature >= sampler.GreedyBelow && p.TopK == 0
+func wantsPoolRow(p *api.Params) bool {
+	return p.Temperature >= api.GreedyBelow && p.TopK == 0
 }
 
 // rowParams are the sampling parameters of a row with request req (nil:
 // the defaults).
-func rowParams(req *Request) sampler.Params {
+func rowParams(req *Request) api.Params {
 	if req == nil {
-		return sampler.DefaultParams()
+		return api.DefaultParams()
 	}
 	return req.Params
 }

@@ -13,10 +13,9 @@ import (
 	"weak"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank/client"
-
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // pickAll runs one Pick over rows with default parameters except for the
@@ -32,7 +31,7 @@ func pickAll(t *testing.T, p Picker, temps []float32) []int32 {
 	var reqs []*Request
 	for i, temp := range temps {
 		seed := uint64(i)
-		params := sampler.DefaultParams()
+		params := api.DefaultParams()
 		params.Temperature, params.Seed = temp, &seed
 		rows = append(rows, &Seq{ID: uint64(i + 1), Prompt: []int32{int32(i), 7}, Output: []int32{3}})
 		reqs = append(reqs, &Request{Params: params})
@@ -120,9 +119,9 @@ func TestDriverFollowerPick(t *testing.T) {
 	cfg1 := driverConfig(1, 2)
 	cfg1.FollowerPick = fp
 	r1 := startRank(t, ctx, hub, cfg1)
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6}
 	want, _ := predict(t, req)
-	var rep *client.GenerateReply
+	var rep *api.GenerateReply
 	eventually(t, 10*time.Second, "generate did not succeed", func() bool {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer gcancel()
@@ -178,7 +177,7 @@ func pickOnce(t *testing.T, p *Sampling, vocab int) (weak.Pointer[float32], weak
 		logits[i] = float32(i%vocab) / float32(vocab)
 	}
 	seed := uint64(3)
-	req := &Request{Params: sampler.DefaultParams()}
+	req := &Request{Params: api.DefaultParams()}
 	req.Params.Seed = &seed
 	rows := []*Seq{{ID: 1, Prompt: []int32{5}}, {ID: 2, Prompt: []int32{6}, Output: []int32{7}}}
 	tokens, errs := make([]int32, 2), make([]error, 2)
@@ -250,13 +249,13 @@ func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
 	}
 	// The last token of a 3-token request, and the first of a longer one.
 	last, long := &Seq{ID: 1, Output: []int32{5, 6}}, &Seq{ID: 2}
-	p.Prefetch([]*Seq{last, long}, []*Request{{MaxTokens: 3, Params: sampler.DefaultParams()}, {MaxTokens: 100, Params: sampler.DefaultParams()}})
+	p.Prefetch([]*Seq{last, long}, []*Request{{MaxTokens: 3, Params: api.DefaultParams()}, {MaxTokens: 100, Params: api.DefaultParams()}})
 	if s := warm(); s.Streams != 2 || s.Ready != 3 {
 		t.Fatalf("want 2 streams and 3 rows ready (1 before the limit, 2 of lookahead): %+v", s)
 	}
 	// Next step: the finished request is gone, a row without a request
 	// (default parameters, no limit) joins.
-	p.Prefetch([]*Seq{long, {ID: 3}}, []*Request{{MaxTokens: 100, Params: sampler.DefaultParams()}, nil})
+	p.Prefetch([]*Seq{long, {ID: 3}}, []*Request{{MaxTokens: 100, Params: api.DefaultParams()}, nil})
 	s := pool.Stats()
 	if s.Streams != 2 || s.Discarded != 1 {
 		t.Fatalf("want the finished stream retired (its row discarded) before the forward pass: %+v", s)
@@ -272,7 +271,7 @@ func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
 func TestPrefetchSharedSeedExtendsEnd(t *testing.T) {
 	p, pool := prefetchSampling(t)
 	seed := uint64(42)
-	params := sampler.DefaultParams()
+	params := api.DefaultParams()
 	params.Seed = &seed
 	rows := []*Seq{{ID: 1, Output: []int32{5}}, {ID: 2, Output: []int32{5}}}
 	p.Prefetch(rows, []*Request{{MaxTokens: 2, Params: params}, {MaxTokens: 10, Params: params}})
@@ -356,7 +355,7 @@ func TestDriverPrefetchesBeforeForward(t *testing.T) {
 	}
 	log := &orderLog{}
 	runRankWith(t, ctx, hub.Connect(), driverConfig(0, 1), loggedExecutor{ex, log}, loggedPicker{log: log})
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 3}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 3}
 	req.IgnoreEOS = true
 	eventually(t, 10*time.Second, "generate did not succeed", func() bool {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)

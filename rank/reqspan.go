@@ -12,7 +12,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // Request spans: with tracing on (TraceEvery > 0) rank 0 traces each
@@ -119,7 +119,7 @@ func (r *Request) endSpan(finish string, err error, now time.Time) {
 	if t := r.times; !t.first.IsZero() && !t.received.IsZero() {
 		span.SetAttributes(semconv.GenAIResponseTimeToFirstChunk(t.first.Sub(t.received).Seconds()))
 	}
-	if finish == client.FinishError && err != nil {
+	if finish == api.FinishError && err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End(trace.WithTimestamp(now))

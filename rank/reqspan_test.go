@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // TestRequestSpanJoinsCallerTrace: a generate request sent with the W3C
@@ -41,16 +41,16 @@ func TestRequestSpanJoinsCallerTrace(t *testing.T) {
 	cctx, caller := callerTP.Tracer("gateway").Start(context.Background(), "POST /v1/completions")
 	defer caller.End()
 	seed := uint64(42)
-	params := sampler.DefaultParams()
+	params := api.DefaultParams()
 	params.Temperature, params.TopP, params.TopK, params.Seed, params.IgnoreEOS = 0.7, 0.9, 20, &seed, true
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 4, 5}, MaxTokens: 6, Params: params}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{3, 4, 5}, MaxTokens: 6, Params: params}
 	gctx, gcancel := context.WithTimeout(cctx, 30*time.Second)
 	defer gcancel()
 	rep, err := client.Generate(client.WithHeader(gctx, traceHeader(cctx)), requester, drvSubj, req, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Generate(gctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3}, MaxTokens: 1, Params: params}, nil); err != nil {
+	if _, err := client.Generate(gctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{3}, MaxTokens: 1, Params: params}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The reply is sent after the span has ended.
@@ -80,7 +80,7 @@ func TestRequestSpanJoinsCallerTrace(t *testing.T) {
 		"gen_ai.response.finish_reasons": attribute.StringSliceValue([]string{rep.FinishReason}),
 		"tpc.rank":                       attribute.IntValue(0),
 	})
-	if len(rep.Tokens) != 6 || rep.FinishReason != client.FinishLength {
+	if len(rep.Tokens) != 6 || rep.FinishReason != api.FinishLength {
 		t.Errorf("reply %d tokens, finish %q; want 6, length", len(rep.Tokens), rep.FinishReason)
 	}
 }
@@ -121,11 +121,11 @@ func TestRequestSpanStatus(t *testing.T) {
 		err    error
 		want   codes.Code
 	}{
-		{client.FinishError, errors.New("worker died"), codes.Error},
-		{client.FinishCancelled, errors.New("cancelled by the client"), codes.Unset},
-		{client.FinishStop, nil, codes.Unset},
+		{api.FinishError, errors.New("worker died"), codes.Error},
+		{api.FinishCancelled, errors.New("cancelled by the client"), codes.Unset},
+		{api.FinishStop, nil, codes.Unset},
 	} {
-		r := &Request{Prompt: []int32{1}, MaxTokens: 2, Output: []int32{5}, Params: sampler.DefaultParams()}
+		r := &Request{Prompt: []int32{1}, MaxTokens: 2, Output: []int32{5}, Params: api.DefaultParams()}
 		d.requestStarted(r)
 		r.endSpan(tc.finish, tc.err, time.Now())
 		r.endSpan(tc.finish, tc.err, time.Now()) // a second end is a no-op

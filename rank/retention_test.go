@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // TestRank0RetainsNothingPerRequestOrEpoch: rank 0 keeps nothing of a
@@ -202,7 +202,7 @@ func (r *retentionRig) wave(full bool) *sync.WaitGroup {
 				}
 			})
 			once.Do(wg.Done)
-			if err != nil && (rep == nil || rep.FinishReason != client.FinishCancelled) {
+			if err != nil && (rep == nil || rep.FinishReason != api.FinishCancelled) {
 				r.mu.Lock()
 				r.errs = append(r.errs, err)
 				r.mu.Unlock()
@@ -215,12 +215,12 @@ func (r *retentionRig) wave(full bool) *sync.WaitGroup {
 // retentionRequest is the i-th request of the mix: seeded or greedy, some
 // with logprobs, some promising keepalives, and (in full waves) some
 // cancelled by their client after cancelAfter tokens (0: never).
-func retentionRequest(i int, full bool) (req *client.GenerateRequest, cancelAfter int) {
-	req = &client.GenerateRequest{
+func retentionRequest(i int, full bool) (req *api.GenerateRequest, cancelAfter int) {
+	req = &api.GenerateRequest{
 		PromptTokenIDs: []int32{int32(2 + i%400), int32(3 + i%97), int32(5 + i%31)},
 		MaxTokens:      4 + i%13,
 		Keepalive:      i%5 == 0,
-		Params:         sampler.Params{Temperature: 0.8},
+		Params:         api.Params{Temperature: 0.8},
 	}
 	if i%3 == 0 {
 		req.Temperature = 0

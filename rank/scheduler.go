@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // ErrOverloaded is returned by Submit when the queue is full.
@@ -26,7 +25,7 @@ type Request struct {
 	Seq       uint64 // assigned by Submit
 	Prompt    []int32
 	MaxTokens int
-	Params    sampler.Params
+	Params    api.Params
 	Output    []int32
 	Finish    string
 	Err       error
@@ -181,7 +180,7 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 		ev := Event{Req: r, Token: tok, Index: len(r.Output)}
 		switch tok {
 		case NoToken:
-			r.Finish = client.FinishError
+			r.Finish = api.FinishError
 			if errs != nil {
 				r.Err = errs[i]
 			}
@@ -191,9 +190,9 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 		default:
 			r.Output = append(r.Output, tok)
 			if stop := s.isStop(r, tok); stop && len(r.Output) >= r.Params.MinTokens {
-				r.Finish = client.FinishStop
+				r.Finish = api.FinishStop
 			} else if len(r.Output) >= r.MaxTokens {
-				r.Finish = client.FinishLength
+				r.Finish = api.FinishLength
 			}
 		}
 		if r.Finish != "" {
@@ -229,7 +228,7 @@ func (s *Scheduler) Cancel(tag string, why error) *Request {
 		}
 		delete(s.byTag, tag)
 	}
-	r.Finish, r.Err = client.FinishCancelled, why
+	r.Finish, r.Err = api.FinishCancelled, why
 	return r
 }
 

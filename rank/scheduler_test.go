@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 const testEOS = 2
@@ -114,7 +113,7 @@ func TestSchedulerFIFOAndMaxBatch(t *testing.T) {
 		t.Fatalf("admission order %v, want FIFO", order)
 	}
 	for i, r := range reqs {
-		if r.Finish != client.FinishLength || len(r.Output) != i+1 {
+		if r.Finish != api.FinishLength || len(r.Output) != i+1 {
 			t.Errorf("request %d: finish %q, %d tokens", i, r.Finish, len(r.Output))
 		}
 	}
@@ -135,7 +134,7 @@ func TestSchedulerRemovalCarriesLastToken(t *testing.T) {
 	if len(ev) != 2 || !ev[0].Done || ev[0].Token != 11 || ev[0].Index != 0 || ev[1].Done {
 		t.Fatalf("events %+v", ev)
 	}
-	if short.Finish != client.FinishLength {
+	if short.Finish != api.FinishLength {
 		t.Fatalf("short request finish %q", short.Finish)
 	}
 	st := s.next()
@@ -157,23 +156,23 @@ func TestSchedulerRemovalCarriesLastToken(t *testing.T) {
 func TestSchedulerStopConditions(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		params     sampler.Params
+		params     api.Params
 		maxTokens  int
 		tokens     []int32
 		wantFinish string
 		wantLen    int
 	}{
-		{"eos stops", sampler.Params{}, 10, []int32{5, testEOS, 5}, client.FinishStop, 2},
-		{"eos ignored", sampler.Params{IgnoreEOS: true}, 3, []int32{testEOS, testEOS, testEOS}, client.FinishLength, 3},
-		{"stop token", sampler.Params{StopTokenIDs: []int32{9, 8}}, 10, []int32{5, 8}, client.FinishStop, 2},
-		{"stop token with ignore_eos", sampler.Params{IgnoreEOS: true, StopTokenIDs: []int32{9}}, 10, []int32{testEOS, 9}, client.FinishStop, 2},
-		{"min tokens blocks eos", sampler.Params{MinTokens: 3}, 10, []int32{testEOS, testEOS, 5, testEOS}, client.FinishStop, 4},
-		{"min tokens blocks stop token", sampler.Params{MinTokens: 2, StopTokenIDs: []int32{9}}, 10, []int32{9, 9}, client.FinishStop, 2},
-		{"min tokens reached exactly", sampler.Params{MinTokens: 1}, 10, []int32{testEOS}, client.FinishStop, 1},
-		{"max tokens", sampler.Params{}, 2, []int32{5, 6, 7}, client.FinishLength, 2},
-		{"max tokens one", sampler.Params{}, 1, []int32{5}, client.FinishLength, 1},
-		{"stop on the last allowed token is a stop", sampler.Params{}, 2, []int32{5, testEOS}, client.FinishStop, 2},
-		{"min tokens past max tokens", sampler.Params{MinTokens: 5}, 2, []int32{testEOS, testEOS}, client.FinishLength, 2},
+		{"eos stops", api.Params{}, 10, []int32{5, testEOS, 5}, api.FinishStop, 2},
+		{"eos ignored", api.Params{IgnoreEOS: true}, 3, []int32{testEOS, testEOS, testEOS}, api.FinishLength, 3},
+		{"stop token", api.Params{StopTokenIDs: []int32{9, 8}}, 10, []int32{5, 8}, api.FinishStop, 2},
+		{"stop token with ignore_eos", api.Params{IgnoreEOS: true, StopTokenIDs: []int32{9}}, 10, []int32{testEOS, 9}, api.FinishStop, 2},
+		{"min tokens blocks eos", api.Params{MinTokens: 3}, 10, []int32{testEOS, testEOS, 5, testEOS}, api.FinishStop, 4},
+		{"min tokens blocks stop token", api.Params{MinTokens: 2, StopTokenIDs: []int32{9}}, 10, []int32{9, 9}, api.FinishStop, 2},
+		{"min tokens reached exactly", api.Params{MinTokens: 1}, 10, []int32{testEOS}, api.FinishStop, 1},
+		{"max tokens", api.Params{}, 2, []int32{5, 6, 7}, api.FinishLength, 2},
+		{"max tokens one", api.Params{}, 1, []int32{5}, api.FinishLength, 1},
+		{"stop on the last allowed token is a stop", api.Params{}, 2, []int32{5, testEOS}, api.FinishStop, 2},
+		{"min tokens past max tokens", api.Params{MinTokens: 5}, 2, []int32{testEOS, testEOS}, api.FinishLength, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStepper(t, SchedulerConfig{MaxBatch: 1, MaxQueue: 1, EOS: testEOS})
@@ -227,7 +226,7 @@ func TestSchedulerErrorRows(t *testing.T) {
 	if e := ev[1]; e.Req != b || !e.Done || e.Token != NoToken {
 		t.Fatalf("error row event %+v", e)
 	}
-	if b.Finish != client.FinishError || !errors.Is(b.Err, bad) || len(b.Output) != 0 {
+	if b.Finish != api.FinishError || !errors.Is(b.Err, bad) || len(b.Output) != 0 {
 		t.Fatalf("error row request: finish %q, err %v, output %v", b.Finish, b.Err, b.Output)
 	}
 	for _, r := range []*Request{a, c} {
@@ -254,7 +253,7 @@ func TestSchedulerNoTokenWithoutError(t *testing.T) {
 	_ = s.sched.Submit(b)
 	s.next()
 	ev := s.sample(3, map[uint64]int32{a.Seq: NoToken}, nil)
-	if len(ev) != 2 || !ev[0].Done || a.Finish != client.FinishError || a.Err == nil {
+	if len(ev) != 2 || !ev[0].Done || a.Finish != api.FinishError || a.Err == nil {
 		t.Fatalf("events %+v, request %+v", ev, a)
 	}
 	if b.Finish != "" || !slices.Equal(b.Output, []int32{3}) {
@@ -299,24 +298,24 @@ func TestSchedulerDrain(t *testing.T) {
 	s.next()
 	s.sample(1, nil, nil) // reqs[0] finishes; its removal is pending
 	cause := errors.New("peer lost")
-	drained := s.sched.Drain(client.FinishError, cause)
+	drained := s.sched.Drain(api.FinishError, cause)
 	var got []uint64
 	for _, r := range drained {
 		got = append(got, r.Seq)
-		if r.Finish != client.FinishError || !errors.Is(r.Err, cause) {
+		if r.Finish != api.FinishError || !errors.Is(r.Err, cause) {
 			t.Errorf("drained request %d: finish %q err %v", r.Seq, r.Finish, r.Err)
 		}
 	}
 	if !slices.Equal(got, []uint64{2, 3, 4}) {
 		t.Fatalf("drained %v, want the unfinished requests in sequence order", got)
 	}
-	if reqs[0].Finish != client.FinishLength {
+	if reqs[0].Finish != api.FinishLength {
 		t.Fatalf("already finished request re-finished as %q", reqs[0].Finish)
 	}
 	if s.sched.Waiting() != 0 {
 		t.Fatalf("%d still waiting after drain", s.sched.Waiting())
 	}
-	if again := s.sched.Drain(client.FinishError, cause); len(again) != 0 {
+	if again := s.sched.Drain(api.FinishError, cause); len(again) != 0 {
 		t.Fatalf("second drain returned %d requests", len(again))
 	}
 }
@@ -497,7 +496,7 @@ func (sc *scenarioRun) sample(st *broadcast.Step) {
 		}
 		switch {
 		case errs[i] != nil:
-			if ev.Token != NoToken || !ev.Done || r.Finish != client.FinishError || !errors.Is(r.Err, errs[i]) {
+			if ev.Token != NoToken || !ev.Done || r.Finish != api.FinishError || !errors.Is(r.Err, errs[i]) {
 				t.Fatalf("error row: event %+v, request %+v", ev, r)
 			}
 		default:
@@ -518,18 +517,18 @@ func checkScenarioRequest(t *testing.T, r *Request) {
 	t.Helper()
 	n := len(r.Output)
 	switch r.Finish {
-	case client.FinishLength:
+	case api.FinishLength:
 		if n != r.MaxTokens {
 			t.Errorf("request %d: length finish after %d of %d tokens", r.Seq, n, r.MaxTokens)
 		}
-	case client.FinishStop:
+	case api.FinishStop:
 		last := r.Output[n-1]
 		eos := last == testEOS && !r.Params.IgnoreEOS
 		stopToken := slices.Contains(r.Params.StopTokenIDs, last)
 		if n < r.Params.MinTokens || !eos && !stopToken {
 			t.Errorf("request %d: stop after %v (params %+v)", r.Seq, r.Output, r.Params)
 		}
-	case client.FinishError:
+	case api.FinishError:
 		if r.Err == nil {
 			t.Errorf("request %d: error finish without an error", r.Seq)
 		}

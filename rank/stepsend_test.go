@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // heldPublisher records the step messages published on it; the first one
@@ -197,7 +197,7 @@ func TestForwardWaitsForItsStep(t *testing.T) {
 	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State != "joining" })
 	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer gcancel()
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: sampler.Params{IgnoreEOS: true}}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: api.Params{IgnoreEOS: true}}
 	if _, err := client.Generate(gctx, requester, drvSubj, req, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -46,11 +47,11 @@ func TestTimingsCountFromArrival(t *testing.T) {
 	defer requester.Close()
 	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 
-	replies := make([]chan *client.GenerateReply, 2)
+	replies := make([]chan *api.GenerateReply, 2)
 	submit := func(i int) {
-		replies[i] = make(chan *client.GenerateReply, 1)
+		replies[i] = make(chan *api.GenerateReply, 1)
 		go func() { // owned by the test: ends with the request or ctx
-			req := &client.GenerateRequest{PromptTokenIDs: []int32{int32(3 + i)}, MaxTokens: 2}
+			req := &api.GenerateRequest{PromptTokenIDs: []int32{int32(3 + i)}, MaxTokens: 2}
 			rep, err := client.Stream(ctx, requester, drvSubj, req, client.Callbacks{})
 			if err != nil {
 				t.Errorf("request %d: %v", i, err)

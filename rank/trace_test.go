@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -43,7 +44,7 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer rcancel()
-	if _, err := client.Generate(rctx, requester, drvSubj, &client.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 6}, nil); err != nil {
+	if _, err := client.Generate(rctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{3, 4}, MaxTokens: 6}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Rank 1 reports a step after its spans have ended.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -62,7 +63,7 @@ func TestPrunedArgmaxMatchesFullRow(t *testing.T) {
 	kinds := []string{"ties", "equal", "neginf", "gap", "zeros", "huge"}
 	vocabs := []int{1, 2, 3, 17, 255, 256, 257, 511, 769, 1000}
 	temps := []float32{2e-5, 1e-3, 0.05, 0.3, 1, 3, 100, 1e4}
-	modes := []Params{{}, {MinP: 0.1}, {TopP: 0.9}, {TopK: 3}, {TopK: 20, TopP: 0.5}}
+	modes := []api.Params{{}, {MinP: 0.1}, {TopP: 0.9}, {TopK: 3}, {TopK: 20, TopP: 0.5}}
 	draws := scale(6)
 	r := rand.New(rand.NewPCG(18, 5))
 	s, dense := New(DefaultConfig()), New(DefaultConfig())
@@ -157,7 +158,7 @@ func TestPrunedArgmaxNearMaxNoise(t *testing.T) {
 	noise := make([]float32, len(logits))
 	noisepool.FillRow(key, noiseRow, noise)
 	s := New(DefaultConfig())
-	for _, p := range []Params{{Temperature: 1}, {Temperature: 1, MinP: 1e-12}} {
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 1, MinP: 1e-12}} {
 		row := Row{Logits: logits, Params: &p, EOS: -1, NoiseKey: key, NoiseRow: noiseRow}
 		if want := fullRow(row); want != hot {
 			t.Fatalf("%+v: full row gives %d, the test expects token %d to win", p, want, hot)
@@ -186,7 +187,7 @@ func TestBlockMaxKeepsTies(t *testing.T) {
 	}
 	logits[5], noise[5] = 1, 3
 	logits[300], noise[300] = 2, 2
-	p := Params{Temperature: 1}
+	p := api.Params{Temperature: 1}
 	row := Row{Logits: logits, Params: &p, EOS: -1, Noise: noise, NoiseBlockMax: blockMax(noise)}
 	s, dense := New(DefaultConfig()), New(DefaultConfig())
 	dense.denseOnly = true

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -54,7 +55,7 @@ func BenchmarkSample(b *testing.B) {
 
 // benchRows returns batch rows of SyntheticLogits with noise "inline"
 // (none), "pool" (exact rows) or "bound" (bound rows), noise row 0.
-func benchRows(vocab, batch int, p *Params, noise string) []Row {
+func benchRows(vocab, batch int, p *api.Params, noise string) []Row {
 	rows := make([]Row, batch)
 	for i := range rows {
 		rows[i] = Row{Logits: SyntheticLogits(vocab, uint64(i)), Params: p, EOS: -1, NoiseKey: uint64(i + 1)}

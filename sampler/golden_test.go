@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // goldenRow is an LLM-like row built with integer arithmetic only (no
@@ -34,27 +36,27 @@ func goldenRow(vocab int, seed uint64) []float32 {
 // goldenCases are the sampling modes whose draws TestGoldenDraws pins.
 func goldenCases() []struct {
 	name string
-	p    Params
+	p    api.Params
 } {
-	plain := func(T float32) Params { return Params{Temperature: T} }
+	plain := func(T float32) api.Params { return api.Params{Temperature: T} }
 	return []struct {
 		name string
-		p    Params
+		p    api.Params
 	}{
 		{"plain 0.8", plain(0.8)},
 		{"plain 2", plain(2)},
-		{"topk 50", Params{Temperature: 0.8, TopK: 50}},
-		{"topk 1000", Params{Temperature: 1.5, TopK: 1000}},
-		{"topp 0.9", Params{Temperature: 0.8, TopP: 0.9}},
-		{"topp 0.5 T3", Params{Temperature: 3, TopP: 0.5}},
-		{"topp 0.95 T1.5", Params{Temperature: 1.5, TopP: 0.95}},
-		{"topk topp", Params{Temperature: 0.8, TopK: 50, TopP: 0.9}},
-		{"minp 0.05", Params{Temperature: 0.8, MinP: 0.05}},
-		{"greedy", Params{}},
-		{"penalties bias", Params{Temperature: 1, RepetitionPenalty: 1.3, FrequencyPenalty: 0.5, PresencePenalty: 0.4,
+		{"topk 50", api.Params{Temperature: 0.8, TopK: 50}},
+		{"topk 1000", api.Params{Temperature: 1.5, TopK: 1000}},
+		{"topp 0.9", api.Params{Temperature: 0.8, TopP: 0.9}},
+		{"topp 0.5 T3", api.Params{Temperature: 3, TopP: 0.5}},
+		{"topp 0.95 T1.5", api.Params{Temperature: 1.5, TopP: 0.95}},
+		{"topk topp", api.Params{Temperature: 0.8, TopK: 50, TopP: 0.9}},
+		{"minp 0.05", api.Params{Temperature: 0.8, MinP: 0.05}},
+		{"greedy", api.Params{}},
+		{"penalties bias", api.Params{Temperature: 1, RepetitionPenalty: 1.3, FrequencyPenalty: 0.5, PresencePenalty: 0.4,
 			LogitBias: map[int32]float32{7: 9, 8: -100, 4000: 3}}},
-		{"penalties topk topp", Params{Temperature: 1, TopK: 40, TopP: 0.8, RepetitionPenalty: 1.2, LogitBias: map[int32]float32{5: 12}}},
-		{"allowed", Params{Temperature: 1, AllowedTokenIDs: []int32{3, 17, 400, 401, 999, 20000}}},
+		{"penalties topk topp", api.Params{Temperature: 1, TopK: 40, TopP: 0.8, RepetitionPenalty: 1.2, LogitBias: map[int32]float32{5: 12}}},
+		{"allowed", api.Params{Temperature: 1, AllowedTokenIDs: []int32{3, 17, 400, 401, 999, 20000}}},
 	}
 }
 

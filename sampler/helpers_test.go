@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -167,7 +168,7 @@ func processed(row Row) []float32 {
 
 // keptMask applies top-k, top-p and min-p with sorts, as documented, using
 // the sampler's weight function, so it decides the same set bit for bit.
-func keptMask(l []float32, p *Params) []bool {
+func keptMask(l []float32, p *api.Params) []bool {
 	invT := float32(1 / float64(p.Temperature))
 	idx := make([]int, 0, len(l))
 	for i, v := range l {
@@ -228,7 +229,7 @@ func fullRow(row Row) int32 {
 		p = &defaultParams
 	}
 	l := processed(row)
-	if p.Temperature < GreedyBelow {
+	if p.Temperature < api.GreedyBelow {
 		return argmax(l)
 	}
 	keep := keptMask(l, p)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -227,7 +228,7 @@ func TestNucleusHeadMatchesFull(t *testing.T) {
 	for name, l := range rows {
 		for _, T := range []float32{0.3, 1, 3} {
 			for _, p := range []float32{0.05, 0.5, 0.9, 0.99, 0.999999} {
-				r := Row{Logits: l, Params: &Params{Temperature: T, TopP: p}, EOS: -1}
+				r := Row{Logits: l, Params: &api.Params{Temperature: T, TopP: p}, EOS: -1}
 				s.grow(len(l))
 				if err := s.buildOverrides(&r, r.Params, l); err != nil {
 					t.Fatal(err)
@@ -261,7 +262,7 @@ func TestSignedZeroMaximum(t *testing.T) {
 	l[4] = 0
 	l[300] = float32(math.Copysign(0, -1))
 	s := New(DefaultConfig())
-	for _, p := range []Params{{Temperature: 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, TopK: 2}, {Temperature: 1, MinP: 0.5}, {}} {
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, TopK: 2}, {Temperature: 1, MinP: 0.5}, {}} {
 		for d := range 20 {
 			row := Row{Logits: l, Params: &p, EOS: -1, NoiseKey: 5, NoiseRow: uint64(d)}
 			pooled := row

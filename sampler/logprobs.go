@@ -3,24 +3,9 @@ package sampler
 import (
 	"fmt"
 	"math"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
-
-// TokenLogprob is one token's log-probability.
-type TokenLogprob struct {
-	Token   int32   `json:"token"`
-	Logprob float32 `json:"logprob"`
-}
-
-// Logprobs is the log-probability of a sampled token and the row's top
-// tokens, for OpenAI-style logprobs output.
-type Logprobs struct {
-	Token   int32   `json:"token"`
-	Logprob float32 `json:"logprob"`
-	// Rank is 1 + the number of tokens strictly more likely than Token.
-	Rank int `json:"rank"`
-	// Top holds the n most likely tokens, most likely first (ties by index).
-	Top []TokenLogprob `json:"top"`
-}
 
 // Logprobs computes the log-probability of token and the top n tokens of
 // row. The distribution is the log-softmax of the processed logits (steps 1
@@ -33,36 +18,36 @@ type Logprobs struct {
 // size of the vocabulary (384 KiB at 32768 tokens) are the Sampler's
 // scratch, kept between calls: rank 0 computes logprobs for every row that
 // asks, at every step. So it must not run concurrently with Sample.
-func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
+func (s *Sampler) Logprobs(row Row, token int32, n int) (api.Logprobs, error) {
 	p := row.Params
 	if p == nil {
 		p = &defaultParams
 	}
 	vocab := row.Vocab()
 	if vocab == 0 {
-		return Logprobs{}, fmt.Errorf("sampler: empty logits row")
+		return api.Logprobs{}, fmt.Errorf("sampler: empty logits row")
 	}
 	if token < 0 || int(token) >= vocab {
-		return Logprobs{}, fmt.Errorf("sampler: token %d out of range [0, %d)", token, vocab)
+		return api.Logprobs{}, fmt.Errorf("sampler: token %d out of range [0, %d)", token, vocab)
 	}
 	if n < 0 {
-		return Logprobs{}, fmt.Errorf("sampler: logprobs count %d < 0", n)
+		return api.Logprobs{}, fmt.Errorf("sampler: logprobs count %d < 0", n)
 	}
 	s.grow(vocab)
 	base := s.baseRow(&row)
 	if err := s.buildOverrides(&row, p, base); err != nil {
-		return Logprobs{}, err
+		return api.Logprobs{}, err
 	}
 	nb := (vocab + blockSize - 1) / blockSize
 	s.indexOverrides(vocab, nb)
 	if err := s.blockBounds(base, nb); err != nil {
-		return Logprobs{}, err
+		return api.Logprobs{}, err
 	}
 	lp, err := s.logSoftmax(base, nb, p)
 	if err != nil {
-		return Logprobs{}, err
+		return api.Logprobs{}, err
 	}
-	out := Logprobs{Token: token, Logprob: float32(lp[token]), Rank: 1}
+	out := api.Logprobs{Token: token, Logprob: float32(lp[token]), Rank: 1}
 	for _, v := range lp {
 		if v > lp[token] {
 			out.Rank++
@@ -76,7 +61,7 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (Logprobs, error) {
 // scaled by the temperature (1 for greedy rows), tokens outside
 // allowed_token_ids at -Inf. It needs buildOverrides and blockBounds run
 // for the row.
-func (s *Sampler) logSoftmax(base []float32, nb int, p *Params) ([]float64, error) {
+func (s *Sampler) logSoftmax(base []float32, nb int, p *api.Params) ([]float64, error) {
 	allowed := func(t int32) bool { return true }
 	if len(p.AllowedTokenIDs) > 0 {
 		set := make(map[int32]bool, len(p.AllowedTokenIDs))
@@ -86,7 +71,7 @@ func (s *Sampler) logSoftmax(base []float32, nb int, p *Params) ([]float64, erro
 		allowed = func(t int32) bool { return set[t] }
 	}
 	invT := 1.0
-	if p.Temperature >= GreedyBelow {
+	if p.Temperature >= api.GreedyBelow {
 		invT = float64(float32(1 / float64(p.Temperature)))
 	}
 	if cap(s.lp) < len(base) {
@@ -121,7 +106,7 @@ func (s *Sampler) logSoftmax(base []float32, nb int, p *Params) ([]float64, erro
 
 // topLogprobs returns the n (<= len(lp)) most likely tokens of lp, most
 // likely first, ties by index; nil for n == 0. It uses s.sel and s.cands.
-func (s *Sampler) topLogprobs(lp []float64, n int) []TokenLogprob {
+func (s *Sampler) topLogprobs(lp []float64, n int) []api.TokenLogprob {
 	if n <= 0 {
 		return nil
 	}
@@ -138,9 +123,9 @@ func (s *Sampler) topLogprobs(lp []float64, n int) []TokenLogprob {
 		}
 	}
 	sortCands(s.cands)
-	top := make([]TokenLogprob, 0, n)
+	top := make([]api.TokenLogprob, 0, n)
 	for _, x := range s.cands[:n] {
-		top = append(top, TokenLogprob{Token: x.idx, Logprob: float32(lp[x.idx])})
+		top = append(top, api.TokenLogprob{Token: x.idx, Logprob: float32(lp[x.idx])})
 	}
 	return top
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -80,7 +81,7 @@ func (r *Reference) sampleRow(row *Row) (int32, error) {
 	}
 	inf := float32(math.Inf(-1))
 	// 5. greedy.
-	if p.Temperature < GreedyBelow {
+	if p.Temperature < api.GreedyBelow {
 		t := argmax(l)
 		if l[t] == inf {
 			return -1, ErrNoCandidates
@@ -143,7 +144,7 @@ func (r *Reference) load(row *Row) ([]float32, error) {
 
 // process applies steps 1 to 4 (allowed tokens, bias, min_tokens,
 // penalties) to l in place and rejects a result that is NaN or +Inf.
-func (r *Reference) process(row *Row, p *Params, l []float32) error {
+func (r *Reference) process(row *Row, p *api.Params, l []float32) error {
 	V := len(l)
 	inf := float32(math.Inf(-1))
 	// 1. allowed_token_ids.
@@ -206,7 +207,7 @@ func (r *Reference) allowOnly(l []float32, ids []int32) error {
 
 // penalize applies the repetition, frequency and presence penalties, dense
 // over the vocabulary as vLLM's apply_penalties.
-func (r *Reference) penalize(row *Row, p *Params, l []float32) error {
+func (r *Reference) penalize(row *Row, p *api.Params, l []float32) error {
 	V := len(l)
 	rp := p.RepetitionPenalty
 	counts, seen := r.counts[:V], r.mask[:V]
@@ -244,7 +245,7 @@ func (r *Reference) penalize(row *Row, p *Params, l []float32) error {
 // truncate applies steps 7 and 8 (top-k, top-p) to the scaled logits l,
 // setting the cut tokens to -Inf: a full sort when top-p is on, a heap
 // selection for top-k alone.
-func (r *Reference) truncate(l []float32, p *Params) {
+func (r *Reference) truncate(l []float32, p *api.Params) {
 	topK := p.TopK
 	if topK >= len(l) {
 		topK = 0

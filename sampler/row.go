@@ -3,6 +3,8 @@ package sampler
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // Dtype is the element type of a logits row.
@@ -60,7 +62,7 @@ type Row struct {
 	Dtype    Dtype
 
 	// Params are the request's sampling parameters; nil means DefaultParams().
-	Params *Params
+	Params *api.Params
 	// Prompt and Output are the request's token history: repetition
 	// penalty looks at both, frequency and presence penalties and
 	// min_tokens at Output.
@@ -123,10 +125,4 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// DefaultParams returns vLLM's SamplingParams defaults: temperature 1,
-// everything else disabled.
-func DefaultParams() Params {
-	return Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
-}
-
-var defaultParams = DefaultParams()
+var defaultParams = api.DefaultParams()

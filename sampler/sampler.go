@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/blockmax"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
@@ -218,7 +219,7 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 		return -1, ErrNoCandidates
 	}
 	t0 := s.firstAt(base, nb, M)
-	if p.Temperature < GreedyBelow {
+	if p.Temperature < api.GreedyBelow {
 		return t0, nil
 	}
 	invT := float32(1 / float64(p.Temperature))
@@ -241,7 +242,7 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 
 // checkRow returns the row's vocabulary size, or an error for a row that
 // cannot be sampled as given.
-func (s *Sampler) checkRow(r *Row, p *Params) (int, error) {
+func (s *Sampler) checkRow(r *Row, p *api.Params) (int, error) {
 	if r.Dtype > BFloat16 {
 		return 0, fmt.Errorf("sampler: unknown dtype %v", r.Dtype)
 	}
@@ -266,7 +267,7 @@ func (s *Sampler) checkRow(r *Row, p *Params) (int, error) {
 
 // buildOverrides computes the processed logit of every token that steps 2
 // to 4 touch, sorted by index; all other tokens keep their logit.
-func (s *Sampler) buildOverrides(r *Row, p *Params, base []float32) error {
+func (s *Sampler) buildOverrides(r *Row, p *api.Params, base []float32) error {
 	s.ov = s.ov[:0]
 	s.touched = s.touched[:0]
 	defer s.resetMarks()
@@ -308,7 +309,7 @@ func (s *Sampler) buildOverrides(r *Row, p *Params, base []float32) error {
 // markTouched flags every token that steps 2 to 4 change (appending each
 // to s.touched once) and counts output tokens, checking every token id
 // against the vocabulary. The caller resets the marks.
-func (s *Sampler) markTouched(r *Row, p *Params, vocab int32, useRep, usePen bool) error {
+func (s *Sampler) markTouched(r *Row, p *api.Params, vocab int32, useRep, usePen bool) error {
 	if useRep {
 		for _, t := range r.Prompt {
 			if t < 0 || t >= vocab {
@@ -722,7 +723,7 @@ func kthLargest(v []float32, k int) float32 {
 
 // sampleAllowed handles rows with allowed_token_ids: the support is the
 // allowed list, so the row is sampled from a short candidate list.
-func (s *Sampler) sampleAllowed(r *Row, p *Params, base []float32) (int32, error) {
+func (s *Sampler) sampleAllowed(r *Row, p *api.Params, base []float32) (int32, error) {
 	s.cands = s.cands[:0]
 	for _, t := range p.AllowedTokenIDs {
 		if t < 0 || int(t) >= len(base) {
@@ -742,7 +743,7 @@ func (s *Sampler) sampleAllowed(r *Row, p *Params, base []float32) (int32, error
 		return -1, ErrNoCandidates
 	}
 	sortCands(s.cands)
-	if p.Temperature < GreedyBelow {
+	if p.Temperature < api.GreedyBelow {
 		return s.cands[0].idx, nil
 	}
 	invT := float32(1 / float64(p.Temperature))
@@ -762,7 +763,7 @@ func (s *Sampler) sampleAllowed(r *Row, p *Params, base []float32) (int32, error
 
 // sampleList samples from s.cands (every other token is −inf), applying
 // top-k (already applied by the callers), top-p and min-p.
-func (s *Sampler) sampleList(r *Row, p *Params, invT float32) (int32, error) {
+func (s *Sampler) sampleList(r *Row, p *api.Params, invT float32) (int32, error) {
 	c := s.cands
 	sortCands(c)
 	M := c[0].l

@@ -7,13 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/f16"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
 type exactCase struct {
 	name   string
-	params Params
+	params api.Params
 	prompt []int32
 	output []int32
 	eos    int32
@@ -21,25 +22,25 @@ type exactCase struct {
 
 func exactCases() []exactCase {
 	return []exactCase{
-		{name: "plain T=1", params: Params{Temperature: 1}},
-		{name: "plain T=0.3", params: Params{Temperature: 0.3}},
-		{name: "plain T=2.5", params: Params{Temperature: 2.5}},
-		{name: "greedy", params: Params{Temperature: 0}},
-		{name: "topk 1", params: Params{Temperature: 1, TopK: 1}},
-		{name: "topk 5", params: Params{Temperature: 0.7, TopK: 5}},
-		{name: "topk 300", params: Params{Temperature: 1, TopK: 300}},
-		{name: "topp 0.9", params: Params{Temperature: 1, TopP: 0.9}},
-		{name: "topp 0.3", params: Params{Temperature: 0.8, TopP: 0.3}},
-		{name: "minp 0.05", params: Params{Temperature: 1, MinP: 0.05}},
-		{name: "topk+topp", params: Params{Temperature: 1, TopK: 40, TopP: 0.8}},
-		{name: "topp+minp", params: Params{Temperature: 1.2, TopP: 0.95, MinP: 0.01}},
-		{name: "penalties", params: Params{Temperature: 1, RepetitionPenalty: 1.3, FrequencyPenalty: 0.5, PresencePenalty: 0.4},
+		{name: "plain T=1", params: api.Params{Temperature: 1}},
+		{name: "plain T=0.3", params: api.Params{Temperature: 0.3}},
+		{name: "plain T=2.5", params: api.Params{Temperature: 2.5}},
+		{name: "greedy", params: api.Params{Temperature: 0}},
+		{name: "topk 1", params: api.Params{Temperature: 1, TopK: 1}},
+		{name: "topk 5", params: api.Params{Temperature: 0.7, TopK: 5}},
+		{name: "topk 300", params: api.Params{Temperature: 1, TopK: 300}},
+		{name: "topp 0.9", params: api.Params{Temperature: 1, TopP: 0.9}},
+		{name: "topp 0.3", params: api.Params{Temperature: 0.8, TopP: 0.3}},
+		{name: "minp 0.05", params: api.Params{Temperature: 1, MinP: 0.05}},
+		{name: "topk+topp", params: api.Params{Temperature: 1, TopK: 40, TopP: 0.8}},
+		{name: "topp+minp", params: api.Params{Temperature: 1.2, TopP: 0.95, MinP: 0.01}},
+		{name: "penalties", params: api.Params{Temperature: 1, RepetitionPenalty: 1.3, FrequencyPenalty: 0.5, PresencePenalty: 0.4},
 			prompt: []int32{1, 2, 3, 900}, output: []int32{5, 5, 7, 2, 300}},
-		{name: "bias", params: Params{Temperature: 1, LogitBias: map[int32]float32{7: 30, 8: -100, 999: 5}}},
-		{name: "allowed", params: Params{Temperature: 1, AllowedTokenIDs: []int32{3, 17, 400, 401, 999}}},
-		{name: "allowed topk", params: Params{Temperature: 1, TopK: 2, AllowedTokenIDs: []int32{3, 17, 400, 401, 999}}},
-		{name: "min tokens", params: Params{Temperature: 1, MinTokens: 5, StopTokenIDs: []int32{10, 11}}, output: []int32{1}, eos: 12},
-		{name: "everything", params: Params{Temperature: 0.9, TopK: 100, TopP: 0.9, MinP: 0.02, RepetitionPenalty: 1.1,
+		{name: "bias", params: api.Params{Temperature: 1, LogitBias: map[int32]float32{7: 30, 8: -100, 999: 5}}},
+		{name: "allowed", params: api.Params{Temperature: 1, AllowedTokenIDs: []int32{3, 17, 400, 401, 999}}},
+		{name: "allowed topk", params: api.Params{Temperature: 1, TopK: 2, AllowedTokenIDs: []int32{3, 17, 400, 401, 999}}},
+		{name: "min tokens", params: api.Params{Temperature: 1, MinTokens: 5, StopTokenIDs: []int32{10, 11}}, output: []int32{1}, eos: 12},
+		{name: "everything", params: api.Params{Temperature: 0.9, TopK: 100, TopP: 0.9, MinP: 0.02, RepetitionPenalty: 1.1,
 			FrequencyPenalty: 0.2, PresencePenalty: 0.1, LogitBias: map[int32]float32{3: 2}, MinTokens: 3, StopTokenIDs: []int32{4}},
 			prompt: []int32{3, 9}, output: []int32{9}, eos: 5},
 	}
@@ -94,7 +95,7 @@ func TestHalfTypes(t *testing.T) {
 		bf16[i] = f16.Float32ToBFloat16(v)
 	}
 	s := New(DefaultConfig())
-	for _, p := range []Params{{Temperature: 1}, {Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopK: 20}, {}} {
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopK: 20}, {}} {
 		for d := range scale(60) {
 			for _, dt := range []Dtype{Float16, BFloat16} {
 				row := Row{Logits16: half, Dtype: dt, Params: &p, EOS: -1, NoiseKey: 5, NoiseRow: uint64(d)}
@@ -127,20 +128,20 @@ func TestNonFiniteRowsAreErrors(t *testing.T) {
 		{"f16 nan", Row{Logits16: halfRow(withAt(good, 3, float32(math.NaN()))), Dtype: Float16}, "NaN at token 3"},
 		{"bf16 +inf", Row{Logits16: bf16Row(withAt(good, 4, float32(math.Inf(1)))), Dtype: BFloat16}, "+Inf at token 4"},
 		{"all masked", Row{Logits: allAt(600, float32(math.Inf(-1)))}, ErrNoCandidates.Error()},
-		{"bias overflow", Row{Logits: withAt(good, 2, 3e38), Params: &Params{Temperature: 1, LogitBias: map[int32]float32{2: 3e38}}}, "+Inf after bias"},
+		{"bias overflow", Row{Logits: withAt(good, 2, 3e38), Params: &api.Params{Temperature: 1, LogitBias: map[int32]float32{2: 3e38}}}, "+Inf after bias"},
 		{"bad noise", Row{Logits: good, Noise: make([]float32, 5)}, "noise row has 5 values"},
-		{"bad params", Row{Logits: good, Params: &Params{Temperature: 1, TopK: 601}}, "top_k"},
-		{"bad prompt", Row{Logits: good, Params: &Params{Temperature: 1, RepetitionPenalty: 1.2}, Prompt: []int32{600}}, "prompt token 600"},
+		{"bad params", Row{Logits: good, Params: &api.Params{Temperature: 1, TopK: 601}}, "top_k"},
+		{"bad prompt", Row{Logits: good, Params: &api.Params{Temperature: 1, RepetitionPenalty: 1.2}, Prompt: []int32{600}}, "prompt token 600"},
 	}
 	for _, c := range cases {
-		for _, p := range []*Params{c.row.Params, {Temperature: 1}, {Temperature: 1, TopK: 5}, {Temperature: 1, TopP: 0.5}, {}} {
+		for _, p := range []*api.Params{c.row.Params, {Temperature: 1}, {Temperature: 1, TopK: 5}, {Temperature: 1, TopP: 0.5}, {}} {
 			row := c.row
 			if row.Params == nil {
 				row.Params = p
 			}
 			row.EOS = -1
 			out := make([]Result, 3)
-			ok := Row{Logits: good, Params: &Params{Temperature: 1}, EOS: -1}
+			ok := Row{Logits: good, Params: &api.Params{Temperature: 1}, EOS: -1}
 			s.Sample([]Row{ok, row, ok}, out)
 			if out[1].Err == nil || !strings.Contains(out[1].Err.Error(), c.want) || out[1].Token != -1 {
 				t.Fatalf("%s: got %+v, want error containing %q", c.name, out[1], c.want)
@@ -171,7 +172,7 @@ func TestMaskedNeverWins(t *testing.T) {
 	}
 	s := New(DefaultConfig())
 	noise := make([]float32, len(logits))
-	for _, p := range []Params{{Temperature: 1}, {Temperature: 50}, {Temperature: 1, TopK: 1500}, {Temperature: 1, TopP: 0.999}, {Temperature: 1, MinP: 1e-9}} {
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 50}, {Temperature: 1, TopK: 1500}, {Temperature: 1, TopP: 0.999}, {Temperature: 1, MinP: 1e-9}} {
 		for d := range scale(40) {
 			noisepool.FillRow(1, uint64(d), noise)
 			for i := 0; i < len(noise); i += 3 {
@@ -196,11 +197,11 @@ func TestGreedyAndStops(t *testing.T) {
 	s := New(DefaultConfig())
 	l := []float32{1, 5, 5, 2, 5}
 	var out [1]Result
-	s.Sample([]Row{{Logits: l, Params: &Params{}, EOS: -1}}, out[:])
+	s.Sample([]Row{{Logits: l, Params: &api.Params{}, EOS: -1}}, out[:])
 	if out[0].Token != 1 {
 		t.Fatalf("greedy tie: got %d want 1 (lowest index)", out[0].Token)
 	}
-	p := Params{MinTokens: 2, StopTokenIDs: []int32{1}}
+	p := api.Params{MinTokens: 2, StopTokenIDs: []int32{1}}
 	s.Sample([]Row{{Logits: l, Params: &p, EOS: 2, Output: []int32{0}}}, out[:])
 	if out[0].Token != 4 || out[0].Stop {
 		t.Fatalf("min_tokens: got %+v want 4, no stop", out[0])
@@ -209,11 +210,11 @@ func TestGreedyAndStops(t *testing.T) {
 	if out[0].Token != 1 || !out[0].Stop {
 		t.Fatalf("after min_tokens: got %+v want 1, stop", out[0])
 	}
-	s.Sample([]Row{{Logits: []float32{0, 9}, Params: &Params{}, EOS: 1}}, out[:])
+	s.Sample([]Row{{Logits: []float32{0, 9}, Params: &api.Params{}, EOS: 1}}, out[:])
 	if !out[0].Stop {
 		t.Fatalf("EOS not reported as stop")
 	}
-	s.Sample([]Row{{Logits: []float32{0, 9}, Params: &Params{IgnoreEOS: true}, EOS: 1}}, out[:])
+	s.Sample([]Row{{Logits: []float32{0, 9}, Params: &api.Params{IgnoreEOS: true}, EOS: 1}}, out[:])
 	if out[0].Stop {
 		t.Fatalf("EOS with ignore_eos reported as stop")
 	}
@@ -225,7 +226,7 @@ func TestSeeds(t *testing.T) {
 	logits := zipfRow(5000, 1, 8)
 	other := gaussRow(5000, 3, 2, 9)
 	s := New(DefaultConfig())
-	p := Params{Temperature: 1}
+	p := api.Params{Temperature: 1}
 	seeded := func(key uint64, step int, pool bool) Row {
 		r := Row{Logits: logits, Params: &p, EOS: -1, NoiseKey: key, NoiseRow: uint64(step)}
 		if pool {
@@ -239,7 +240,7 @@ func TestSeeds(t *testing.T) {
 		for step := range 30 {
 			rows := []Row{}
 			for j := range batchWith {
-				rows = append(rows, Row{Logits: other, Params: &Params{Temperature: 0.5, TopP: 0.8}, EOS: -1, NoiseKey: uint64(1000 + j), NoiseRow: uint64(step)})
+				rows = append(rows, Row{Logits: other, Params: &api.Params{Temperature: 0.5, TopP: 0.8}, EOS: -1, NoiseKey: uint64(1000 + j), NoiseRow: uint64(step)})
 			}
 			rows = append(rows, seeded(key, step, pool))
 			out := make([]Result, len(rows))
@@ -277,8 +278,8 @@ func TestTopKAloneEqualsTopKWithP1(t *testing.T) {
 	s := New(DefaultConfig())
 	for d := range scale(200) {
 		rows := []Row{
-			{Logits: logits, Params: &Params{Temperature: 1, TopK: 50}, EOS: -1, NoiseKey: 9, NoiseRow: uint64(d)},
-			{Logits: logits, Params: &Params{Temperature: 1, TopK: 50, TopP: 1}, EOS: -1, NoiseKey: 9, NoiseRow: uint64(d)},
+			{Logits: logits, Params: &api.Params{Temperature: 1, TopK: 50}, EOS: -1, NoiseKey: 9, NoiseRow: uint64(d)},
+			{Logits: logits, Params: &api.Params{Temperature: 1, TopK: 50, TopP: 1}, EOS: -1, NoiseKey: 9, NoiseRow: uint64(d)},
 		}
 		out := make([]Result, 2)
 		s.Sample(rows, out)
@@ -295,7 +296,7 @@ func TestNoAllocsInSteadyState(t *testing.T) {
 	logits := zipfRow(20000, 1, 1)
 	noise := make([]float32, len(logits))
 	noisepool.FillRow(1, 1, noise)
-	ps := []Params{{Temperature: 1}, {Temperature: 1, TopK: 50}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.1}, {},
+	ps := []api.Params{{Temperature: 1}, {Temperature: 1, TopK: 50}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.1}, {},
 		{Temperature: 1, TopK: 50, TopP: 0.9, RepetitionPenalty: 1.2, FrequencyPenalty: 0.1}}
 	rows := make([]Row, 0, 2*len(ps))
 	for i := range ps {
@@ -313,7 +314,7 @@ func TestNoAllocsInSteadyState(t *testing.T) {
 func TestLogprobs(t *testing.T) {
 	logits := gaussRow(3000, 2, 2, 5)
 	s := New(DefaultConfig())
-	p := Params{Temperature: 0.7, LogitBias: map[int32]float32{10: 3}}
+	p := api.Params{Temperature: 0.7, LogitBias: map[int32]float32{10: 3}}
 	row := Row{Logits: logits, Params: &p, EOS: -1}
 	lp, err := s.Logprobs(row, 10, 5)
 	if err != nil {
@@ -349,7 +350,7 @@ func TestLogprobsAllocations(t *testing.T) {
 	}
 	logits := gaussRow(32768, 2, 3, 7)
 	s := New(DefaultConfig())
-	p := Params{Temperature: 0.7, LogitBias: map[int32]float32{10: 3}, RepetitionPenalty: 1.3, PresencePenalty: 0.5}
+	p := api.Params{Temperature: 0.7, LogitBias: map[int32]float32{10: 3}, RepetitionPenalty: 1.3, PresencePenalty: 0.5}
 	row := Row{Logits: logits, Params: &p, EOS: -1, Prompt: []int32{1, 2, 3}, Output: []int32{10, 20}}
 	first, err := s.Logprobs(row, 10, 20)
 	if err != nil {

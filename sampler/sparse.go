@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -50,19 +51,19 @@ const sparseWant = 256
 // scalar gather, which makes the dense plain, top-k, min-p and greedy
 // paths the faster ones (measured end to end with tpcoord bench sampler);
 // top-p alone still goes sparse, since its dense path weighs every token.
-func preferSparse(p *Params, vocab int) bool {
+func preferSparse(p *api.Params, vocab int) bool {
 	if !active.vector {
 		return true
 	}
 	topK := p.TopK > 0 && p.TopK < vocab
-	return p.TopP > 0 && p.TopP < 1 && !topK && p.Temperature >= GreedyBelow
+	return p.TopP > 0 && p.TopP < 1 && !topK && p.Temperature >= api.GreedyBelow
 }
 
 // sampleSparse samples the row by a sparse path if one applies and its
 // checks hold; ok is false when the dense path must decide.
-func (s *Sampler) sampleSparse(r *Row, p *Params, base []float32, nb int) (tok int32, ok bool, err error) {
+func (s *Sampler) sampleSparse(r *Row, p *api.Params, base []float32, nb int) (tok int32, ok bool, err error) {
 	vocab := len(base)
-	greedy := p.Temperature < GreedyBelow
+	greedy := p.Temperature < api.GreedyBelow
 	topK := p.TopK > 0 && p.TopK < vocab
 	topP := p.TopP > 0 && p.TopP < 1
 	if !greedy && !topK && !topP && !(p.MinP > 0) {
@@ -105,7 +106,7 @@ func (s *Sampler) sampleSparse(r *Row, p *Params, base []float32, nb int) (tok i
 
 // sparseFloor samples a top-p and/or min-p row from the gathered tokens
 // (every token with l >= t), if the floor provably lies at or above t.
-func (s *Sampler) sparseFloor(r *Row, p *Params, base []float32, nb int, t, M, invT float32) (int32, bool, error) {
+func (s *Sampler) sparseFloor(r *Row, p *api.Params, base []float32, nb int, t, M, invT float32) (int32, bool, error) {
 	floor := float32(math.Inf(-1))
 	if p.TopP > 0 && p.TopP < 1 {
 		f, ok := s.sparseNucleus(base, nb, t, M, invT, p.TopP)

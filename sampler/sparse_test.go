@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/noisepool"
 )
 
@@ -51,16 +52,16 @@ func sparseRow(kind string, vocab int, r *rand.Rand) []float32 {
 
 // sparseParams are the modes the sparse paths take, at temperatures from
 // near-greedy to flat.
-func sparseParams() []Params {
-	var ps []Params
+func sparseParams() []api.Params {
+	var ps []api.Params
 	for _, T := range []float32{0.05, 0.8, 3} {
 		ps = append(ps,
-			Params{Temperature: T}, Params{Temperature: T, TopK: 1}, Params{Temperature: T, TopK: 50},
-			Params{Temperature: T, TopK: 2000}, Params{Temperature: T, TopP: 0.1}, Params{Temperature: T, TopP: 0.9},
-			Params{Temperature: T, TopP: 0.999999}, Params{Temperature: T, MinP: 0.05},
-			Params{Temperature: T, TopK: 50, TopP: 0.9}, Params{Temperature: T, TopP: 0.95, MinP: 0.01})
+			api.Params{Temperature: T}, api.Params{Temperature: T, TopK: 1}, api.Params{Temperature: T, TopK: 50},
+			api.Params{Temperature: T, TopK: 2000}, api.Params{Temperature: T, TopP: 0.1}, api.Params{Temperature: T, TopP: 0.9},
+			api.Params{Temperature: T, TopP: 0.999999}, api.Params{Temperature: T, MinP: 0.05},
+			api.Params{Temperature: T, TopK: 50, TopP: 0.9}, api.Params{Temperature: T, TopP: 0.95, MinP: 0.01})
 	}
-	return append(ps, Params{}, Params{TopK: 5})
+	return append(ps, api.Params{}, api.Params{TopK: 5})
 }
 
 // trySparse runs sampleRow's steps up to the sparse dispatch.
@@ -232,7 +233,7 @@ func TestGatherAndCount(t *testing.T) {
 		for _, x := range []float32{cut, float32(math.Nextafter32(cut, 10)), float32(math.Nextafter32(cut, -10)), 0, float32(math.Copysign(0, -1)), math.Float32frombits(1)} {
 			l[r.IntN(vocab)] = x
 		}
-		p := Params{Temperature: 1, LogitBias: map[int32]float32{int32(r.IntN(vocab)): 3, int32(r.IntN(vocab)): -3}}
+		p := api.Params{Temperature: 1, LogitBias: map[int32]float32{int32(r.IntN(vocab)): 3, int32(r.IntN(vocab)): -3}}
 		row := Row{Logits: l, Params: &p, EOS: -1}
 		s.grow(vocab)
 		if err := s.buildOverrides(&row, &p, l); err != nil {

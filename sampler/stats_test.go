@@ -3,12 +3,14 @@ package sampler
 import (
 	"math"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 type statCase struct {
 	name   string
 	logits []float32
-	params Params
+	params api.Params
 	prompt []int32
 	output []int32
 	pool   bool
@@ -21,22 +23,22 @@ func statCases() []statCase {
 		masked[i] = float32(math.Inf(-1))
 	}
 	return []statCase{
-		{name: "plain T=1", logits: row, params: Params{Temperature: 1}},
-		{name: "plain T=0.5 pool", logits: row, params: Params{Temperature: 0.5}, pool: true},
-		{name: "plain T=2", logits: row, params: Params{Temperature: 2}},
-		{name: "topk 10", logits: row, params: Params{Temperature: 1, TopK: 10}},
-		{name: "topk 10 pool", logits: row, params: Params{Temperature: 1, TopK: 10}, pool: true},
-		{name: "topp 0.7", logits: row, params: Params{Temperature: 1, TopP: 0.7}},
-		{name: "topp 0.7 pool", logits: row, params: Params{Temperature: 1.3, TopP: 0.7}, pool: true},
-		{name: "minp 0.1", logits: row, params: Params{Temperature: 1, MinP: 0.1}},
-		{name: "topk+topp", logits: row, params: Params{Temperature: 0.8, TopK: 30, TopP: 0.8}},
-		{name: "topk+topp+minp", logits: row, params: Params{Temperature: 1, TopK: 50, TopP: 0.9, MinP: 0.05}},
-		{name: "penalties", logits: row, params: Params{Temperature: 1, RepetitionPenalty: 1.5, FrequencyPenalty: 0.7, PresencePenalty: 0.5},
+		{name: "plain T=1", logits: row, params: api.Params{Temperature: 1}},
+		{name: "plain T=0.5 pool", logits: row, params: api.Params{Temperature: 0.5}, pool: true},
+		{name: "plain T=2", logits: row, params: api.Params{Temperature: 2}},
+		{name: "topk 10", logits: row, params: api.Params{Temperature: 1, TopK: 10}},
+		{name: "topk 10 pool", logits: row, params: api.Params{Temperature: 1, TopK: 10}, pool: true},
+		{name: "topp 0.7", logits: row, params: api.Params{Temperature: 1, TopP: 0.7}},
+		{name: "topp 0.7 pool", logits: row, params: api.Params{Temperature: 1.3, TopP: 0.7}, pool: true},
+		{name: "minp 0.1", logits: row, params: api.Params{Temperature: 1, MinP: 0.1}},
+		{name: "topk+topp", logits: row, params: api.Params{Temperature: 0.8, TopK: 30, TopP: 0.8}},
+		{name: "topk+topp+minp", logits: row, params: api.Params{Temperature: 1, TopK: 50, TopP: 0.9, MinP: 0.05}},
+		{name: "penalties", logits: row, params: api.Params{Temperature: 1, RepetitionPenalty: 1.5, FrequencyPenalty: 0.7, PresencePenalty: 0.5},
 			prompt: []int32{0, 1, 2, 3, 4, 5}, output: []int32{10, 10, 10, 11, 3, 50}},
-		{name: "bias", logits: row, params: Params{Temperature: 1, LogitBias: map[int32]float32{7: 4, 8: 2, 9: -50}}},
-		{name: "allowed", logits: row, params: Params{Temperature: 1, AllowedTokenIDs: []int32{1, 2, 3, 50, 51, 52, 199}}},
-		{name: "masked support", logits: masked, params: Params{Temperature: 1.5}},
-		{name: "masked support topp", logits: masked, params: Params{Temperature: 1, TopP: 0.85}, pool: true},
+		{name: "bias", logits: row, params: api.Params{Temperature: 1, LogitBias: map[int32]float32{7: 4, 8: 2, 9: -50}}},
+		{name: "allowed", logits: row, params: api.Params{Temperature: 1, AllowedTokenIDs: []int32{1, 2, 3, 50, 51, 52, 199}}},
+		{name: "masked support", logits: masked, params: api.Params{Temperature: 1.5}},
+		{name: "masked support topp", logits: masked, params: api.Params{Temperature: 1, TopP: 0.85}, pool: true},
 	}
 }
 
@@ -64,7 +66,7 @@ func TestZipfTail(t *testing.T) {
 	const vocab = 100352
 	n := scale(12000)
 	logits := zipfRow(vocab, 1.2, 21)
-	p := Params{Temperature: 1}
+	p := api.Params{Temperature: 1}
 	row := Row{Logits: logits, Params: &p, EOS: -1}
 	probs := targetProbs(row)
 	tail := map[int32]bool{}
@@ -104,7 +106,7 @@ func TestTiesSplitEvenly(t *testing.T) {
 		logits[i] = 3
 	}
 	n := scale(40000)
-	for _, p := range []Params{{Temperature: 1}, {Temperature: 1, TopK: 2}, {Temperature: 1, TopP: 0.1}, {Temperature: 0.5, MinP: 0.5}} {
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 1, TopK: 2}, {Temperature: 1, TopP: 0.1}, {Temperature: 0.5, MinP: 0.5}} {
 		row := Row{Logits: logits, Params: &p, EOS: -1}
 		counts := draw(t, New(DefaultConfig()), row, n, 7, false)
 		probs := targetProbs(row)
@@ -124,7 +126,7 @@ func TestTiesSplitEvenly(t *testing.T) {
 func TestFastMatchesReference(t *testing.T) {
 	row := zipfRow(500, 1.1, 31)
 	n := scale(30000)
-	for _, p := range []Params{{Temperature: 1}, {Temperature: 0.7, TopK: 20}, {Temperature: 1, TopP: 0.8}, {Temperature: 1, MinP: 0.02}, {Temperature: 1.2, TopK: 100, TopP: 0.9}} {
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 0.7, TopK: 20}, {Temperature: 1, TopP: 0.8}, {Temperature: 1, MinP: 0.02}, {Temperature: 1.2, TopK: 100, TopP: 0.9}} {
 		r := Row{Logits: row, Params: &p, EOS: -1}
 		a := draw(t, New(DefaultConfig()), r, n, 5, false)
 		b := draw(t, NewReference(DefaultConfig()), r, n, 6, false)

@@ -10,7 +10,7 @@ exponential_ noise, argmax; argmax alone at temperature 0) and sends the
 tokens to the other ranks with dist.broadcast.
 
 The workload is bench e2e's: one warm-up request (2 tokens), then --batch
-concurrent requests whose prompts are internal/bench/job.Prompt's (three
+concurrent requests whose prompts are cmd/tpcoord/internal/bench/job.Prompt's (three
 tokens), each run for --tokens output tokens (no EOS stop), all at
 --temperature. Unlike tpcoord's requests they have no per-request seeds:
 vLLM's seeded rows take a slower per-row generator path, so the loop takes
@@ -56,7 +56,7 @@ WARMUP_ID = 1 << 20  # a sequence id apart from the batch's
 
 
 def prompt(i, vocab):
-    """internal/bench/job.Prompt: request i's three prompt tokens."""
+    """cmd/tpcoord/internal/bench/job.Prompt: request i's three prompt tokens."""
     return [(1 + 7 * i) % vocab, (100 + 13 * i) % vocab, (1000 + 31 * i) % vocab]
 
 

@@ -8,7 +8,7 @@ import (
 )
 
 // The `bench` commands are wiring: flags fill a bench package's Options
-// (internal/bench/...), a validation error exits 2 (exitConfig), and the
+// (cmd/tpcoord/internal/bench/...), a validation error exits 2 (exitConfig), and the
 // package's Run does the work.
 
 // benchSelf is the tpcoord binary a bench starts its processes from: this

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/fanout"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/fanout"
 )
 
 // benchBroadcastLong is the help text of bench broadcast.

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tpcoord/tpcoord/internal/bench/fanout"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/fanout"
 )
 
 func runBenchBroadcastCmd(t *testing.T, args ...string) (string, error) {

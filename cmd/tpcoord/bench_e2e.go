@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tpcoord/tpcoord/internal/bench/e2e"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/e2e"
 )
 
 // newBenchE2ECmd returns `tpcoord bench e2e`.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/tpcoord/tpcoord/internal/bench/e2e"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/e2e"
 )
 
 func runBenchE2ECmd(t *testing.T, args ...string) (string, error) {

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/internal/bench/e2e"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/e2e"
 )
 
 func TestBenchE2EExecutorFlags(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/startup"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/startup"
 )
 
 // newBenchLaunchCmd returns `tpcoord bench launch`.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/internal/bench/startup"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/startup"
 )
 
 // TestBenchLaunchJSON starts real jobs of 1 and 2 ranks (through the

@@ -5,7 +5,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/noise"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/noise"
 )
 
 // newBenchNoiseCmd returns `tpcoord bench noise`.

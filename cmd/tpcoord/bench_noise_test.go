@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/internal/bench/noise"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/noise"
 )
 
 // TestBenchNoiseJSON checks every case's line and fields, never a time.

@@ -5,7 +5,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/sampler"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/sampler"
 )
 
 // newBenchSamplerCmd returns `tpcoord bench sampler`: time one Sample call

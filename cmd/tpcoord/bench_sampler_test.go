@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/internal/bench/sampler"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/sampler"
 )
 
 func TestBenchSampler(t *testing.T) {

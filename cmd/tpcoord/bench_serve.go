@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/serve"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/serve"
 )
 
 // newBenchServeCmd returns `tpcoord bench serve`.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/internal/bench/serve"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/serve"
 )
 
 // TestBenchServeJSON runs a tiny load over both paths against a real job

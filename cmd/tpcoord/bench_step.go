@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/step"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/step"
 )
 
 // newBenchStepCmd returns `tpcoord bench step`.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/internal/bench/step"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/step"
 )
 
 // TestBenchStepJSON runs a real tiny cluster (launch and the floor's TCP

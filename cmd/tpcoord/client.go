@@ -20,11 +20,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/coordinator/agent"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // clientConfig is what generate and status need to reach a job.
@@ -74,7 +74,7 @@ func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, 
 type generateOptions struct {
 	cc       clientConfig
 	prompt   string
-	req      client.GenerateRequest
+	req      api.GenerateRequest
 	seed     int64
 	logprobs int
 }
@@ -139,7 +139,7 @@ func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 			fmt.Fprintf(out, "%d ", tok)
 		}
 	})
-	if rep != nil && rep.FinishReason == client.FinishCancelled && o.cc.JSON {
+	if rep != nil && rep.FinishReason == api.FinishCancelled && o.cc.JSON {
 		_ = json.NewEncoder(out).Encode(struct {
 			Tokens       []int32 `json:"tokens"`
 			FinishReason string  `json:"finish_reason"`
@@ -150,10 +150,10 @@ func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 	}
 	if o.cc.JSON {
 		return json.NewEncoder(out).Encode(struct {
-			Tokens       []int32            `json:"tokens"`
-			FinishReason string             `json:"finish_reason"`
-			Timings      *client.Timings    `json:"timings,omitempty"`
-			Logprobs     []sampler.Logprobs `json:"logprobs,omitempty"`
+			Tokens       []int32        `json:"tokens"`
+			FinishReason string         `json:"finish_reason"`
+			Timings      *api.Timings   `json:"timings,omitempty"`
+			Logprobs     []api.Logprobs `json:"logprobs,omitempty"`
 		}{rep.Tokens, rep.FinishReason, rep.Timings, rep.TokenLogprobs})
 	}
 	fmt.Fprintf(out, "\nfinish_reason=%s tokens=%d\n", rep.FinishReason, len(rep.Tokens))
@@ -204,10 +204,10 @@ func newStatusCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if cc.JSON {
 				if ranks == nil {
-					ranks = []client.RankStatus{}
+					ranks = []api.RankStatus{}
 				}
 				return json.NewEncoder(out).Encode(struct {
-					Ranks []client.RankStatus `json:"ranks"`
+					Ranks []api.RankStatus `json:"ranks"`
 				}{ranks})
 			}
 			printStatus(out, ranks)
@@ -220,7 +220,7 @@ func newStatusCmd() *cobra.Command {
 }
 
 // printStatus prints one line per rank, with what looks wrong with it.
-func printStatus(w io.Writer, ranks []client.RankStatus) {
+func printStatus(w io.Writer, ranks []api.RankStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RANK\tSTATE\tPHASE\tEPOCH\tSTEP\tDIGEST\tROWS\tWAITING\tHEARTBEAT\tNOTE")
 	for _, v := range client.Diagnose(ranks, agent.MaxWorldSize) {
@@ -248,7 +248,7 @@ func printStatus(w io.Writer, ranks []client.RankStatus) {
 // printNoise prints a sampling rank's noise pool counters, if it reports
 // them: whether its producers keep up (rows made inline sit on the step's
 // critical path).
-func printNoise(w io.Writer, r *client.RankStatus) {
+func printNoise(w io.Writer, r *api.RankStatus) {
 	s := r.Sampler
 	if s == nil {
 		return

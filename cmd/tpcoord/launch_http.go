@@ -41,7 +41,7 @@ type launchGateway struct {
 // where the ranks export theirs.
 func (gw *launchGateway) start(ctx context.Context, a *agentOptions, log *slog.Logger) error {
 	tc := telemetry.Config{OTLPEndpoint: a.Telemetry.OTLPEndpoint, OTLPProtocol: a.Telemetry.OTLPProtocol, OTLPInsecure: a.Telemetry.OTLPInsecure}
-	tel, err := telemetry.Start(ctx, tc, telemetry.Labels{Job: a.Job, Gateway: true}, os.Getenv, log)
+	tel, err := telemetry.Start(ctx, tc, telemetry.Labels{Job: a.Job, Gateway: true}, telemetry.Rank{}, os.Getenv, log)
 	if err != nil {
 		return configError("%v", err)
 	}

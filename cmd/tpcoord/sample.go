@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/sampler"
 )
 
@@ -78,7 +79,7 @@ func runSample(w io.Writer, o sampleOptions, dtypeSet bool) error {
 	if err != nil {
 		return fmt.Errorf("logits: %s: %w", o.logits, err)
 	}
-	p := sampler.DefaultParams()
+	p := api.DefaultParams()
 	p.Temperature, p.TopK, p.TopP, p.MinP = o.temperature, o.topK, o.topP, o.minP
 	if err := p.Validate(row.Vocab()); err != nil {
 		return sampleFlags.configErr(err)

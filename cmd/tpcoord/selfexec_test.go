@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpcoord/tpcoord/internal/bench/job"
+	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/job"
 )
 
 // The benches spawn processes from os.Executable() (benchSelf), which

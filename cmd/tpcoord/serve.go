@@ -198,7 +198,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	otel.SetErrorHandler(telemetry.ErrorHandler(log))
-	tel, err := telemetry.Start(ctx, o.telemetry, telemetry.Labels{Job: o.cc.Job, Gateway: true}, os.Getenv, log)
+	tel, err := telemetry.Start(ctx, o.telemetry, telemetry.Labels{Job: o.cc.Job, Gateway: true}, telemetry.Rank{}, os.Getenv, log)
 	if err != nil {
 		return configError("%v", err)
 	}

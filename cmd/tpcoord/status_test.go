@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 func TestPrintStatusNamesStuckPhase(t *testing.T) {
 	var b strings.Builder
-	printStatus(&b, []client.RankStatus{
+	printStatus(&b, []api.RankStatus{
 		{Rank: 0, World: 2, State: "running", Phase: "await", PhaseMs: 12.4, Step: 9, Digest: "d"},
 		{Rank: 1, World: 2, State: "running", Phase: "forward", PhaseMs: 12000, Step: 9, Digest: "d"},
 	})
@@ -26,7 +26,7 @@ func TestPrintStatusNamesStuckPhase(t *testing.T) {
 
 func TestPrintStatusNoisePool(t *testing.T) {
 	var b strings.Builder
-	printStatus(&b, []client.RankStatus{
+	printStatus(&b, []api.RankStatus{
 		{Rank: 0, World: 2, State: "running", Step: 9, Digest: "d", Sampler: map[string]uint64{
 			"noise_bound_rows": 1, "noise_producers": 1, "noise_rows_taken": 4090, "noise_take_errors": 6,
 			"noise_rows_inline": 4, "noise_rows_ready": 64}},

@@ -4,7 +4,7 @@ package main
 
 import (
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
-	"github.com/tpcoord/tpcoord/internal/tokenizer"
+	"github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
 )
 
 // loadTokenizer loads --tokenizer's spec for the gateway.

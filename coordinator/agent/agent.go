@@ -9,10 +9,10 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/telemetry"
 	"github.com/tpcoord/tpcoord/rank"
-	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // Notifier hears the agent's progress in systemd's notation: "READY=1" and
@@ -72,7 +72,7 @@ type Agent struct {
 	mu      sync.Mutex
 	started bool
 	driver  *rank.Driver         // the running epoch's loop
-	last    *client.RankStatus   // between epochs: the last epoch's status
+	last    *api.RankStatus      // between epochs: the last epoch's status
 	tel     *telemetry.Telemetry // while Run runs
 }
 
@@ -120,7 +120,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Status is this rank's status now, as it answers on tpc.<job>.status.
-func (a *Agent) Status() client.RankStatus {
+func (a *Agent) Status() api.RankStatus {
 	a.mu.Lock()
 	d, last := a.driver, a.last
 	a.mu.Unlock()
@@ -130,7 +130,7 @@ func (a *Agent) Status() client.RankStatus {
 	case last != nil:
 		return *last
 	}
-	return client.RankStatus{Rank: a.cfg.Rank, World: a.cfg.WorldSize, Job: a.cfg.Job, Version: a.o.version, State: "joining"}
+	return api.RankStatus{Rank: a.cfg.Rank, World: a.cfg.WorldSize, Job: a.cfg.Job, Version: a.o.version, State: "joining"}
 }
 
 // DumpFlight writes the flight recorder's last steps to the log (and to

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank"
-	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // TestWaitPolicyReformsAfterLostFollower: under OnPeerLoss "wait", a
@@ -110,7 +110,7 @@ func TestRunOnceAndStatusBeforeRun(t *testing.T) {
 }
 
 // tokens is how many tokens rep carries (-1 without a reply).
-func tokens(rep *client.GenerateReply) int {
+func tokens(rep *api.GenerateReply) int {
 	if rep == nil {
 		return -1
 	}

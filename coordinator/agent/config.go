@@ -114,7 +114,7 @@ func DefaultConfig() Config {
 		Noise: "pool", Sampling: "logspace", SamplingRanks: "rank0",
 		NoisePool:  noisepool.DefaultConfig(),
 		TraceEvery: 100,
-		Telemetry:  telemetry.DefaultConfig(),
+		Telemetry:  telemetry.Config{FlightSteps: rank.DefaultFlightSteps},
 	}
 }
 

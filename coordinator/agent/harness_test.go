@@ -12,9 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // memberlist's Shutdown does not wait for a probe in flight: probeNode
@@ -192,7 +192,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 type generation struct {
 	tokens chan int32
 	done   chan struct{}
-	rep    *client.GenerateReply
+	rep    *api.GenerateReply
 	err    error
 }
 
@@ -201,9 +201,9 @@ type generation struct {
 func (j *job) generate(seed uint64, n int) *generation {
 	g := &generation{tokens: make(chan int32, n+1), done: make(chan struct{})}
 	conn := j.hub.Connect()
-	p := sampler.DefaultParams()
+	p := api.DefaultParams()
 	p.Seed, p.IgnoreEOS, p.Temperature = &seed, true, 0.9
-	req := &client.GenerateRequest{PromptTokenIDs: []int32{int32(seed % 1000), 7, 9}, MaxTokens: n, Params: p}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{int32(seed % 1000), 7, 9}, MaxTokens: n, Params: p}
 	go func() { // ends when the request does; waitDone collects it
 		defer close(g.done)
 		defer conn.Close()
@@ -227,7 +227,7 @@ func (g *generation) waitTokens(t *testing.T, n int) {
 	}
 }
 
-func (g *generation) wait(t *testing.T) (*client.GenerateReply, error) {
+func (g *generation) wait(t *testing.T) (*api.GenerateReply, error) {
 	t.Helper()
 	select {
 	case <-g.done:

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
@@ -27,13 +29,17 @@ type run struct {
 	log *slog.Logger
 	g   *lifecycle.Group
 
-	tel    *telemetry.Telemetry
-	bus    *Bus
-	cl     *membership.Cluster
-	leader uint32                // rank 0: the publisher ID it stamps on its steps
-	key    broadcast.Key         // the job's message key (nil: none)
-	gossip membership.GossipKeys // the gossip keyring (nil: none)
-	clean  bool                  // the agent stops cleanly: leave announcing it
+	tel *telemetry.Telemetry
+	// metrics (nil without a metrics server) and flight are the rank's,
+	// served and dumped by tel, handed to every epoch's driver.
+	metrics *rank.Metrics
+	flight  *rank.FlightRecorder
+	bus     *Bus
+	cl      *membership.Cluster
+	leader  uint32                // rank 0: the publisher ID it stamps on its steps
+	key     broadcast.Key         // the job's message key (nil: none)
+	gossip  membership.GossipKeys // the gossip keyring (nil: none)
+	clean   bool                  // the agent stops cleanly: leave announcing it
 }
 
 func newRun(a *Agent) *run {
@@ -90,9 +96,21 @@ func (r *run) run(ctx context.Context) error {
 
 func (r *run) startTelemetry(ctx context.Context) error {
 	cfg := &r.a.cfg
-	tel, err := telemetry.Start(ctx, cfg.Telemetry, telemetry.Labels{Job: cfg.Job, Rank: cfg.Rank}, r.a.o.getenv, r.log)
+	r.flight = rank.NewFlightRecorder(cfg.Telemetry.FlightSteps)
+	hooks := telemetry.Rank{Flight: r.flight, Metrics: func(reg prometheus.Registerer) (func() bool, error) {
+		m, err := rank.NewMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		r.metrics = m
+		return m.Ready, nil
+	}}
+	tel, err := telemetry.Start(ctx, cfg.Telemetry, telemetry.Labels{Job: cfg.Job, Rank: cfg.Rank}, hooks, r.a.o.getenv, r.log)
 	if err != nil {
 		return fielderr.Within("Telemetry", err)
+	}
+	if r.metrics != nil {
+		r.metrics.Addr = tel.MetricsAddr()
 	}
 	r.tel = tel
 	r.a.setTelemetry(tel)

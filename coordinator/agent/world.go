@@ -123,7 +123,7 @@ func (w *world) driverConfig() rank.DriverConfig {
 		ReplayWindow: cfg.ReplayWindow, MaxStepBytes: r.bus.MaxPayload,
 		ReplayWindowBytes: cfg.ReplayWindowBytes, StepQueueBytes: cfg.StepQueueBytes,
 		Tracer: r.tel.Tracer(), TraceEvery: cfg.TraceEvery,
-		Flight: r.tel.Flight, Metrics: r.tel.Metrics,
+		Flight: r.flight, Metrics: r.metrics,
 		HoldOnPeerLoss: cfg.OnPeerLoss == "wait",
 		Steps:          r.bus.Steps,
 		Resume:         w.resume,

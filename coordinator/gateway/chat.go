@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // chatRequest is the body of POST /v1/chat/completions.
@@ -216,7 +216,7 @@ func (f *chatFormat) usageChunk(u usage) any {
 func (g *Gateway) chatLogprobs(c *choice, from, n int) *chatLogprobs {
 	lp := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for i := from; i < from+n; i++ {
-		var l sampler.Logprobs
+		var l api.Logprobs
 		if i < len(c.logprobs) {
 			l = c.logprobs[i]
 		}

@@ -6,8 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // choice is one NATS request of an HTTP request and what came back: its
@@ -15,21 +14,21 @@ import (
 // to a streaming client. Its callbacks run on its own goroutine only.
 type choice struct {
 	index  int
-	req    client.GenerateRequest
+	req    api.GenerateRequest
 	stops  []string
 	hold   int         // bytes held back: the longest stop string - 1
 	detok  Detokenizer // nil: no text
 	cancel context.CancelFunc
 
 	tokens   []int32
-	logprobs []sampler.Logprobs
+	logprobs []api.Logprobs
 	text     strings.Builder // released text
 	pending  string          // decoded, not yet released (may begin a stop string)
 	stopped  bool            // a stop string matched: the text ends there
 	sentTok  int             // tokens already streamed
 	sentText int             // bytes of text already streamed
 
-	rep   *client.GenerateReply
+	rep   *api.GenerateReply
 	err   error
 	start time.Time
 	first time.Time // first token
@@ -37,7 +36,7 @@ type choice struct {
 	itl   []time.Duration
 }
 
-func newChoice(index int, req client.GenerateRequest, stops []string, detok Detokenizer) *choice {
+func newChoice(index int, req api.GenerateRequest, stops []string, detok Detokenizer) *choice {
 	c := &choice{index: index, req: req, stops: stops, detok: detok}
 	for _, s := range stops {
 		c.hold = max(c.hold, len(s)-1)
@@ -105,9 +104,9 @@ func (c *choice) finish() {
 func (c *choice) finishReason() string {
 	switch {
 	case c.stopped:
-		return client.FinishStop
+		return api.FinishStop
 	case c.rep == nil:
-		return client.FinishError
+		return api.FinishError
 	}
 	return c.rep.FinishReason
 }
@@ -124,12 +123,12 @@ func (c *choice) unsent() (tokens []int32, text string, from int) {
 }
 
 // onLogprobs keeps the logprobs of the token at index.
-func (c *choice) onLogprobs(index int, lp *sampler.Logprobs) {
+func (c *choice) onLogprobs(index int, lp *api.Logprobs) {
 	if index < 0 || index >= len(c.tokens) {
 		return // after a stop string, or out of order: not part of the answer
 	}
 	for len(c.logprobs) <= index {
-		c.logprobs = append(c.logprobs, sampler.Logprobs{Token: -1})
+		c.logprobs = append(c.logprobs, api.Logprobs{Token: -1})
 	}
 	c.logprobs[index] = *lp
 }

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // The answer of /v1/completions, as OpenAI shapes it, with vLLM's
@@ -87,7 +87,7 @@ func (f *completionFormat) usageChunk(u usage) any {
 func (g *Gateway) completionLogprobs(c *choice, from, n, offset int) *completionLogprobs {
 	lp := &completionLogprobs{}
 	for i := from; i < from+n; i++ {
-		var l sampler.Logprobs
+		var l api.Logprobs
 		if i < len(c.logprobs) {
 			l = c.logprobs[i]
 		}

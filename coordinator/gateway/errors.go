@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -60,14 +61,14 @@ const retryAfter = time.Second
 
 // replyError turns a failed reply of rank 0, or a failure to reach it,
 // into the answer a client gets.
-func replyError(rep *client.GenerateReply, err error, timedOut bool) *apiError {
+func replyError(rep *api.GenerateReply, err error, timedOut bool) *apiError {
 	if rep != nil && rep.ErrorCode != "" {
 		switch rep.ErrorCode {
-		case client.CodeInvalid:
+		case api.CodeInvalid:
 			return &apiError{Status: http.StatusBadRequest, Message: rep.Error, Type: "invalid_request_error", Param: rep.ErrorParam}
-		case client.CodeOverloaded:
+		case api.CodeOverloaded:
 			return &apiError{Status: http.StatusTooManyRequests, Message: rep.Error, Type: "rate_limit_error", Code: "overloaded", RetryAfter: retryAfter}
-		case client.CodeUnavailable:
+		case api.CodeUnavailable:
 			return &apiError{Status: http.StatusServiceUnavailable, Message: rep.Error, Type: "service_unavailable", Code: "reforming", RetryAfter: retryAfter}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // byteTokenizer is a fake Tokenizer for the gateway's logic: token i < 256
@@ -78,11 +78,11 @@ type fakeRank0 struct {
 	tr   broadcast.Transport
 	subj broadcast.Subjects
 	text string
-	fail *client.GenerateReply
+	fail *api.GenerateReply
 	hold chan struct{} // if set, each token waits for a receive
 
 	mu        sync.Mutex
-	reqs      []client.GenerateRequest
+	reqs      []api.GenerateRequest
 	cancelled map[string]bool
 	wg        sync.WaitGroup
 	stop      chan struct{}
@@ -99,7 +99,7 @@ func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	sub(f.subj.Generate(), f.onGenerate)
 	sub(f.subj.Client(), f.onClient)
 	sub(f.subj.Status(), func(m *broadcast.Msg) {
-		b, _ := json.Marshal(client.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257})
+		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257})
 		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
 	})
 	t.Cleanup(func() { close(f.stop); f.wg.Wait() })
@@ -107,7 +107,7 @@ func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 }
 
 func (f *fakeRank0) onGenerate(m *broadcast.Msg) {
-	var r client.GenerateRequest
+	var r api.GenerateRequest
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		f.t.Errorf("fake rank 0: %v", err)
 		return
@@ -118,8 +118,8 @@ func (f *fakeRank0) onGenerate(m *broadcast.Msg) {
 	f.wg.Go(func() { f.serve(m.Reply, r) })
 }
 
-func (f *fakeRank0) serve(reply string, r client.GenerateRequest) {
-	send := func(v client.GenerateReply) {
+func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
+	send := func(v api.GenerateReply) {
 		b, _ := json.Marshal(v)
 		_ = f.tr.Publish(&broadcast.Msg{Subject: reply, Data: b})
 	}
@@ -137,22 +137,22 @@ func (f *fakeRank0) serve(reply string, r client.GenerateRequest) {
 			}
 		}
 		if f.isCancelled(reply) {
-			send(client.GenerateReply{Done: true, FinishReason: client.FinishCancelled, Tokens: out, Error: "cancelled by the client"})
+			send(api.GenerateReply{Done: true, FinishReason: api.FinishCancelled, Tokens: out, Error: "cancelled by the client"})
 			return
 		}
 		tok := int32(f.text[i])
 		out = append(out, tok)
-		send(client.GenerateReply{Token: &tok, Index: i})
+		send(api.GenerateReply{Token: &tok, Index: i})
 	}
-	reason := client.FinishLength
+	reason := api.FinishLength
 	if len(out) < r.MaxTokens {
-		reason = client.FinishStop
+		reason = api.FinishStop
 	}
-	send(client.GenerateReply{Done: true, FinishReason: reason, Tokens: out, Timings: &client.Timings{QueueMs: 1}})
+	send(api.GenerateReply{Done: true, FinishReason: reason, Tokens: out, Timings: &api.Timings{QueueMs: 1}})
 }
 
 func (f *fakeRank0) onClient(m *broadcast.Msg) {
-	var c client.Message
+	var c api.Message
 	if json.Unmarshal(m.Data, &c) != nil {
 		return
 	}
@@ -162,7 +162,7 @@ func (f *fakeRank0) onClient(m *broadcast.Msg) {
 	}
 	f.mu.Unlock()
 	if m.Reply != "" {
-		b, _ := json.Marshal(client.KeepaliveAck{Known: true})
+		b, _ := json.Marshal(api.KeepaliveAck{Known: true})
 		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
 	}
 }
@@ -179,10 +179,10 @@ func (f *fakeRank0) cancels() int {
 	return len(f.cancelled)
 }
 
-func (f *fakeRank0) requests() []client.GenerateRequest {
+func (f *fakeRank0) requests() []api.GenerateRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]client.GenerateRequest(nil), f.reqs...)
+	return append([]api.GenerateRequest(nil), f.reqs...)
 }
 
 // newTestGateway returns a gateway on hub in front of a fake rank 0.

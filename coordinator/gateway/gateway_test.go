@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 func post(t *testing.T, srv *httptest.Server, path, body string, hdr ...string) *http.Response {
@@ -224,18 +224,18 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 // status a client should retry on.
 func TestRank0RefusalsMapToStatus(t *testing.T) {
 	for _, c := range []struct {
-		rep        client.GenerateReply
+		rep        api.GenerateReply
 		status     int
 		retryAfter bool
 		param      string // what the client sent: prompt, not the NATS field
 	}{
-		{client.GenerateReply{ErrorCode: client.CodeInvalid, ErrorParam: "prompt_token_ids[0]", Error: "prompt_token_ids[0]: token 5000 out of range [0, 1000)"}, 400, false, "prompt"},
-		{client.GenerateReply{ErrorCode: client.CodeOverloaded, Error: "overloaded"}, 429, true, ""},
-		{client.GenerateReply{ErrorCode: client.CodeUnavailable, Error: "re-forming"}, 503, true, ""},
+		{api.GenerateReply{ErrorCode: api.CodeInvalid, ErrorParam: "prompt_token_ids[0]", Error: "prompt_token_ids[0]: token 5000 out of range [0, 1000)"}, 400, false, "prompt"},
+		{api.GenerateReply{ErrorCode: api.CodeOverloaded, Error: "overloaded"}, 429, true, ""},
+		{api.GenerateReply{ErrorCode: api.CodeUnavailable, Error: "re-forming"}, 503, true, ""},
 	} {
 		g, f := newTestGateway(t, "x", nil)
 		rep := c.rep
-		rep.Done, rep.FinishReason = true, client.FinishError
+		rep.Done, rep.FinishReason = true, api.FinishError
 		f.fail = &rep
 		srv := serve(t, g)
 		for _, stream := range []string{"false", "true"} {

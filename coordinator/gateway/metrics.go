@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/telemetry"
-	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // metrics are the gateway's Prometheus metrics. They keep vLLM's names
@@ -79,7 +79,7 @@ func (m *metrics) observe(c *choice, end time.Time) {
 	}
 	m.gen.Add(float64(len(c.tokens)))
 	reason := c.finishReason()
-	if reason == client.FinishCancelled {
+	if reason == api.FinishCancelled {
 		reason = "abort" // vLLM's word
 	}
 	m.finished.WithLabelValues(reason).Inc()

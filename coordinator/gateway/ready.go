@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // rank0Status asks the job for its ranks' status and returns rank 0's.
-func (g *Gateway) rank0Status(ctx context.Context) (*client.RankStatus, error) {
+func (g *Gateway) rank0Status(ctx context.Context) (*api.RankStatus, error) {
 	sts, err := client.CollectStatus(ctx, g.bus, g.subj, g.cfg.StatusWait)
 	if err != nil && len(sts) == 0 {
 		return nil, err

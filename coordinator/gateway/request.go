@@ -11,9 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // Bounds on one HTTP request, beyond those of each NATS request.
@@ -25,10 +24,10 @@ const (
 	MaxStops     = 16
 	MaxStopBytes = 256
 	// MaxPromptBytes bounds the text of one prompt (or of a rendered
-	// chat), about four bytes a token of client.MaxPromptTokens. It also
+	// chat), about four bytes a token of api.MaxPromptTokens. It also
 	// bounds the tokenizer's work: BPE on one long word grows faster than
 	// its length (docs/tokenizer.md).
-	MaxPromptBytes = 4 * client.MaxPromptTokens
+	MaxPromptBytes = 4 * api.MaxPromptTokens
 )
 
 // samplingFields are the fields /v1/completions and /v1/chat/completions
@@ -101,7 +100,7 @@ type plan struct {
 	model        string
 	prompts      [][]int32
 	n            int
-	base         client.GenerateRequest // sampling and max_tokens; no prompt
+	base         api.GenerateRequest // sampling and max_tokens; no prompt
 	stops        []string
 	logprobs     *int // top logprobs per token; nil: none
 	stream       bool
@@ -127,8 +126,8 @@ func (p *plan) requestParam(e *apiError) *apiError {
 // requests returns the NATS request of every choice, in OpenAI's order
 // (prompt-major). With a seed, choice i of a prompt draws with seed+i, so
 // n seeded choices differ and each is reproducible.
-func (p *plan) requests() []client.GenerateRequest {
-	out := make([]client.GenerateRequest, 0, len(p.prompts)*p.n)
+func (p *plan) requests() []api.GenerateRequest {
+	out := make([]api.GenerateRequest, 0, len(p.prompts)*p.n)
 	for _, pr := range p.prompts {
 		for i := range p.n {
 			r := p.base
@@ -159,7 +158,7 @@ func (f *samplingFields) sampling(pl *plan, defaultMax int, haveText bool) *apiE
 		}
 		pl.n = *f.N
 	}
-	r := client.GenerateRequest{MaxTokens: defaultMax, Params: sampler.DefaultParams()}
+	r := api.GenerateRequest{MaxTokens: defaultMax, Params: api.DefaultParams()}
 	if f.MaxTokens != nil {
 		r.MaxTokens = *f.MaxTokens
 	}
@@ -201,7 +200,7 @@ func setF(dst *float32, v *float32) {
 }
 
 // logitBias takes OpenAI's {"token id": bias} map.
-func (f *samplingFields) logitBias(p *sampler.Params) *apiError {
+func (f *samplingFields) logitBias(p *api.Params) *apiError {
 	if len(f.LogitBias) == 0 {
 		return nil
 	}

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpcoord/tpcoord/internal/telemetry"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // format shapes an answer: OpenAI's completion or chat completion.
@@ -98,7 +97,7 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 		}
 	}}
 	if x.pl.logprobs != nil {
-		cb.Logprobs = func(i int, lp *sampler.Logprobs) {
+		cb.Logprobs = func(i int, lp *api.Logprobs) {
 			c.onLogprobs(i, lp)
 			x.emit(c, false)
 		}
@@ -107,7 +106,7 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 	if mux, err := x.g.replies(ctx); err != nil {
 		c.err = fmt.Errorf("subscribe replies: %w", err)
 	} else {
-		c.rep, c.err = mux.Stream(telemetry.WithTraceHeader(ctx), x.g.subj, &c.req, cb)
+		c.rep, c.err = mux.Stream(withTraceHeader(ctx), x.g.subj, &c.req, cb)
 	}
 	c.finish()
 	x.g.metrics.observe(c, time.Now())

@@ -1,6 +1,6 @@
 package gateway
 
-// Tokenizer turns text into token IDs and back. internal/tokenizer
+// Tokenizer turns text into token IDs and back. coordinator/gateway/tokenizer
 // provides one (FromTokenizer adapts it); tests may fake it.
 type Tokenizer interface {
 	Name() string

@@ -1,8 +1,8 @@
 package gateway
 
-import "github.com/tpcoord/tpcoord/internal/tokenizer"
+import "github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
 
-// FromTokenizer adapts internal/tokenizer's Tokenizer.
+// FromTokenizer adapts coordinator/gateway/tokenizer's Tokenizer.
 func FromTokenizer(t *tokenizer.Tokenizer) Tokenizer { return hfTokenizer{t} }
 
 type hfTokenizer struct{ *tokenizer.Tokenizer }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // firstCause keeps the first reason rank 0 gave on the control subject for
@@ -23,7 +23,7 @@ func newFirstCause() *firstCause { return &firstCause{heard: make(chan struct{})
 
 // observe is the control subscription's handler.
 func (c *firstCause) observe(m *broadcast.Msg) {
-	var ctl rank.Control
+	var ctl api.Control
 	if json.Unmarshal(m.Data, &ctl) != nil || ctl.From != "" || ctl.Reason == "" {
 		return // not rank 0's, or launch's own
 	}

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // Demo is launch --demo: a few seeded requests submitted at once, their
@@ -23,7 +23,7 @@ type Demo struct {
 // summary to out.
 func (d Demo) Run(ctx context.Context, j *Job, out io.Writer) error {
 	type result struct {
-		rep *client.GenerateReply
+		rep *api.GenerateReply
 		err error
 	}
 	results := make([]result, d.Requests)
@@ -52,11 +52,11 @@ func (d Demo) Run(ctx context.Context, j *Job, out io.Writer) error {
 
 // request is demo request i: three prompt tokens, sampled at T=0.8,
 // top-p 0.95 with seed i, so two runs give the same tokens.
-func (d Demo) request(i int) *client.GenerateRequest {
+func (d Demo) request(i int) *api.GenerateRequest {
 	seed, v := uint64(i), max(d.Vocab, 1)
-	params := sampler.DefaultParams()
+	params := api.DefaultParams()
 	params.Temperature, params.TopP, params.Seed = 0.8, 0.95, &seed
-	return &client.GenerateRequest{
+	return &api.GenerateRequest{
 		PromptTokenIDs: []int32{int32((1 + 7*i) % v), int32((100 + 13*i) % v), int32((1000 + 31*i) % v)},
 		MaxTokens:      d.MaxTokens,
 		Params:         params,

@@ -15,9 +15,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
-	"github.com/tpcoord/tpcoord/rank"
-	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 type child struct {
@@ -321,7 +320,7 @@ func (s *Supervisor) tell(cause error) (quiet time.Duration, busUntil time.Time)
 		s.tellRanks(subjectsOf(s.cfg), died)
 		if died.Rank == 0 && died.Cause == "" {
 			s.answerForRank0(died)
-			busUntil = time.Now().Add(3 * client.KeepaliveInterval)
+			busUntil = time.Now().Add(3 * api.KeepaliveInterval)
 		}
 	}
 	return 2 * time.Second, busUntil
@@ -331,7 +330,7 @@ func (s *Supervisor) tell(cause error) (quiet time.Duration, busUntil time.Time)
 // it answers their keepalives until the stop is over, so each learns it
 // within a keepalive interval rather than when the bus goes away.
 func (s *Supervisor) answerForRank0(died *RankDiedError) {
-	gone, _ := json.Marshal(client.KeepaliveAck{Gone: died.Error()})
+	gone, _ := json.Marshal(api.KeepaliveAck{Gone: died.Error()})
 	unsub, err := s.nc.Subscribe(subjectsOf(s.cfg).Client(), func(m *broadcast.Msg) {
 		if m.Reply != "" {
 			_ = s.nc.Publish(&broadcast.Msg{Subject: m.Reply, Data: gone})
@@ -348,7 +347,7 @@ func subjectsOf(c Config) broadcast.Subjects { return broadcast.Subjects{Prefix:
 
 // tellRanks publishes the peer loss on the job's control subject.
 func (s *Supervisor) tellRanks(subj broadcast.Subjects, died *RankDiedError) {
-	data, _ := json.Marshal(rank.Control{Kind: "peer_lost", Reason: died.Error(), From: "launch"})
+	data, _ := json.Marshal(api.Control{Kind: api.ControlPeerLost, Reason: died.Error(), From: "launch"})
 	_ = s.nc.Publish(&broadcast.Msg{Subject: subj.Control(), Data: data})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/tpcoord/tpcoord/internal/fielderr"
-	"github.com/tpcoord/tpcoord/rank"
 )
 
 // Config selects what an agent exports.
@@ -25,12 +24,10 @@ type Config struct {
 	MetricsAddr string
 	// FlightDir, if set, receives a file per flight recorder dump.
 	FlightDir string
-	// FlightSteps is how many steps the flight recorder keeps.
+	// FlightSteps is how many steps a rank's flight recorder keeps; the
+	// agent's default is rank.DefaultFlightSteps. A gateway keeps none.
 	FlightSteps int
 }
-
-// DefaultConfig exports nothing and keeps rank.DefaultFlightSteps steps.
-func DefaultConfig() Config { return Config{FlightSteps: rank.DefaultFlightSteps} }
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
-	"github.com/tpcoord/tpcoord/rank"
 )
 
 // metricsServer serves /metrics, /healthz and /readyz.
@@ -27,9 +26,9 @@ type metricsServer struct {
 }
 
 // newMetricsRegistry is the agent's own registry (no global state): the
-// rank's metrics, the build's info, and the Go runtime and process
-// collectors.
-func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
+// rank's collectors (what rank registers), the build's info, and the Go
+// runtime and process collectors. ready answers /readyz.
+func newMetricsRegistry(rank func(prometheus.Registerer) (func() bool, error)) (_ *prometheus.Registry, ready func() bool, _ error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(BuildInfoGauge(buildinfo.Get())); err != nil {
 		return nil, nil, err
@@ -40,11 +39,15 @@ func newMetricsRegistry() (*prometheus.Registry, *rank.Metrics, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, nil, err
 	}
-	m, err := rank.NewMetrics(reg)
-	if err != nil {
-		return nil, nil, err
+	ready = func() bool { return true }
+	if rank != nil {
+		r, err := rank(reg)
+		if err != nil {
+			return nil, nil, err
+		}
+		ready = r
 	}
-	return reg, m, nil
+	return reg, ready, nil
 }
 
 // BuildInfoGauge is the usual constant 1 whose labels say which build runs,

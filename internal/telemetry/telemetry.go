@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -11,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/tpcoord/tpcoord/rank"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Labels say whose telemetry this is.
@@ -22,14 +23,28 @@ type Labels struct {
 	Gateway bool
 }
 
-// Telemetry is one agent's tracing export, metrics server and flight
-// recorder. Start sets it up; Close tears it down.
-type Telemetry struct {
-	// Metrics receive the decode loop's measurements (nil without a
-	// metrics server); Flight records its last steps.
-	Metrics *rank.Metrics
-	Flight  *rank.FlightRecorder
+// Rank is what a rank adds to its telemetry: its collectors and its
+// readiness on the metrics server, and the recorder DumpFlight writes out.
+// The zero value, a gateway's, adds nothing. Package rank provides both;
+// this package does not import it, so a gateway does not link the decode
+// loop.
+type Rank struct {
+	// Metrics registers the rank's collectors on the agent's registry and
+	// returns what /readyz answers. It is called only when a metrics
+	// server is configured; nil: /readyz answers ready once serving.
+	Metrics func(prometheus.Registerer) (ready func() bool, err error)
+	// Flight is what DumpFlight writes out; nil: nothing to dump.
+	Flight FlightRecorder
+}
 
+// FlightRecorder keeps a rank's last steps and writes them out.
+type FlightRecorder interface {
+	Dump(w io.Writer, label string, now time.Time) error
+}
+
+// Telemetry is one agent's tracing export, metrics server and flight
+// recorder dumps. Start sets it up; Close tears it down.
+type Telemetry struct {
 	tracing *tracing
 	server  *metricsServer
 	dumper  *flightDumper
@@ -41,8 +56,8 @@ type Telemetry struct {
 // Start sets up what c asks for; getenv reads the OTEL_* variables
 // (os.Getenv in the agent). It is meant to run before the rendezvous, so
 // /healthz answers while the agent waits for its peers.
-func Start(ctx context.Context, c Config, l Labels, getenv func(string) string, log *slog.Logger) (_ *Telemetry, err error) {
-	t := &Telemetry{log: log, Flight: rank.NewFlightRecorder(c.FlightSteps)}
+func Start(ctx context.Context, c Config, l Labels, r Rank, getenv func(string) string, log *slog.Logger) (_ *Telemetry, err error) {
+	t := &Telemetry{log: log}
 	defer func() {
 		if err != nil {
 			t.Close()
@@ -55,19 +70,25 @@ func Start(ctx context.Context, c Config, l Labels, getenv func(string) string, 
 		log.Info("exporting trace spans over OTLP", "endpoint", t.tracing.Endpoint, "protocol", t.tracing.Protocol)
 	}
 	if c.MetricsAddr != "" {
-		reg, m, err := newMetricsRegistry()
+		reg, ready, err := newMetricsRegistry(r.Metrics)
 		if err != nil {
 			return nil, err
 		}
-		t.Metrics = m
-		if t.server, err = startMetricsServer(c.MetricsAddr, reg, m.Ready, log); err != nil {
+		if t.server, err = startMetricsServer(c.MetricsAddr, reg, ready, log); err != nil {
 			return nil, err
 		}
-		m.Addr = t.server.Addr()
-		log.Info("serving metrics", "addr", "http://"+m.Addr+"/metrics")
+		log.Info("serving metrics", "addr", "http://"+t.server.Addr()+"/metrics")
 	}
-	t.dumper = &flightDumper{fr: t.Flight, label: fmt.Sprintf("job %s rank %d", l.Job, l.Rank), dir: c.FlightDir, log: log, now: time.Now}
+	t.dumper = &flightDumper{fr: r.Flight, label: fmt.Sprintf("job %s rank %d", l.Job, l.Rank), dir: c.FlightDir, log: log, now: time.Now}
 	return t, nil
+}
+
+// MetricsAddr is where the metrics server listens (empty: none).
+func (t *Telemetry) MetricsAddr() string {
+	if t.server == nil {
+		return ""
+	}
+	return t.server.Addr()
 }
 
 // Tracer is the tracer the decode loop's spans go to: the OTLP exporter's,

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
 )
@@ -201,12 +204,20 @@ func TestSetupTracingGRPCFlags(t *testing.T) {
 	}
 }
 
+// TestMetricsServer: the rank's collectors and readiness (a stand-in here;
+// package rank's own are tested there) are served beside the build's info
+// and the runtime's.
 func TestMetricsServer(t *testing.T) {
-	reg, m, err := newMetricsRegistry()
+	var ready atomic.Bool
+	reg, readyFn, err := newMetricsRegistry(func(r prometheus.Registerer) (func() bool, error) {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "tpcoord_test_gauge", Help: "a rank's collector"})
+		g.Set(7)
+		return ready.Load, r.Register(g)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := startMetricsServer("127.0.0.1:0", reg, m.Ready, slog.New(slog.DiscardHandler))
+	s, err := startMetricsServer("127.0.0.1:0", reg, readyFn, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +236,14 @@ func TestMetricsServer(t *testing.T) {
 		t.Errorf("/healthz: %d, want 200", code)
 	}
 	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz before any decode loop: %d, want 503", code)
+		t.Errorf("/readyz while the rank says not ready: %d, want 503", code)
+	}
+	ready.Store(true)
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz once the rank says ready: %d, want 200", code)
 	}
 	code, body := get("/metrics")
-	if code != 200 || !strings.Contains(body, `tpcoord_rank_state{state="joining"} 1`) || !strings.Contains(body, "go_goroutines") ||
+	if code != 200 || !strings.Contains(body, "tpcoord_test_gauge 7") || !strings.Contains(body, "go_goroutines") ||
 		!strings.Contains(body, fmt.Sprintf(`tpcoord_build_info{commit=%q,go_version=%q,modified="false",version=%q} 1`, "", runtime.Version(), buildinfo.Dev)) {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
@@ -244,7 +259,11 @@ func TestFlightDump(t *testing.T) {
 	dir := t.TempDir()
 	var logBuf strings.Builder
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
-	tel, err := Start(context.Background(), Config{FlightDir: dir, FlightSteps: 4}, Labels{Job: "j", Rank: 3}, func(string) string { return "" }, log)
+	rec := flightFunc(func(w io.Writer, label string, _ time.Time) error {
+		_, err := fmt.Fprintf(w, "flight recorder %s: phase idle\n", label)
+		return err
+	})
+	tel, err := Start(context.Background(), Config{FlightDir: dir, FlightSteps: 4}, Labels{Job: "j", Rank: 3}, Rank{Flight: rec}, func(string) string { return "" }, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +284,11 @@ func TestFlightDump(t *testing.T) {
 		t.Errorf("log:\n%s", logBuf.String())
 	}
 }
+
+// flightFunc is a FlightRecorder that writes what its function writes.
+type flightFunc func(w io.Writer, label string, now time.Time) error
+
+func (f flightFunc) Dump(w io.Writer, label string, now time.Time) error { return f(w, label, now) }
 
 // TestDefaultProtocol: with no protocol given, the OpenTelemetry default
 // (http/protobuf) applies; only the flag's bare host:port form means gRPC.

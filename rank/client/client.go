@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // ErrRequestLost is returned by Generate when rank 0 is gone or no longer
@@ -72,7 +72,7 @@ func (v *keepaliveVerdict) observe(a keepaliveAnswer, now time.Time) (lost bool,
 
 // Generate submits req to rank 0 and calls onToken for each streamed token
 // (it may be nil). It is Stream with only a token callback.
-func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, onToken func(index int, token int32)) (*GenerateReply, error) {
+func Generate(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *api.GenerateRequest, onToken func(index int, token int32)) (*api.GenerateReply, error) {
 	return Stream(ctx, tr, subj, req, Callbacks{Token: onToken})
 }
 
@@ -82,7 +82,7 @@ type Callbacks struct {
 	Token func(index int, token int32)
 	// Logprobs gets the logprobs of the token at index, after its Token
 	// call, when the request asked for logprobs.
-	Logprobs func(index int, lp *sampler.Logprobs)
+	Logprobs func(index int, lp *api.Logprobs)
 }
 
 // Stream submits req to rank 0 and calls cb for what streams back. It
@@ -94,13 +94,13 @@ type Callbacks struct {
 // cancelled reply (or ctx's error if none comes within a few seconds).
 // Headers set on ctx with WithHeader go with the request's message (rank 0
 // reads its trace context there).
-func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks) (*GenerateReply, error) {
+func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error) {
 	return stream1(ctx, tr, subj, req, cb, func(ctx context.Context, s *stream) (func(), error) { return s.subscribe(ctx) })
 }
 
 // stream1 runs one request whose replies attach delivers to s.
-func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks,
-	attach func(context.Context, *stream) (func(), error)) (*GenerateReply, error) {
+func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *api.GenerateRequest, cb Callbacks,
+	attach func(context.Context, *stream) (func(), error)) (*api.GenerateReply, error) {
 	withKeepalive := *req
 	withKeepalive.Keepalive = true
 	data, err := json.Marshal(&withKeepalive)
@@ -125,7 +125,7 @@ func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subject
 type stream struct {
 	tr   broadcast.Transport
 	subj broadcast.Subjects
-	req  *GenerateRequest
+	req  *api.GenerateRequest
 	cb   Callbacks
 
 	inbox, ackInbox string
@@ -133,7 +133,7 @@ type stream struct {
 	overflow        chan struct{} // closed when replies overflowed
 	noResponders    chan struct{}
 	acks            chan keepaliveAnswer
-	logprobs        []sampler.Logprobs
+	logprobs        []api.Logprobs
 	verdict         keepaliveVerdict
 }
 
@@ -190,7 +190,7 @@ func (s *stream) onAck(m *broadcast.Msg) {
 	if broadcast.IsNoResponders(m) {
 		a.nobody = true
 	} else {
-		var ack KeepaliveAck
+		var ack api.KeepaliveAck
 		if json.Unmarshal(m.Data, &ack) != nil {
 			return
 		}
@@ -205,13 +205,13 @@ func (s *stream) onAck(m *broadcast.Msg) {
 // send publishes a message about the request on the client subject; ack,
 // if set, is where rank 0 answers it.
 func (s *stream) send(op, ack string) error {
-	b, _ := json.Marshal(Message{Reply: s.inbox, Op: op})
+	b, _ := json.Marshal(api.Message{Reply: s.inbox, Op: op})
 	return s.tr.Publish(&broadcast.Msg{Subject: s.subj.Client(), Reply: ack, Data: b})
 }
 
 // wait reads the stream until the request ends.
-func (s *stream) wait(ctx context.Context) (*GenerateReply, error) {
-	keepalive := time.NewTicker(KeepaliveInterval)
+func (s *stream) wait(ctx context.Context) (*api.GenerateReply, error) {
+	keepalive := time.NewTicker(api.KeepaliveInterval)
 	defer keepalive.Stop()
 	var cancelled <-chan time.Time // set once a cancel was sent
 	done := ctx.Done()
@@ -255,7 +255,7 @@ func (s *stream) wait(ctx context.Context) (*GenerateReply, error) {
 // judge takes rank 0's answer to a keepalive. Replies already queued are
 // news from rank 0 that came before this answer (the final reply and a
 // "not known" may arrive together): they are read first.
-func (s *stream) judge(a keepaliveAnswer) (*GenerateReply, bool, error) {
+func (s *stream) judge(a keepaliveAnswer) (*api.GenerateReply, bool, error) {
 	for len(s.replies) > 0 {
 		if rep, done, err := s.handle(<-s.replies); done || err != nil {
 			return rep, true, err
@@ -272,7 +272,7 @@ func (s *stream) judge(a keepaliveAnswer) (*GenerateReply, bool, error) {
 
 // handle takes one reply; done reports the request's end (rep and err are
 // then what Generate returns), as does a malformed reply (err).
-func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
+func (s *stream) handle(b []byte) (rep *api.GenerateReply, done bool, err error) {
 	s.verdict = keepaliveVerdict{} // rank 0 is there and has the request
 	if tok, index, ok := parseTokenReply(b); ok {
 		if s.cb.Token != nil {
@@ -280,7 +280,7 @@ func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
 		}
 		return nil, false, nil
 	}
-	var r GenerateReply
+	var r api.GenerateReply
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, true, fmt.Errorf("malformed reply from rank 0: %w", err)
 	}
@@ -292,7 +292,7 @@ func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
 			return nil, true, fmt.Errorf("malformed reply from rank 0: logprobs for token %d of at most %d", r.Index, s.req.MaxTokens)
 		}
 		for len(s.logprobs) <= r.Index {
-			s.logprobs = append(s.logprobs, sampler.Logprobs{Token: -1})
+			s.logprobs = append(s.logprobs, api.Logprobs{Token: -1})
 		}
 		s.logprobs[r.Index] = *r.Logprobs
 		if s.cb.Logprobs != nil {
@@ -312,7 +312,7 @@ func (s *stream) handle(b []byte) (rep *GenerateReply, done bool, err error) {
 // CollectStatus asks every rank for its status and gathers the replies
 // until world-size ranks have answered (the world size comes from the
 // replies) or wait has passed. Ranks are sorted by rank.
-func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, wait time.Duration) ([]RankStatus, error) {
+func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, wait time.Duration) ([]api.RankStatus, error) {
 	inbox := tr.NewInbox()
 	replies := make(chan []byte, 256)
 	unsub, err := tr.Subscribe(inbox, func(m *broadcast.Msg) {
@@ -333,7 +333,7 @@ func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.S
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	seen := map[int]RankStatus{}
+	seen := map[int]api.RankStatus{}
 	world := -1
 	for world < 0 || len(seen) < world {
 		select {
@@ -342,7 +342,7 @@ func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.S
 		case <-timer.C:
 			return sorted(seen), nil
 		case b := <-replies:
-			var st RankStatus
+			var st api.RankStatus
 			if err := json.Unmarshal(b, &st); err != nil {
 				continue
 			}
@@ -353,8 +353,8 @@ func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.S
 	return sorted(seen), nil
 }
 
-func sorted(m map[int]RankStatus) []RankStatus {
-	out := make([]RankStatus, 0, len(m))
+func sorted(m map[int]api.RankStatus) []api.RankStatus {
+	out := make([]api.RankStatus, 0, len(m))
 	for _, s := range m {
 		out = append(out, s)
 	}

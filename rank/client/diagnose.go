@@ -3,13 +3,15 @@ package client
 import (
 	"fmt"
 	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // RankView is one rank as a status poll shows it: what it answered (nil if
 // it did not), when rank 0 last heard its heartbeat, and what looks wrong.
 type RankView struct {
 	Rank           int
-	Status         *RankStatus
+	Status         *api.RankStatus
 	HeartbeatAgeMs float64 // -1: rank 0 never heard it, or no rank 0 answered
 	Note           string  // e.g. "STUCK? in forward for 12s", "" when all is well
 }
@@ -24,15 +26,15 @@ const stuckPhaseMs = 5000
 // and notes what is wrong with each: no answer (MISSING), a phase held too
 // long or no heartbeat (STUCK?), steps behind rank 0 (BEHIND), a digest
 // that differs from rank 0's at the same step.
-func Diagnose(ranks []RankStatus, maxWorld int) []RankView {
+func Diagnose(ranks []api.RankStatus, maxWorld int) []RankView {
 	world := 0
-	answered := map[int]*RankStatus{}
+	answered := map[int]*api.RankStatus{}
 	for i := range ranks {
 		world = max(world, ranks[i].World)
 		answered[ranks[i].Rank] = &ranks[i]
 	}
 	leader := answered[0]
-	seenBy0 := map[int]PeerStatus{}
+	seenBy0 := map[int]api.PeerStatus{}
 	if leader != nil {
 		for _, p := range leader.Peers {
 			seenBy0[p.Rank] = p
@@ -51,7 +53,7 @@ func Diagnose(ranks []RankStatus, maxWorld int) []RankView {
 	return out
 }
 
-func note(v RankView, leader *RankStatus, p PeerStatus, known bool) string {
+func note(v RankView, leader *api.RankStatus, p api.PeerStatus, known bool) string {
 	r := v.Status
 	switch {
 	case r == nil && known && p.HeartbeatAgeMs >= 0:
@@ -70,7 +72,7 @@ func note(v RankView, leader *RankStatus, p PeerStatus, known bool) string {
 	return ""
 }
 
-func stuckInPhase(r *RankStatus) bool {
+func stuckInPhase(r *api.RankStatus) bool {
 	switch r.Phase {
 	case "publish", "forward", "sample", "reply":
 		return r.State == "running" && r.PhaseMs > stuckPhaseMs

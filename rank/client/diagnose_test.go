@@ -3,12 +3,14 @@ package client
 import (
 	"strings"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 func TestDiagnose(t *testing.T) {
-	ranks := []RankStatus{
+	ranks := []api.RankStatus{
 		{Rank: 0, World: 5, State: "running", Phase: "await", PhaseMs: 12, Step: 20, Digest: "a", Rows: 1,
-			Peers: []PeerStatus{{Rank: 1, HeartbeatAgeMs: 40}, {Rank: 2, HeartbeatAgeMs: 2500, Step: 20}, {Rank: 3, HeartbeatAgeMs: 30, Step: 9}, {Rank: 4, HeartbeatAgeMs: 20}}},
+			Peers: []api.PeerStatus{{Rank: 1, HeartbeatAgeMs: 40}, {Rank: 2, HeartbeatAgeMs: 2500, Step: 20}, {Rank: 3, HeartbeatAgeMs: 30, Step: 9}, {Rank: 4, HeartbeatAgeMs: 20}}},
 		{Rank: 1, World: 5, State: "running", Phase: "forward", PhaseMs: 12000, Step: 20, Digest: "a"},
 		{Rank: 2, World: 5, State: "running", Phase: "await", PhaseMs: 3, Step: 20, Digest: "a"},
 		{Rank: 4, World: 5, State: "running", Phase: "await", PhaseMs: 3, Step: 20, Digest: "b"},
@@ -23,11 +25,11 @@ func TestDiagnose(t *testing.T) {
 			t.Errorf("rank %d: note %q, want %q", v.Rank, v.Note, want[i])
 		}
 	}
-	behind := Diagnose([]RankStatus{{Rank: 0, World: 2, Step: 20}, {Rank: 1, World: 2, Step: 10}}, 1024)
+	behind := Diagnose([]api.RankStatus{{Rank: 0, World: 2, Step: 20}, {Rank: 1, World: 2, Step: 10}}, 1024)
 	if !strings.HasPrefix(behind[1].Note, "BEHIND rank 0 by 10") || behind[1].HeartbeatAgeMs != -1 {
 		t.Errorf("behind: %+v", behind[1])
 	}
-	if n := len(Diagnose([]RankStatus{{Rank: 0, World: 1 << 30}}, 8)); n != 8 {
+	if n := len(Diagnose([]api.RankStatus{{Rank: 0, World: 1 << 30}}, 8)); n != 8 {
 		t.Errorf("a reply claiming a huge world laid out %d ranks, want the bound 8", n)
 	}
 }

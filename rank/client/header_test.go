@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // TestGenerateSendsHeader: the headers set with WithHeader (a caller's
@@ -23,14 +24,14 @@ func TestGenerateSendsHeader(t *testing.T) {
 	// the request at once.
 	if _, err := rank0.Subscribe(subj.Generate(), func(m *broadcast.Msg) {
 		got <- m.Header
-		data, _ := json.Marshal(GenerateReply{Done: true, FinishReason: FinishLength, Tokens: []int32{1}})
+		data, _ := json.Marshal(api.GenerateReply{Done: true, FinishReason: api.FinishLength, Tokens: []int32{1}})
 		_ = rank0.Publish(&broadcast.Msg{Subject: m.Reply, Data: data})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req := &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 1}
+	req := &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 1}
 
 	hctx := WithHeader(ctx, map[string]string{"traceparent": tp})
 	hctx = WithHeader(hctx, map[string]string{"tracestate": "k=v"})

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // Mux carries the replies of many requests on one subscription, as a
@@ -44,7 +45,7 @@ func NewMux(ctx context.Context, tr broadcast.Transport) (*Mux, error) {
 func (m *Mux) Close() error { return m.unsub() }
 
 // Stream is client.Stream with the replies routed through m.
-func (m *Mux) Stream(ctx context.Context, subj broadcast.Subjects, req *GenerateRequest, cb Callbacks) (*GenerateReply, error) {
+func (m *Mux) Stream(ctx context.Context, subj broadcast.Subjects, req *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error) {
 	return stream1(ctx, m.tr, subj, req, cb, m.attach)
 }
 

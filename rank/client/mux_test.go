@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // TestMuxRoutesEachRequestsReplies: concurrent requests through one Mux
@@ -23,15 +24,15 @@ func TestMuxRoutesEachRequestsReplies(t *testing.T) {
 	// A stand-in for rank 0: request p (its prompt's token) streams p, p+1,
 	// p+2 and ends.
 	if _, err := rank0.Subscribe(subj.Generate(), func(m *broadcast.Msg) {
-		var r GenerateRequest
+		var r api.GenerateRequest
 		_ = json.Unmarshal(m.Data, &r)
 		p := r.PromptTokenIDs[0]
 		for i := range int32(3) {
 			tok := p + i
-			data, _ := json.Marshal(GenerateReply{Token: &tok, Index: int(i)})
+			data, _ := json.Marshal(api.GenerateReply{Token: &tok, Index: int(i)})
 			_ = rank0.Publish(&broadcast.Msg{Subject: m.Reply, Data: data})
 		}
-		data, _ := json.Marshal(GenerateReply{Done: true, FinishReason: FinishLength, Tokens: []int32{p, p + 1, p + 2}})
+		data, _ := json.Marshal(api.GenerateReply{Done: true, FinishReason: api.FinishLength, Tokens: []int32{p, p + 1, p + 2}})
 		_ = rank0.Publish(&broadcast.Msg{Subject: m.Reply, Data: data})
 	}); err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestMuxRoutesEachRequestsReplies(t *testing.T) {
 	for p := range int32(16) {
 		wg.Go(func() {
 			var got []int32
-			rep, err := m.Stream(ctx, subj, &GenerateRequest{PromptTokenIDs: []int32{100 * p}, MaxTokens: 3},
+			rep, err := m.Stream(ctx, subj, &api.GenerateRequest{PromptTokenIDs: []int32{100 * p}, MaxTokens: 3},
 				Callbacks{Token: func(_ int, tok int32) { got = append(got, tok) }})
 			if err == nil && (fmt.Sprint(got) != fmt.Sprint(rep.Tokens) || rep.Tokens[0] != 100*p) {
 				err = fmt.Errorf("request %d: streamed %v, final %v", p, got, rep.Tokens)
@@ -84,7 +85,7 @@ func TestMuxNoResponders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	_, err = m.Stream(ctx, broadcast.Subjects{Prefix: "tpc", Job: "none"}, &GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 1}, Callbacks{})
+	_, err = m.Stream(ctx, broadcast.Subjects{Prefix: "tpc", Job: "none"}, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 1}, Callbacks{})
 	if !errors.Is(err, broadcast.ErrNoResponders) {
 		t.Fatalf("err %v, want no responders", err)
 	}

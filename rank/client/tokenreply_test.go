@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 func TestAppendTokenReplyIsJSONMarshal(t *testing.T) {
@@ -11,7 +13,7 @@ func TestAppendTokenReplyIsJSONMarshal(t *testing.T) {
 	idxs := []int{0, 1, 7, 10, 65535, 1 << 20, math.MaxInt, -3}
 	for _, tok := range toks {
 		for _, idx := range idxs {
-			want, err := json.Marshal(GenerateReply{Token: &tok, Index: idx})
+			want, err := json.Marshal(api.GenerateReply{Token: &tok, Index: idx})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,11 +54,11 @@ func FuzzParseTokenReply(f *testing.F) {
 		if !ok {
 			return
 		}
-		var r GenerateReply
+		var r api.GenerateReply
 		if err := json.Unmarshal(b, &r); err != nil {
 			t.Fatalf("short path took %q, encoding/json refuses it: %v", b, err)
 		}
-		want := GenerateReply{Token: &tok, Index: idx}
+		want := api.GenerateReply{Token: &tok, Index: idx}
 		if r.Token == nil || *r.Token != tok || r.Index != idx || r.Done || r.Tokens != nil || r.Error != "" || r.Logprobs != nil {
 			t.Fatalf("short path read %q as %+v, encoding/json as %+v", b, want, r)
 		}
@@ -74,7 +76,7 @@ func BenchmarkTokenReplyDecode(b *testing.B) {
 	})
 	b.Run("encoding-json", func(b *testing.B) {
 		for b.Loop() {
-			var r GenerateReply
+			var r api.GenerateReply
 			if err := json.Unmarshal(msg, &r); err != nil {
 				b.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // slot is one scheduled fault, at an offset from the soak's start.
@@ -215,10 +215,10 @@ func (f *faulter) flood(ctx context.Context) faultRecord {
 // rejectedDiff is, per rank, how much each refusal counter grew between
 // two status rounds; a rank whose member or epoch changed is said so
 // (its counters started over).
-func rejectedDiff(before, after []client.RankStatus) string {
+func rejectedDiff(before, after []api.RankStatus) string {
 	var parts []string
 	for _, a := range after {
-		i := slices.IndexFunc(before, func(b client.RankStatus) bool { return b.Rank == a.Rank })
+		i := slices.IndexFunc(before, func(b api.RankStatus) bool { return b.Rank == a.Rank })
 		switch {
 		case i < 0:
 			parts = append(parts, fmt.Sprintf("rank %d: no status before", a.Rank))

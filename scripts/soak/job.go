@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/freeport"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
@@ -137,7 +138,7 @@ func (j *job) stop(grace time.Duration) {
 }
 
 // pollStatus asks every rank for its status once.
-func pollStatus(ctx context.Context, bus *clientBus, subj broadcast.Subjects, world int) (statusPoll, []client.RankStatus) {
+func pollStatus(ctx context.Context, bus *clientBus, subj broadcast.Subjects, world int) (statusPoll, []api.RankStatus) {
 	p := statusPoll{T: time.Now()}
 	c, err := bus.get(ctx)
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
 )
 
 // maxTokensChoices are the requests' lengths, short ones more often.
@@ -22,12 +22,12 @@ var maxTokensChoices = []int{4, 8, 16, 32, 32, 64, 64, 128, 256}
 // or sampled with assorted parameters, a seed (85%), logprobs (25%),
 // ignore_eos (50%; the others stop at EOS, which the synthetic model makes
 // likely after 8 to 47 tokens).
-func newRequest(rng *rand.Rand, vocab int) client.GenerateRequest {
+func newRequest(rng *rand.Rand, vocab int) api.GenerateRequest {
 	prompt := make([]int32, 1+rng.IntN(48))
 	for i := range prompt {
 		prompt[i] = int32(1 + rng.IntN(vocab-1))
 	}
-	req := client.GenerateRequest{PromptTokenIDs: prompt, MaxTokens: maxTokensChoices[rng.IntN(len(maxTokensChoices))]}
+	req := api.GenerateRequest{PromptTokenIDs: prompt, MaxTokens: maxTokensChoices[rng.IntN(len(maxTokensChoices))]}
 	p := &req.Params
 	if rng.Float64() >= 0.3 {
 		sampledParams(rng, &req)
@@ -44,7 +44,7 @@ func newRequest(rng *rand.Rand, vocab int) client.GenerateRequest {
 	return req
 }
 
-func sampledParams(rng *rand.Rand, req *client.GenerateRequest) {
+func sampledParams(rng *rand.Rand, req *api.GenerateRequest) {
 	p := &req.Params
 	p.Temperature = float32(0.5 + 0.8*rng.Float64())
 	if rng.Float64() < 0.4 {
@@ -72,13 +72,13 @@ func sampledParams(rng *rand.Rand, req *client.GenerateRequest) {
 
 // generate runs one request through the Go client and records how it
 // ended; timeout is the soak's deadline for it.
-func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id int, req client.GenerateRequest, timeout time.Duration) reqRecord {
+func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id int, req api.GenerateRequest, timeout time.Duration) reqRecord {
 	rec := reqRecord{ID: id, Sent: time.Now(), Request: req}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var idx []int
 	var toks []int32
-	rep, err := func() (*client.GenerateReply, error) {
+	rep, err := func() (*api.GenerateReply, error) {
 		c, err := bus.get(rctx)
 		if err != nil {
 			return nil, fmt.Errorf("connect: %w", err)
@@ -107,7 +107,7 @@ func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id i
 // tokenLogprobs is each of n tokens' own logprob from the client's list
 // (in which a token whose logprobs never came has Token -1), and how many
 // are missing.
-func tokenLogprobs(n int, lps []sampler.Logprobs) (out []*float32, missing int) {
+func tokenLogprobs(n int, lps []api.Logprobs) (out []*float32, missing int) {
 	out = make([]*float32, n)
 	for i := range out {
 		if i < len(lps) && lps[i].Token >= 0 {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // monitor polls the job's status and samples its processes' resources
@@ -25,7 +25,7 @@ type monitor struct {
 
 	mu      sync.Mutex
 	polls   []statusPoll
-	latest  []client.RankStatus
+	latest  []api.RankStatus
 	samples []procSample
 	wg      sync.WaitGroup
 }
@@ -53,7 +53,7 @@ func (m *monitor) pollLoop(ctx context.Context) {
 }
 
 // lastPoll is the latest status round and the ranks' full answers.
-func (m *monitor) lastPoll() (statusPoll, []client.RankStatus) {
+func (m *monitor) lastPoll() (statusPoll, []api.RankStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.polls) == 0 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // world4 is a status round of four ranks in one state and epoch, rank 0
@@ -40,10 +40,10 @@ func TestRecoveries(t *testing.T) {
 		{Kind: faultFollowerStop, At: at(40)},
 	}
 	recs := []reqRecord{
-		{Sent: at(8), Done: at(12.5), Finish: client.FinishLength}, // held across the kill
-		{Sent: at(13), Done: at(14.5), Finish: client.FinishStop},
+		{Sent: at(8), Done: at(12.5), Finish: api.FinishLength}, // held across the kill
+		{Sent: at(13), Done: at(14.5), Finish: api.FinishStop},
 		{Sent: at(10.5), Done: at(11), Error: "unavailable"},
-		{Sent: at(19), Done: at(20.25), Finish: client.FinishLength},
+		{Sent: at(19), Done: at(20.25), Finish: api.FinishLength},
 	}
 	got := recoveries(faults, recs, polls, 4, at(50))
 	if len(got) != 4 {
@@ -105,11 +105,11 @@ func TestSchedule(t *testing.T) {
 }
 
 func TestRejectedDiff(t *testing.T) {
-	before := []client.RankStatus{
+	before := []api.RankStatus{
 		{Rank: 0, Member: "m0", Rejected: map[string]uint64{"heartbeat": 2}},
 		{Rank: 1, Member: "m1", Rejected: map[string]uint64{"step": 5, "duplicate": 1}},
 	}
-	after := []client.RankStatus{
+	after := []api.RankStatus{
 		{Rank: 0, Member: "m0", Rejected: map[string]uint64{"heartbeat": 2}},
 		{Rank: 1, Member: "m1", Rejected: map[string]uint64{"step": 705, "duplicate": 144}},
 		{Rank: 2, Member: "m2"},
@@ -138,7 +138,7 @@ func TestErrorsByFault(t *testing.T) {
 		{Done: t0.Add(12 * time.Second), Error: "rank 0: unavailable: rank 0 is waiting for the world to re-form"},
 		{Done: t0.Add(25 * time.Second), Error: "rank 0: unavailable: rank 0 is waiting for the world to re-form"},
 		{Done: t0.Add(31 * time.Second), Error: "no rank 0 serves job \"soak\""},
-		{Done: t0.Add(32 * time.Second), Finish: client.FinishLength},
+		{Done: t0.Add(32 * time.Second), Finish: api.FinishLength},
 	}
 	got := errorsByFault(recs, faults)
 	want := map[string]map[string]int{

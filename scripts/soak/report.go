@@ -7,20 +7,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // reqRecord is one request of the load, as requests.jsonl holds it: what
 // was asked (replayable as is) and how it ended.
 type reqRecord struct {
-	ID       int                    `json:"id"`
-	Sent     time.Time              `json:"sent"`
-	Done     time.Time              `json:"done"`
-	Request  client.GenerateRequest `json:"request"`
-	Tokens   []int32                `json:"tokens"`
-	Finish   string                 `json:"finish,omitempty"`
-	Logprobs string                 `json:"logprobs_fnv,omitempty"` // FNV-1a of the logprobs' JSON
+	ID       int                 `json:"id"`
+	Sent     time.Time           `json:"sent"`
+	Done     time.Time           `json:"done"`
+	Request  api.GenerateRequest `json:"request"`
+	Tokens   []int32             `json:"tokens"`
+	Finish   string              `json:"finish,omitempty"`
+	Logprobs string              `json:"logprobs_fnv,omitempty"` // FNV-1a of the logprobs' JSON
 	// TokenLogprob is each token's own logprob (null: none came), and
 	// LogprobsMissing how many tokens have none: logprobs come in replies
 	// of their own, after each token's, and are not repeated at the end.
@@ -33,7 +32,7 @@ type reqRecord struct {
 
 // ok reports whether the request finished normally.
 func (r *reqRecord) ok() bool {
-	return r.Error == "" && !r.TimedOut && (r.Finish == client.FinishLength || r.Finish == client.FinishStop)
+	return r.Error == "" && !r.TimedOut && (r.Finish == api.FinishLength || r.Finish == api.FinishStop)
 }
 
 func (r *reqRecord) seeded() bool { return r.Request.Seed != nil }
@@ -230,8 +229,8 @@ func countLoad(recs []reqRecord, skipped int) loadCounts {
 	return c
 }
 
-func (c *loadCounts) mix(req *client.GenerateRequest) {
-	if req.Temperature < sampler.GreedyBelow {
+func (c *loadCounts) mix(req *api.GenerateRequest) {
+	if req.Temperature < api.GreedyBelow {
 		c.Greedy++
 	}
 	if req.Seed != nil {

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
-	"github.com/tpcoord/tpcoord/sampler"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 func TestGroupErrors(t *testing.T) {
 	recs := []reqRecord{
-		{ID: 1, Finish: client.FinishLength},
+		{ID: 1, Finish: api.FinishLength},
 		{ID: 2, Error: "rank 0: unavailable: rank 0 is waiting for the world to re-form after a peer loss (--on-peer-loss wait); retry later"},
 		{ID: 3, Error: `waiting for tokens: rank 0 of job "soak" is gone: 4 keepalives in a row over 3s found nobody: request lost`},
 		{ID: 4, Error: `waiting for tokens: rank 0 of job "soak" is gone: 8 keepalives in a row over 5s found nobody: request lost`},
@@ -22,7 +21,7 @@ func TestGroupErrors(t *testing.T) {
 		{ID: 7, Error: "rank 0: cancelled by the client", TimedOut: true},
 		{ID: 8, Error: "rank 0: worker 1a2b3c4d5e6f7a8b failed at step 12 after 1.5s"},
 		{ID: 9, Error: "rank 0: worker ffeeddccbbaa0099 failed at step 907 after 20ms"},
-		{ID: 10, Finish: client.FinishCancelled}, // no error text, yet not finished
+		{ID: 10, Finish: api.FinishCancelled}, // no error text, yet not finished
 	}
 	got := groupErrors(recs)
 	want := []struct {
@@ -108,35 +107,35 @@ func seeded(id int, tokens []int32, finish string) reqRecord {
 }
 
 func TestCompareReplay(t *testing.T) {
-	withLogprobs := seeded(4, []int32{7}, client.FinishLength)
+	withLogprobs := seeded(4, []int32{7}, api.FinishLength)
 	withLogprobs.Logprobs = "aaaa"
-	streamLost := seeded(9, []int32{7, 8}, client.FinishLength)
+	streamLost := seeded(9, []int32{7, 8}, api.FinishLength)
 	streamLost.Logprobs, streamLost.Stream = "cccc", streamCheck{Streamed: 1, Missing: 1}
-	lpLost := seeded(10, []int32{3}, client.FinishLength)
+	lpLost := seeded(10, []int32{3}, api.FinishLength)
 	lpLost.Logprobs, lpLost.LogprobsMissing = "eeee", 1
-	errored := seeded(5, []int32{1}, client.FinishError)
+	errored := seeded(5, []int32{1}, api.FinishError)
 	errored.Error = "rank 0 is gone"
 	recs := []reqRecord{
-		seeded(1, []int32{1, 2, 3}, client.FinishLength),
-		seeded(2, []int32{1, 2, 3}, client.FinishLength),
-		seeded(3, []int32{1, 2}, client.FinishStop),
+		seeded(1, []int32{1, 2, 3}, api.FinishLength),
+		seeded(2, []int32{1, 2, 3}, api.FinishLength),
+		seeded(3, []int32{1, 2}, api.FinishStop),
 		withLogprobs,
 		errored,
-		{ID: 6, Tokens: []int32{9}, Finish: client.FinishLength}, // unseeded
-		seeded(7, []int32{4}, client.FinishLength),
-		seeded(8, []int32{4}, client.FinishLength),
+		{ID: 6, Tokens: []int32{9}, Finish: api.FinishLength}, // unseeded
+		seeded(7, []int32{4}, api.FinishLength),
+		seeded(8, []int32{4}, api.FinishLength),
 		streamLost,
 		lpLost,
 	}
 	replays := map[int]replayRecord{
-		1:  {ID: 1, Tokens: []int32{1, 2, 3}, Finish: client.FinishLength},
-		2:  {ID: 2, Tokens: []int32{1, 9, 3}, Finish: client.FinishLength},
-		3:  {ID: 3, Tokens: []int32{1, 2}, Finish: client.FinishLength},
-		4:  {ID: 4, Tokens: []int32{7}, Finish: client.FinishLength, Logprobs: "bbbb"},
-		5:  {ID: 5, Tokens: []int32{1, 2}, Finish: client.FinishLength},
+		1:  {ID: 1, Tokens: []int32{1, 2, 3}, Finish: api.FinishLength},
+		2:  {ID: 2, Tokens: []int32{1, 9, 3}, Finish: api.FinishLength},
+		3:  {ID: 3, Tokens: []int32{1, 2}, Finish: api.FinishLength},
+		4:  {ID: 4, Tokens: []int32{7}, Finish: api.FinishLength, Logprobs: "bbbb"},
+		5:  {ID: 5, Tokens: []int32{1, 2}, Finish: api.FinishLength},
 		7:  {ID: 7, Error: "timeout"},
-		9:  {ID: 9, Tokens: []int32{7, 8}, Finish: client.FinishLength, Logprobs: "dddd"},
-		10: {ID: 10, Tokens: []int32{3}, Finish: client.FinishLength, Logprobs: "ffff"},
+		9:  {ID: 9, Tokens: []int32{7, 8}, Finish: api.FinishLength, Logprobs: "dddd"},
+		10: {ID: 10, Tokens: []int32{3}, Finish: api.FinishLength, Logprobs: "ffff"},
 		// 8 missing
 	}
 	c := compareReplay(recs, replays)
@@ -232,12 +231,12 @@ func TestFailureLine(t *testing.T) {
 }
 
 func TestTokenLogprobs(t *testing.T) {
-	lps := []sampler.Logprobs{{Token: 5, Logprob: -0.5}, {Token: -1}, {Token: 7, Logprob: -2}}
+	lps := []api.Logprobs{{Token: 5, Logprob: -0.5}, {Token: -1}, {Token: 7, Logprob: -2}}
 	got, missing := tokenLogprobs(4, lps)
 	if missing != 2 || got[1] != nil || got[3] != nil || *got[0] != -0.5 || *got[2] != -2 {
 		t.Errorf("tokenLogprobs: %v, %d missing", got, missing)
 	}
-	other, _ := tokenLogprobs(4, []sampler.Logprobs{{Token: 5, Logprob: -0.5}, {Token: 6, Logprob: -1}})
+	other, _ := tokenLogprobs(4, []api.Logprobs{{Token: 5, Logprob: -0.5}, {Token: 6, Logprob: -1}})
 	if d := logprobDiff(got, other); d != ": token 1: soak none, replay -1" {
 		t.Errorf("logprobDiff: %q", d)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // soak is one run: its options, outputs and results.
@@ -158,7 +158,7 @@ func slotGap(slots []slot) time.Duration {
 func (s *soak) settle(ctx context.Context, j *job) {
 	deadline := time.Now().Add(2 * time.Minute)
 	var p statusPoll
-	var st []client.RankStatus
+	var st []api.RankStatus
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		p, st = s.mon.lastPoll()
 		if quiescent(&p, j.spec.world) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // summary is summary.json: the run's figures.
@@ -34,14 +34,14 @@ type summary struct {
 
 	// Settled: at the end every rank served, idle, at rank 0's step and
 	// digest; Final is their last status.
-	Settled    bool                `json:"settled"`
-	Final      []client.RankStatus `json:"final"`
-	FinalExits []event             `json:"final_exits"` // after the closing SIGTERM
-	Worlds     []worldSeen         `json:"worlds"`
-	Exits      []event             `json:"unexpected_exits"`
-	Faults     []faultRecord       `json:"faults"`
-	Recoveries []recovery          `json:"recoveries"`
-	Procs      []procSummary       `json:"procs"`
+	Settled    bool             `json:"settled"`
+	Final      []api.RankStatus `json:"final"`
+	FinalExits []event          `json:"final_exits"` // after the closing SIGTERM
+	Worlds     []worldSeen      `json:"worlds"`
+	Exits      []event          `json:"unexpected_exits"`
+	Faults     []faultRecord    `json:"faults"`
+	Recoveries []recovery       `json:"recoveries"`
+	Procs      []procSummary    `json:"procs"`
 }
 
 // worldSeen is one formed world (rank 0's member and epoch) and when

@@ -6,11 +6,11 @@ import (
 
 	"github.com/sugarme/tokenizer/pretrained"
 
-	"github.com/tpcoord/tpcoord/internal/tokenizer"
+	"github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
 )
 
 // TestSugarmeAgrees reports where sugarme's ids and text differ from
-// internal/tokenizer's (which matches tiktoken on cl100k_base). It logs
+// coordinator/gateway/tokenizer's (which matches tiktoken on cl100k_base). It logs
 // rather than fails: it documents the candidate, it does not gate it.
 func TestSugarmeAgrees(t *testing.T) {
 	for _, text := range []string{"Hello, world!", "trailing spaces   ", "a  b", "日本 🙂", mixedText} {

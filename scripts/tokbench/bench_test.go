@@ -1,6 +1,6 @@
 // Package tokbench measures the tokenizer candidates on the same inputs:
-// github.com/sugarme/tokenizer against internal/tokenizer on tokenizer.json
-// files, and internal/tokenizer's tokenizer.json path against tiktoken-go
+// github.com/sugarme/tokenizer against coordinator/gateway/tokenizer on tokenizer.json
+// files, and coordinator/gateway/tokenizer's tokenizer.json path against tiktoken-go
 // on the same vocab (cl100k_base converted). Run:
 //
 //	cd scripts/tokbench && go test -run XXX -bench . -benchmem -benchtime=1s -count=5
@@ -17,9 +17,9 @@ import (
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
-const fixture = "../../internal/tokenizer/testdata/tokenizer/tokenizer.json"
+const fixture = "../../coordinator/gateway/tokenizer/testdata/tokenizer/tokenizer.json"
 
-// mixedText is the same as internal/tokenizer's cross-check input.
+// mixedText is the same as coordinator/gateway/tokenizer's cross-check input.
 var mixedText = strings.Repeat(`The quick brown fox jumps over the lazy dog; it's 12345 o'clock, isn't it?
 func (s *Stream) Add(id int32) (string, error) {
 	if id < 0 || int(id) >= len(s.t.pieces) { return "", fmt.Errorf("id %d", id) }
@@ -31,7 +31,7 @@ Café déjà vu, naïve résumé. 日本語のテキストと東京。 Прив�
 const cl100kPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
 // cl100kJSON writes cl100k_base as a Llama-3-style tokenizer.json (as
-// internal/tokenizer's cross-check does) and returns its path.
+// coordinator/gateway/tokenizer's cross-check does) and returns its path.
 func cl100kJSON(b testing.TB, regex string) string {
 	ranks, err := tiktokenloader.NewOfflineLoader().LoadTiktokenBpe("cl100k_base.tiktoken")
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	sugarme "github.com/sugarme/tokenizer"
 	"github.com/sugarme/tokenizer/pretrained"
 
-	"github.com/tpcoord/tpcoord/internal/tokenizer"
+	"github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
 )
 
 func benchOurs(b *testing.B, spec string) {

@@ -16,7 +16,7 @@ import (
 // fails if either differs from what the generator makes.
 var update = flag.Bool("update", false, "rewrite the generated test tokenizer files")
 
-var fixtureDirs = []string{"testdata/tokenizer", "../../e2e/testdata/tokenizer"}
+var fixtureDirs = []string{"testdata/tokenizer", "../../../e2e/testdata/tokenizer"}
 
 // fixtureCorpus is what the fixture's merges are learnt from: English,
 // code and multi-byte UTF-8, so that some tokens are parts of characters.

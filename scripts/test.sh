@@ -24,6 +24,10 @@ step "go vet (and of the agent-only and shipped builds' tags)"
 go vet ./...
 go vet -tags agentonly,grpcnotrace ./cmd/... ./broadcast/... ./coordinator/... ./internal/telemetry
 
+step "benchplot, a module of its own (scripts/benchplot/go.mod): vet and tests (race detector)"
+go -C scripts/benchplot vet ./...
+go -C scripts/benchplot test -race -count=1 ./...
+
 step "golangci-lint"
 scripts/lint.sh
 

@@ -103,7 +103,9 @@ tmp=$(mktemp -d -t tpc-bench-torch-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 log "building tpcoord and benchplot"
 go build -o "$tmp/tpcoord" ./cmd/tpcoord
-go build -o "$tmp/benchplot" ./scripts/benchplot
+# benchplot is a module of its own (scripts/benchplot/go.mod); -o is
+# absolute (mktemp), as go -C builds from that directory.
+go -C scripts/benchplot build -o "$tmp/benchplot" .
 tpc=$tmp/tpcoord
 
 if [ -z "$model" ]; then model=$tmp/model; fi

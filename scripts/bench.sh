@@ -77,7 +77,9 @@ out_cmds=$out/commands.txt
 : >"$out_cmds"
 log "building tpcoord and tpcoord-agent (as packaged: CGO_ENABLED=0, -trimpath, -tags grpcnotrace) and benchplot"
 shipped "$bin/tpcoord"
-go build -o "$bin/benchplot" ./scripts/benchplot
+# benchplot is a module of its own (scripts/benchplot/go.mod); -o is
+# absolute (mktemp), as go -C builds from that directory.
+go -C scripts/benchplot build -o "$bin/benchplot" .
 tpc=$bin/tpcoord
 log "building the portable tpcoord (-tags purego: the Go path s390x and ppc64le run)"
 shipped "$bin/tpcoord-purego" purego

@@ -23,3 +23,6 @@ fi
 # The shipped builds' tags: tpcoord-agent (agentonly) leaves out commands
 # and the embedded NATS server; grpcnotrace only drops a dependency.
 "$bin" run --build-tags agentonly,grpcnotrace ./cmd/... ./broadcast/... ./coordinator/...
+# benchplot, a module of its own (scripts/benchplot/go.mod), with the same
+# configuration (golangci-lint finds .golangci.yml in a parent directory).
+(cd scripts/benchplot && "$bin" run ./...)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The test suite: formatting, vet, golangci-lint, function lengths, no
-# citations of files outside the repository, unit and e2e tests under the
-# race detector, brief fuzzing of every wire decoder, cross-builds for the Spyre
-# hosts (s390x, ppc64le), the byte-level and numeric packages' tests on
-# big-endian s390x under qemu-user, and the ppc64le vector kernel's (with
-# the sampler's exactness tests) under qemu-user. Installs qemu-user-static
-# if missing.
+# The test suite: formatting, vet, golangci-lint (function lengths
+# included: funlen in .golangci.yml), no citations of files outside the
+# repository, unit and e2e tests under the race detector (benchplot's, a
+# module of its own, too), brief fuzzing of every wire decoder, cross-builds
+# for the Spyre hosts (s390x, ppc64le), the byte-level and numeric
+# packages' tests on big-endian s390x under qemu-user, and the ppc64le
+# vector kernel's (with the sampler's exactness tests) under qemu-user.
+# Installs qemu-user-static if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,11 +25,12 @@ step "go vet (and of the agent-only and shipped builds' tags)"
 go vet ./...
 go vet -tags agentonly,grpcnotrace ./cmd/... ./broadcast/... ./coordinator/... ./internal/telemetry
 
+step "benchplot, a module of its own (scripts/benchplot/go.mod): vet and tests (race detector)"
+go -C scripts/benchplot vet ./...
+go -C scripts/benchplot test -race -count=1 ./...
+
 step "golangci-lint"
 scripts/lint.sh
-
-step "function lengths (at most 80 lines, tests included)"
-go run ./scripts/funclen -tests -max 80 .
 
 step "no citations of files outside the repository"
 # The docs and code stand alone: a design brief or a sibling directory

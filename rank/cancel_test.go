@@ -14,10 +14,11 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 func TestSchedulerCancel(t *testing.T) {
-	s := NewScheduler(SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
+	s := core.NewScheduler(core.SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
 	a := &Request{Prompt: []int32{1}, MaxTokens: 10, Tag: "a"}
 	b := &Request{Prompt: []int32{2}, MaxTokens: 10, Tag: "b"}
 	for _, r := range []*Request{a, b} {
@@ -25,7 +26,7 @@ func TestSchedulerCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := NewMirror(0)
+	m := core.NewMirror(0)
 	st := s.Next(0, 1) // admits a; b waits
 	if err := m.Apply(st); err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestSchedulerCancel(t *testing.T) {
 // head of the queue is not overtaken by a smaller request behind it, and a
 // request larger than the budget still runs alone.
 func TestSchedulerTokenBudget(t *testing.T) {
-	s := NewScheduler(SchedulerConfig{MaxBatch: 8, MaxQueue: 8, EOS: -1, MaxBatchTokens: 10})
+	s := core.NewScheduler(core.SchedulerConfig{MaxBatch: 8, MaxQueue: 8, EOS: -1, MaxBatchTokens: 10})
 	big := &Request{Prompt: make([]int32, 8), MaxTokens: 1, Tag: "big"}
 	huge := &Request{Prompt: make([]int32, 20), MaxTokens: 1, Tag: "huge"}
 	small := &Request{Prompt: make([]int32, 1), MaxTokens: 1, Tag: "small"}
@@ -83,7 +84,7 @@ func TestSchedulerTokenBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := NewMirror(0)
+	m := core.NewMirror(0)
 	var order []string
 	for k := uint64(1); !s.Idle() && k < 20; k++ {
 		st := s.Next(0, k)
@@ -236,7 +237,7 @@ func TestDriverLogprobs(t *testing.T) {
 // sequence IDs and tokens, are admitted first with their output, and new
 // sequence IDs do not collide with theirs.
 func TestSchedulerResume(t *testing.T) {
-	old := NewScheduler(SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
+	old := core.NewScheduler(core.SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
 	a := &Request{Prompt: []int32{1, 2}, MaxTokens: 10, Tag: "a"}
 	b := &Request{Prompt: []int32{3}, MaxTokens: 10, Tag: "b"}
 	for _, r := range []*Request{a, b} {
@@ -244,7 +245,7 @@ func TestSchedulerResume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := NewMirror(0)
+	m := core.NewMirror(0)
 	if err := m.Apply(old.Next(0, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func TestSchedulerResume(t *testing.T) {
 	if len(held) != 2 || held[0] != a || held[1] != b {
 		t.Fatalf("in flight: %+v", held)
 	}
-	s := NewScheduler(SchedulerConfig{MaxBatch: 4, MaxQueue: 8, EOS: -1})
+	s := core.NewScheduler(core.SchedulerConfig{MaxBatch: 4, MaxQueue: 8, EOS: -1})
 	s.Resume(held)
 	c := &Request{Prompt: []int32{4}, MaxTokens: 10, Tag: "c"}
 	if err := s.Submit(c); err != nil {
@@ -274,7 +275,7 @@ func TestSchedulerResume(t *testing.T) {
 	if got := st.Admitted[0].Output; len(got) != 2 || got[0] != 7 || got[1] != 8 {
 		t.Fatalf("resumed request re-admitted with output %v, want [7 8]", got)
 	}
-	nm := NewMirror(1)
+	nm := core.NewMirror(1)
 	if err := nm.Apply(st); err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +512,7 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 	cfg := driverConfig(0, 1)
 	cfg.ClientTimeout = 300 * time.Millisecond
 	cfg.Resume = []*Request{
-		{Seq: 1, Tag: gone.inbox, Prompt: []int32{4}, MaxTokens: 1000000, Params: greedyParams(), keepalive: time.Now().Add(-time.Hour)},
+		{Seq: 1, Tag: gone.inbox, Prompt: []int32{4}, MaxTokens: 1000000, Params: greedyParams(), LastKeepalive: time.Now().Add(-time.Hour)},
 		{Seq: 2, Tag: quiet.inbox, Prompt: []int32{5}, MaxTokens: 3, Params: greedyParams()},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -531,7 +532,7 @@ func TestDriverResumedClientTimeout(t *testing.T) {
 		t.Fatalf("resumed request whose requester went away: %+v, want cancelled", rep)
 	}
 	if rep := last(quiet); rep.FinishReason != api.FinishLength || len(rep.Tokens) != 3 {
-		t.Fatalf("resumed request without keepalives: %+v, want its 3 tokens", rep)
+		t.Fatalf("resumed request without Keepalives: %+v, want its 3 tokens", rep)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 // rejectLogInterval limits logging of refused messages to one line per kind
@@ -80,7 +81,7 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 	// Only steps rank 0 had applied a whole heartbeat interval ago count:
 	// newer ones may still be on their way.
 	d.mu.Lock()
-	d.peerTab.heardFrom(0, &hb, d.cfg.Clock())
+	d.peerTab.HeardFrom(0, &hb, d.cfg.Clock())
 	d.leader, d.leaderNow = d.leaderNow, max(d.leaderNow, hb.Applied)
 	ahead := d.leader > d.pos.applied
 	d.mu.Unlock()
@@ -279,7 +280,7 @@ func (d *Driver) applyReplayed(ctx context.Context, steps [][]byte) error {
 		if !d.follows(st.Leader) {
 			return fmt.Errorf("%w: rank %d: replayed step %d was published by leader %08x, rank 0 of this job is %08x", ErrAborted, d.cfg.Rank, st.Step, st.Leader, d.cfg.Leader)
 		}
-		if err := d.mirror.Check(&st); errors.Is(err, ErrDuplicate) {
+		if err := d.mirror.Check(&st); errors.Is(err, core.ErrDuplicate) {
 			continue
 		}
 		if err := d.applyAndRun(ctx, &st); err != nil {

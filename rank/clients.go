@@ -8,6 +8,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 // DefaultClientTimeout is how long rank 0 keeps a request whose client
@@ -17,12 +18,6 @@ import (
 // promise nor send keepalives are never timed out.
 const DefaultClientTimeout = 2 * time.Second
 
-type clientOp struct {
-	reply  string
-	cancel bool
-	ack    string // keepalive: where to send the api.KeepaliveAck ("" for none)
-}
-
 // onClient hands a client's cancel or keepalive to the loop.
 func (d *Driver) onClient(m *broadcast.Msg) {
 	var c api.Message
@@ -31,7 +26,7 @@ func (d *Driver) onClient(m *broadcast.Msg) {
 		return
 	}
 	select {
-	case d.ops <- clientOp{reply: c.Reply, cancel: c.Op == "cancel", ack: m.Reply}:
+	case d.ops <- core.ClientOp{Tag: c.Reply, Cancel: c.Op == "cancel", Ack: m.Reply}:
 	default:
 		d.reject("client_queue_full", errors.New("client message dropped"))
 		return
@@ -41,51 +36,6 @@ func (d *Driver) onClient(m *broadcast.Msg) {
 	select {
 	case d.wake <- struct{}{}:
 	default:
-	}
-}
-
-// clientOps applies queued cancels and keepalives, and cancels requests
-// whose clients went silent. It runs on the loop at step boundaries.
-func (d *Driver) clientOps(now time.Time) {
-	for {
-		select {
-		case op := <-d.ops:
-			if !op.cancel {
-				d.alive[op.reply] = now
-				r := d.sched.Find(op.reply)
-				if r != nil {
-					r.keepalive = now
-				}
-				if op.ack != "" {
-					d.ack(op.ack, r != nil)
-				}
-				continue
-			}
-			if r := d.sched.Cancel(op.reply, errors.New("cancelled by the client")); r != nil {
-				d.finish(r, now)
-			}
-			continue
-		default:
-		}
-		break
-	}
-	if now.Before(d.nextSweep) {
-		return
-	}
-	timeout := d.cfg.ClientTimeout
-	d.nextSweep = now.Add(timeout / 10)
-	d.mu.Lock()
-	deaf := d.deafAt // nobody could be heard then: silence counts from it
-	d.mu.Unlock()
-	for reply, seen := range d.alive {
-		if now.Sub(seen) <= timeout || now.Sub(deaf) <= timeout {
-			continue
-		}
-		delete(d.alive, reply)
-		if r := d.sched.Cancel(reply, fmt.Errorf("client went away (no keepalive for %v)", timeout)); r != nil {
-			d.log.Info("client went away; request cancelled", "seq", r.Seq)
-			d.finish(r, now)
-		}
 	}
 }
 

@@ -20,15 +20,16 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 // Errors that end a driver's Run. The agent maps them to exit codes.
 var (
 	// ErrAborted: the loop stopped because lockstep could not be kept
 	// (gap, divergence, protocol error, abort from rank 0).
-	ErrAborted = errors.New("aborted")
+	ErrAborted = core.ErrAborted
 	// ErrPeerLost: another rank died or left (see Driver.Abort).
-	ErrPeerLost = errors.New("peer lost")
+	ErrPeerLost = core.ErrPeerLost
 )
 
 // DriverConfig configures one rank's decode loop.
@@ -186,8 +187,8 @@ type Driver struct {
 	codec *broadcast.Codec
 
 	// Owned by the Run goroutine.
-	mirror *Mirror
-	sched  *Scheduler
+	mirror *core.Mirror
+	rank0  *core.Leader // rank 0: its decisions (nil on followers)
 
 	steps     chan stepMsg
 	queued    atomic.Int64 // followers: bytes of the messages in steps
@@ -195,12 +196,11 @@ type Driver struct {
 	intake    chan *Request
 	wake      chan struct{}
 	aborts    chan error
-	window    *broadcast.Window    // rank 0: recent steps for replay
-	ops       chan clientOp        // rank 0: cancels and keepalives from clients
-	lp        *logprober           // rank 0: logprobs computed during the next forward
-	alive     map[string]time.Time // rank 0 loop: last keepalive per reply subject
-	nextSweep time.Time
-	behind    chan struct{} // followers: rank 0 reported a step we lack
+	window    *broadcast.Window  // rank 0: recent steps for replay
+	ops       chan core.ClientOp // rank 0: cancels and keepalives from clients
+	in        core.Input         // rank 0 loop: what arrived since the last boundary
+	lp        *logprober         // rank 0: logprobs computed during the next forward
+	behind    chan struct{}      // followers: rank 0 reported a step we lack
 	// followers with FollowerPick: scratch for its results
 	fpTokens []int32
 	fpErrs   []error
@@ -208,7 +208,7 @@ type Driver struct {
 
 	mu        sync.Mutex
 	pos       position
-	peerTab   *peerTable
+	peerTab   *core.Peers
 	leader    uint64    // followers: step rank 0 had applied one heartbeat ago
 	leaderNow uint64    // followers: step rank 0 reported last
 	deafAt    time.Time // the last time this rank's own connection was seen down
@@ -267,31 +267,21 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		pick:    pick,
 		subj:    broadcast.Subjects{Prefix: cfg.Prefix, Job: cfg.Job},
 		codec:   broadcast.NewCodec(broadcast.JobHash(cfg.Job), cfg.Key),
-		mirror:  NewMirror(cfg.Epoch),
+		mirror:  core.NewMirror(cfg.Epoch),
 		steps:   make(chan stepMsg, stepQueueLen),
 		intake:  make(chan *Request, cfg.MaxQueue),
 		wake:    make(chan struct{}, 1),
 		aborts:  make(chan error, 1),
-		peerTab: newPeerTable(cfg.Rank, cfg.World, cfg.Epoch, cfg.HeartbeatTimeout, cfg.LivenessGrace),
+		peerTab: core.NewPeers(cfg.Rank, cfg.World, cfg.Epoch, cfg.HeartbeatTimeout, cfg.LivenessGrace),
 		behind:  make(chan struct{}, 1),
-		ops:     make(chan clientOp, 4096),
-		alive:   map[string]time.Time{},
+		ops:     make(chan core.ClientOp, 4096),
 
 		rejected: map[string]uint64{},
 		lastWarn: map[string]time.Time{},
 	}
 	if cfg.Rank == 0 {
-		d.sched = NewScheduler(SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens})
-		d.sched.Resume(cfg.Resume)
-		// A resumed request whose client sends keepalives gets a whole
-		// client timeout from now: its keepalives may have gone unheard
-		// while the loop waited for followers or the world re-formed.
-		now := cfg.Clock()
-		for _, r := range cfg.Resume {
-			if !r.keepalive.IsZero() {
-				d.alive[r.Tag] = now
-			}
-		}
+		sc := core.SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens}
+		d.rank0 = core.NewLeader(core.LeaderConfig{Scheduler: sc, ClientTimeout: cfg.ClientTimeout}, cfg.Resume, cfg.Clock())
 		d.window = broadcast.NewWindow(cfg.ReplayWindow, cfg.ReplayWindowBytes)
 		d.lp = newLogprober(ex.Vocab(), cfg.EOS)
 	}
@@ -305,7 +295,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 func (d *Driver) PeerStopping(r int) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.peerTab.stopping(r)
+	return d.peerTab.Stopping(r)
 }
 
 // Abort stops Run at the next step boundary with err. It never blocks;
@@ -321,11 +311,11 @@ func (d *Driver) Abort(err error) {
 // sequence order, with the tokens they have. Call it after Run returned,
 // to resume them in the next epoch.
 func (d *Driver) InFlight() []*Request {
-	if d.sched == nil {
+	if d.rank0 == nil {
 		return nil
 	}
-	d.admit()
-	return d.sched.InFlight()
+	d.take()
+	return d.rank0.InFlight()
 }
 
 // Status returns this rank's current status.
@@ -348,7 +338,7 @@ func (d *Driver) Status() api.RankStatus {
 			st.Sampler = sp.Stats()
 		}
 		d.mu.Lock()
-		st.Peers = d.peerTab.status(d.cfg.Clock())
+		st.Peers = d.peerTab.Status(d.cfg.Clock())
 		d.mu.Unlock()
 	}
 	d.fillTelemetry(&st)
@@ -381,7 +371,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	}
 
 	d.mu.Lock()
-	d.peerTab.restart(d.cfg.Clock())
+	d.peerTab.Restart(d.cfg.Clock())
 	d.mu.Unlock()
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -418,7 +408,7 @@ func (d *Driver) wrapUp(err error, unsubs []func() error) {
 	}
 	d.sendLogprobs()
 	hold := d.cfg.HoldOnPeerLoss && errors.Is(err, ErrPeerLost)
-	if d.sched != nil && !hold {
+	if d.rank0 != nil && !hold {
 		d.drain(err)
 	}
 	if err != nil && d.cfg.Rank == 0 {
@@ -558,7 +548,7 @@ func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 		return
 	}
 	d.mu.Lock()
-	d.peerTab.heardFrom(int(hb.Rank), &hb, d.cfg.Clock())
+	d.peerTab.HeardFrom(int(hb.Rank), &hb, d.cfg.Clock())
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -594,13 +584,12 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 			len(req.PromptTokenIDs), req.MaxTokens, need, d.cfg.stepBudget(), broadcast.MaxPromptLen), api.CodeInvalid))
 		return
 	}
-	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, keepalives: req.Keepalive,
-		trace: requestTrace{parent: d.remoteParent(m.Header)}}
-	r.times.received = time.Now()
+	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, Keepalives: req.Keepalive,
+		Ext: &reqState{trace: requestTrace{parent: d.remoteParent(m.Header)}, times: requestTimes{received: time.Now()}}}
 	select {
 	case d.intake <- r:
 	default:
-		d.reply(m.Reply, api.FailedReply(overloaded(len(d.intake)), api.CodeOverloaded))
+		d.reply(m.Reply, api.FailedReply(core.Overloaded(len(d.intake)), api.CodeOverloaded))
 	}
 }
 
@@ -629,8 +618,8 @@ func (d *Driver) setPhase(p broadcast.Phase) {
 // publishState records the mirror's position for status and heartbeats.
 func (d *Driver) publishState() {
 	p := position{phase: broadcast.PhaseRunning, applied: d.mirror.Applied(), digest: d.mirror.Digest(), rows: len(d.mirror.Rows()), leader: d.following}
-	if d.sched != nil {
-		p.waiting = d.sched.Waiting()
+	if d.rank0 != nil {
+		p.waiting = d.rank0.Waiting()
 	}
 	d.mu.Lock()
 	d.pos = p
@@ -697,13 +686,13 @@ func (d *Driver) follow(ctx context.Context) error {
 			}
 			err := d.mirror.Check(&st)
 			switch {
-			case errors.Is(err, ErrDuplicate):
+			case errors.Is(err, core.ErrDuplicate):
 				d.count("duplicate")
 				continue
-			case errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrFutureEpoch):
+			case errors.Is(err, core.ErrStaleEpoch) || errors.Is(err, core.ErrFutureEpoch):
 				d.reject("wrong_epoch", err)
 				continue
-			case errors.Is(err, ErrGap):
+			case errors.Is(err, core.ErrGap):
 				// The message that revealed the gap is not kept: replay
 				// returns rank 0's own copy of it.
 				if err := d.catchUp(ctx, st.Step); err != nil {
@@ -785,10 +774,7 @@ func (d *Driver) lead(ctx context.Context) error {
 			return err
 		default:
 		}
-		d.admit()
-		d.clientOps(d.cfg.Clock())
-		st := d.sched.Next(d.cfg.Epoch, k)
-		d.markScheduled(st)
+		st := d.boundary(k)
 		if st == nil || len(d.mirror.Rows())+len(st.Admitted)-len(st.Removed) == 0 {
 			d.sendLogprobs() // no forward pass to hide them behind
 		}
@@ -828,7 +814,7 @@ func (d *Driver) idle(ctx context.Context) error {
 	case <-d.wake:
 		return d.checkDigests()
 	case r := <-d.intake:
-		d.enqueue(r)
+		d.in.Requests = append(d.in.Requests, r) // decided at the next boundary, at once
 	}
 	return nil
 }
@@ -846,7 +832,7 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 		return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
 	}
 	d.mu.Lock()
-	d.peerTab.recordDigest(k, d.mirror.Digest())
+	d.peerTab.RecordDigest(k, d.mirror.Digest())
 	d.mu.Unlock()
 	rows := d.mirror.Rows()
 	if len(rows) == 0 {
@@ -867,7 +853,7 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	sc.tokens, sc.errs, sc.reqs = sc.tokens[:0], sc.errs[:0], sc.reqs[:0]
 	for _, r := range rows {
 		sc.tokens, sc.errs = append(sc.tokens, NoToken), append(sc.errs, nil)
-		sc.reqs = append(sc.reqs, d.sched.Request(r.ID))
+		sc.reqs = append(sc.reqs, d.rank0.Request(r.ID))
 	}
 	if p, ok := d.pick.(Prefetcher); ok {
 		p.Prefetch(rows, sc.reqs) // noise rows made while the card works
@@ -898,7 +884,7 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	d.cfg.Flight.enter(PhaseReply, time.Now())
 	smp.End()
 	d.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs)
-	d.stream(firstTokensFirst(d.sched.Sampled(rows, sc.tokens, sc.errs)))
+	d.stream(d.rank0.Sampled(rows, sc.tokens, sc.errs))
 	return nil
 }
 
@@ -924,32 +910,65 @@ func (d *Driver) sendStep(ctx, sctx context.Context, k uint64, sc *leadScratch) 
 	}
 }
 
-func (d *Driver) admit() {
+// gather collects what reached rank 0 since the last boundary into d.in.
+func (d *Driver) gather() {
 	for {
 		select {
 		case r := <-d.intake:
-			d.enqueue(r)
+			d.in.Requests = append(d.in.Requests, r)
+		case op := <-d.ops:
+			d.in.Ops = append(d.in.Ops, op)
 		default:
+			d.mu.Lock()
+			d.in.Deaf = d.deafAt // nobody could be heard then: silence counts from it
+			d.mu.Unlock()
 			return
 		}
 	}
 }
 
-func (d *Driver) enqueue(r *Request) {
-	if err := d.sched.Submit(r); err != nil {
-		code := ""
-		if errors.Is(err, ErrOverloaded) {
-			code = api.CodeOverloaded
+// boundary is rank 0's step boundary: what arrived goes to the leader's
+// core, which decides step k; its answers go out in the order it gives.
+// It returns the step to publish, or nil when there is nothing to run.
+func (d *Driver) boundary(k uint64) *broadcast.Step {
+	d.gather()
+	rd := d.rank0.Step(d.cfg.Clock(), d.cfg.Epoch, k, d.in)
+	d.act(rd)
+	now := time.Now()
+	for _, r := range rd.Admitted {
+		if t := &state(r).times; t.scheduled.IsZero() { // one resumed keeps its first stamp
+			t.scheduled = now
 		}
-		d.reply(r.Tag, api.FailedReply(err, code))
-		return
 	}
-	if r.keepalives {
-		// The client's timeout runs from now, keepalive or not.
-		now := d.cfg.Clock()
-		d.alive[r.Tag], r.keepalive = now, now
+	return rd.Step
+}
+
+// take hands what arrived to the leader's core without deciding a step
+// (before InFlight and the final drain), and acts on its answers.
+func (d *Driver) take() {
+	d.gather()
+	d.act(d.rank0.Take(d.cfg.Clock(), d.in))
+}
+
+// act does what the core decided at a boundary, in its order, and
+// empties the input it consumed.
+func (d *Driver) act(rd *core.Ready) {
+	clear(d.in.Requests)
+	clear(d.in.Ops)
+	d.in.Requests, d.in.Ops = d.in.Requests[:0], d.in.Ops[:0]
+	for _, f := range rd.Refused {
+		d.reply(f.Req.Tag, api.FailedReply(f.Err, f.Code))
 	}
-	d.requestStarted(r)
+	for _, r := range rd.Submitted {
+		d.requestStarted(r)
+	}
+	for _, a := range rd.Acks {
+		d.ack(a.Subject, a.Known)
+	}
+	now := time.Now()
+	for _, r := range rd.Ended {
+		d.finish(r, now)
+	}
 }
 
 // awaitFollowers blocks until every follower has reported this epoch and
@@ -985,7 +1004,7 @@ func (d *Driver) awaitFollowers(ctx context.Context, k uint64) error {
 func (d *Driver) slowest(need int64) (int, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.peerTab.slowest(need)
+	return d.peerTab.Slowest(need)
 }
 
 // checkDigests compares every follower's reported digest with rank 0's at
@@ -993,34 +1012,14 @@ func (d *Driver) slowest(need int64) (int, string) {
 func (d *Driver) checkDigests() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.peerTab.diverged()
-}
-
-// firstTokensFirst reorders a step's events (in row order) so that the
-// first tokens of requests come before the others' next tokens, each
-// group keeping its order: a new request's client is waiting for its first
-// token, every other stream is a step into its output, and rank 0, the
-// bus and a gateway handle a step's replies one after the other.
-func firstTokensFirst(events []Event) []Event {
-	out := make([]Event, 0, len(events))
-	for _, ev := range events {
-		if ev.Index == 0 {
-			out = append(out, ev)
-		}
-	}
-	for _, ev := range events {
-		if ev.Index != 0 {
-			out = append(out, ev)
-		}
-	}
-	return out
+	return d.peerTab.Diverged()
 }
 
 func (d *Driver) stream(events []Event) {
 	now := time.Now()
 	for _, ev := range events {
 		r := ev.Req
-		t := &r.times
+		t := &state(r).times
 		if ev.Token != NoToken && r.Err == nil {
 			if t.first.IsZero() {
 				t.first = now
@@ -1059,7 +1058,6 @@ func (d *Driver) sendLogprobs() {
 }
 
 func (d *Driver) finish(r *Request, now time.Time) {
-	delete(d.alive, r.Tag)
 	d.requestFinished(r, now)
 	rep := api.GenerateReply{Done: true, FinishReason: r.Finish, Tokens: r.Output}
 	if rep.Tokens == nil {
@@ -1068,7 +1066,7 @@ func (d *Driver) finish(r *Request, now time.Time) {
 	if r.Err != nil {
 		rep.Error = r.Err.Error()
 	}
-	if t := r.times; !t.received.IsZero() {
+	if t := state(r).times; !t.received.IsZero() {
 		tm := &api.Timings{TotalMs: ms(now.Sub(t.received))}
 		if !t.scheduled.IsZero() {
 			tm.QueueMs = ms(t.scheduled.Sub(t.received))
@@ -1084,31 +1082,17 @@ func (d *Driver) finish(r *Request, now time.Time) {
 	d.reply(r.Tag, rep)
 }
 
-// markScheduled stamps the requests st admits for the first time (one
-// resumed in a new epoch keeps its first stamp).
-func (d *Driver) markScheduled(st *broadcast.Step) {
-	if st == nil || len(st.Admitted) == 0 {
-		return
-	}
-	now := time.Now()
-	for _, a := range st.Admitted {
-		if r := d.sched.Request(a.Seq); r != nil && r.times.scheduled.IsZero() {
-			r.times.scheduled = now
-		}
-	}
-}
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // drain answers every open request when the loop stops.
 func (d *Driver) drain(cause error) {
-	d.admit()
+	d.take()
 	reason, err := api.FinishError, cause
 	if cause == nil {
 		err = errors.New("rank 0 is shutting down")
 	}
 	now := time.Now()
-	for _, r := range d.sched.Drain(reason, err) {
+	for _, r := range d.rank0.Drain(reason, err) {
 		d.finish(r, now)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 const (
@@ -584,8 +585,8 @@ func TestDriverFollowerDivergenceAborts(t *testing.T) {
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
 	// Step 2 has no token for the one row.
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 2})
-	if err := r.wait(t); !errors.Is(err, ErrAborted) || !errors.Is(err, ErrDiverged) {
-		t.Fatalf("Run = %v, want ErrAborted wrapping ErrDiverged", err)
+	if err := r.wait(t); !errors.Is(err, ErrAborted) || !errors.Is(err, core.ErrDiverged) {
+		t.Fatalf("Run = %v, want ErrAborted wrapping core.ErrDiverged", err)
 	}
 }
 

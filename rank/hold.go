@@ -85,7 +85,7 @@ func (h *Hold) Fail(err error) {
 		if tokens == nil {
 			tokens = []int32{}
 		}
-		r.endSpan(api.FinishError, err, time.Now())
+		endSpan(r, api.FinishError, err, time.Now())
 		h.publish(r.Tag, api.GenerateReply{Done: true, FinishReason: api.FinishError, Tokens: tokens, Error: err.Error()})
 	}
 	_ = h.tr.Flush(context.Background())
@@ -133,7 +133,7 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 	}
 	i := slices.IndexFunc(h.held, func(r *Request) bool { return r.Tag == c.Reply })
 	if i >= 0 && c.Op == "keepalive" {
-		h.held[i].keepalive = time.Now()
+		h.held[i].LastKeepalive = time.Now()
 	}
 	var cancelled *Request
 	if i >= 0 && c.Op == "cancel" {
@@ -149,7 +149,7 @@ func (h *Hold) onClient(m *broadcast.Msg) {
 		if tokens == nil {
 			tokens = []int32{}
 		}
-		cancelled.endSpan(api.FinishCancelled, nil, time.Now())
+		endSpan(cancelled, api.FinishCancelled, nil, time.Now())
 		h.publish(cancelled.Tag, api.GenerateReply{Done: true, FinishReason: api.FinishCancelled, Tokens: tokens, Error: "cancelled by the client"})
 	}
 }

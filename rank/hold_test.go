@@ -66,7 +66,7 @@ func TestHoldRank0(t *testing.T) {
 	if left := h.Close(); len(left) != 1 || left[0] != b {
 		t.Fatalf("Close returned %v, want only the request not cancelled", left)
 	}
-	if b.keepalive.IsZero() {
+	if b.LastKeepalive.IsZero() {
 		t.Fatal("b's keepalive while held was not recorded (the next epoch could not time its requester out)")
 	}
 	// Closed: nobody answers any more.

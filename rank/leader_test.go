@@ -12,6 +12,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 const (
@@ -153,7 +154,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	}
 
 	r.d.mu.Lock()
-	heard := r.d.peerTab.heard[0]
+	heard := r.d.peerTab.Heard(0)
 	r.d.mu.Unlock()
 	// Two heartbeats would do: the second makes the first's step count.
 	stale := broadcast.Heartbeat{Epoch: 1, Rank: 0, Phase: broadcast.PhaseRunning, Applied: 9, Leader: otherLeader}
@@ -165,7 +166,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 		return r.d.Status().Rejected["heartbeat_other_leader"] == 3
 	})
 	r.d.mu.Lock()
-	leader, leaderNow, heardAfter := r.d.leader, r.d.leaderNow, r.d.peerTab.heard[0]
+	leader, leaderNow, heardAfter := r.d.leader, r.d.leaderNow, r.d.peerTab.Heard(0)
 	r.d.mu.Unlock()
 	if leader != 0 || leaderNow != 0 || !heardAfter.Equal(heard) {
 		t.Fatalf("refused heartbeats were applied: rank 0 at %d/%d, heard %v (was %v)", leader, leaderNow, heardAfter, heard)
@@ -176,7 +177,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	eventually(t, 10*time.Second, "this leader's heartbeat not taken", func() bool {
 		r.d.mu.Lock()
 		defer r.d.mu.Unlock()
-		return r.d.leaderNow == 1 && !r.d.peerTab.heard[0].Equal(heard)
+		return r.d.leaderNow == 1 && !r.d.peerTab.Heard(0).Equal(heard)
 	})
 	mu.Lock()
 	n := replays
@@ -242,7 +243,7 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 	publishStep(t, pub, steps[2]) // step 2 "lost": a gap
 	eventually(t, 10*time.Second, "the gap was not filled", func() bool { return r.d.Status().Step == 3 })
 
-	want := NewMirror(1)
+	want := core.NewMirror(1)
 	for _, st := range steps {
 		if err := want.Apply(st); err != nil {
 			t.Fatal(err)

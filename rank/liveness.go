@@ -16,12 +16,12 @@ func (d *Driver) checkLiveness(now time.Time) {
 	}
 	d.mu.Lock()
 	if !connected {
-		d.peerTab.restart(now)
+		d.peerTab.Restart(now)
 		d.deafAt = now
 		d.mu.Unlock()
 		return
 	}
-	lost, silent := d.peerTab.silent(now)
+	lost, silent := d.peerTab.Silent(now)
 	d.mu.Unlock()
 	if d.cfg.HeartbeatTimeout <= 0 {
 		return

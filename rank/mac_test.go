@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 // The keyed tests' job key, and a codec under another key: what a process
@@ -106,7 +107,7 @@ func TestFollowerRefusesForgedStep(t *testing.T) {
 	step2 := &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 2, Tokens: []broadcast.Token{{Seq: 1, Token: 7}}}
 	publishWith(t, pub, drvSubj.Step(), keyedCodec.AppendStep(nil, step2))
 	eventually(t, 10*time.Second, "the genuine step 2 not applied", func() bool { return r.d.Status().Step == 2 })
-	want := NewMirror(1)
+	want := core.NewMirror(1)
 	for _, st := range []*broadcast.Step{step1, step2} {
 		if err := want.Apply(st); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestFollowerRefusesForgedReplayReply(t *testing.T) {
 	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
 	publishWith(t, pub, drvSubj.Step(), keyedCodec.AppendStep(nil, steps[2])) // step 2 lost: a gap
 	eventually(t, 10*time.Second, "the gap was not filled", func() bool { return r.d.Status().Step == 3 })
-	want := NewMirror(1)
+	want := core.NewMirror(1)
 	for _, st := range steps {
 		if err := want.Apply(st); err != nil {
 			t.Fatal(err)

@@ -206,7 +206,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range d.rejected {
 			refused[k] += v
 		}
-		present := d.peerTab.present(now, window)
+		present := d.peerTab.Present(now, window)
 		d.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(c.stepDesc, prometheus.GaugeValue, float64(applied))
 		if d.cfg.Rank == 0 {
@@ -259,5 +259,5 @@ func (d *Driver) requestFinished(r *Request, now time.Time) {
 		m.requests.WithLabelValues(r.Finish).Inc()
 		m.tokens.WithLabelValues(r.Finish).Add(float64(len(r.Output)))
 	}
-	r.endSpan(r.Finish, r.Err, now)
+	endSpan(r, r.Finish, r.Err, now)
 }

@@ -52,19 +52,19 @@ func (d *Driver) remoteParent(h map[string]string) trace.SpanContext {
 // requestStarted starts r's span if tracing is on and it has none yet (a
 // request resumed in a new epoch keeps the one it has).
 func (d *Driver) requestStarted(r *Request) {
-	if d.cfg.TraceEvery <= 0 || r.trace.span != nil {
+	if d.cfg.TraceEvery <= 0 || state(r).trace.span != nil {
 		return
 	}
 	ctx := context.Background()
-	if r.trace.parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, r.trace.parent)
+	if state(r).trace.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, state(r).trace.parent)
 	}
 	_, span := d.cfg.Tracer.Start(ctx, requestSpanName, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(requestAttributes(r)...),
 		trace.WithAttributes(attribute.Int("tpc.rank", d.cfg.Rank), attribute.Int64("tpc.epoch", int64(d.cfg.Epoch)),
 			attribute.Int64("tpc.request.seq", int64(r.Seq)))) // #nosec G115 -- a sequence number, far below 2^63
 	if span.IsRecording() {
-		r.trace.span = span
+		state(r).trace.span = span
 	}
 }
 
@@ -109,14 +109,14 @@ func shortFloat(v float32) float64 {
 // (finish reason error) marks the span as an error: a cancelled one was
 // the client's choice (or its silence), as a 4xx answer does not mark an
 // HTTP server's span.
-func (r *Request) endSpan(finish string, err error, now time.Time) {
-	span := r.trace.span
+func endSpan(r *Request, finish string, err error, now time.Time) {
+	span := state(r).trace.span
 	if span == nil {
 		return
 	}
-	r.trace.span = nil
+	state(r).trace.span = nil
 	span.SetAttributes(semconv.GenAIUsageOutputTokens(len(r.Output)), semconv.GenAIResponseFinishReasons(finish))
-	if t := r.times; !t.first.IsZero() && !t.received.IsZero() {
+	if t := state(r).times; !t.first.IsZero() && !t.received.IsZero() {
 		span.SetAttributes(semconv.GenAIResponseTimeToFirstChunk(t.first.Sub(t.received).Seconds()))
 	}
 	if finish == api.FinishError && err != nil {

@@ -127,8 +127,8 @@ func TestRequestSpanStatus(t *testing.T) {
 	} {
 		r := &Request{Prompt: []int32{1}, MaxTokens: 2, Output: []int32{5}, Params: api.DefaultParams()}
 		d.requestStarted(r)
-		r.endSpan(tc.finish, tc.err, time.Now())
-		r.endSpan(tc.finish, tc.err, time.Now()) // a second end is a no-op
+		endSpan(r, tc.finish, tc.err, time.Now())
+		endSpan(r, tc.finish, tc.err, time.Now()) // a second end is a no-op
 		spans := rec.Ended()
 		if len(spans) == 0 {
 			t.Fatalf("%s: no span ended", tc.finish)

@@ -1,4 +1,4 @@
-package rank
+package core
 
 import (
 	"fmt"
@@ -8,13 +8,13 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
-// peerTable is what one rank knows of the ranks it watches (every follower
+// Peers is what one rank knows of the ranks it watches (every follower
 // on rank 0, rank 0 on a follower), and the decisions taken from it: which
 // rank has been silent too long (liveness), which follower is behind (rank
 // 0's flow control), and which follower diverged (rank 0's digest check).
 // It does no I/O and reads no clock: time comes in as arguments, so its
-// tests need no sleeps. The Driver guards it with its mutex.
-type peerTable struct {
+// tests need no sleeps. The driver guards it with its mutex.
+type Peers struct {
 	self, world int
 	epoch       uint32
 	timeout     time.Duration // silence that declares a rank lost (0: never)
@@ -29,13 +29,16 @@ type peerTable struct {
 
 const digestRing = 1024
 
-func newPeerTable(self, world int, epoch uint32, timeout, grace time.Duration) *peerTable {
-	return &peerTable{self: self, world: world, epoch: epoch, timeout: timeout, grace: grace,
+// NewPeers returns the table of rank self in a world of world ranks in
+// epoch: silence longer than timeout loses a rank (0: never), grace is
+// the silence allowed after a (re)start.
+func NewPeers(self, world int, epoch uint32, timeout, grace time.Duration) *Peers {
+	return &Peers{self: self, world: world, epoch: epoch, timeout: timeout, grace: grace,
 		last: map[int]broadcast.Heartbeat{}, heard: map[int]time.Time{}}
 }
 
-// watched are the ranks this rank checks.
-func (p *peerTable) watched() []int {
+// Watched are the ranks this rank checks.
+func (p *Peers) Watched() []int {
 	if p.self != 0 {
 		return []int{0}
 	}
@@ -46,33 +49,33 @@ func (p *peerTable) watched() []int {
 	return out
 }
 
-// restart gives every watched rank the grace period to be heard from, as
+// Restart gives every watched rank the grace period to be heard from, as
 // at start or when this rank's own connection comes back: while it was
 // down nobody could be heard.
-func (p *peerTable) restart(now time.Time) {
-	for _, r := range p.watched() {
+func (p *Peers) Restart(now time.Time) {
+	for _, r := range p.Watched() {
 		p.heard[r] = now.Add(p.grace - p.timeout)
 	}
 }
 
-// heardFrom records a sign of life from rank r at now; hb, if not nil, is
+// HeardFrom records a sign of life from rank r at now; hb, if not nil, is
 // what it reported.
-func (p *peerTable) heardFrom(r int, hb *broadcast.Heartbeat, now time.Time) {
+func (p *Peers) HeardFrom(r int, hb *broadcast.Heartbeat, now time.Time) {
 	p.heard[r] = now
 	if hb != nil {
 		p.last[r] = *hb
 	}
 }
 
-// silent returns the watched rank silent longest beyond the timeout, and
+// Silent returns the watched rank silent longest beyond the timeout, and
 // for how long; -1 if none. A rank that said it is stopping is not judged.
-func (p *peerTable) silent(now time.Time) (int, time.Duration) {
+func (p *Peers) Silent(now time.Time) (int, time.Duration) {
 	lost, longest := -1, time.Duration(0)
 	if p.timeout <= 0 {
 		return lost, 0
 	}
-	for _, r := range p.watched() {
-		if p.stopping(r) {
+	for _, r := range p.Watched() {
+		if p.Stopping(r) {
 			continue // it said goodbye: its silence is expected
 		}
 		if s := now.Sub(p.heard[r]); s > p.timeout && s > longest {
@@ -82,16 +85,16 @@ func (p *peerTable) silent(now time.Time) (int, time.Duration) {
 	return lost, longest
 }
 
-// stopping reports whether rank r's last heartbeat said it is stopping on
+// Stopping reports whether rank r's last heartbeat said it is stopping on
 // purpose (its agent was asked to stop), rather than running or aborted.
-func (p *peerTable) stopping(r int) bool {
+func (p *Peers) Stopping(r int) bool {
 	hb, ok := p.last[r]
 	return ok && hb.Phase == broadcast.PhaseStopping
 }
 
-// slowest returns a follower that has not applied step need in this
+// Slowest returns a follower that has not applied step need in this
 // epoch, and why; -1 if every one has.
-func (p *peerTable) slowest(need int64) (int, string) {
+func (p *Peers) Slowest(need int64) (int, string) {
 	for r := 1; r < p.world; r++ {
 		hb, ok := p.last[r]
 		switch {
@@ -104,16 +107,16 @@ func (p *peerTable) slowest(need int64) (int, string) {
 	return -1, ""
 }
 
-// recordDigest notes rank 0's digest after its step k.
-func (p *peerTable) recordDigest(k, digest uint64) {
+// RecordDigest notes rank 0's digest after its step k.
+func (p *Peers) RecordDigest(k, digest uint64) {
 	p.digests[k%digestRing] = struct{ step, digest uint64 }{k, digest}
 	p.applied = max(p.applied, k)
 }
 
-// diverged compares every follower's last reported digest with rank 0's at
+// Diverged compares every follower's last reported digest with rank 0's at
 // the same step (if rank 0 still remembers it). A follower reporting a
 // step rank 0 has not published applied a step from someone else.
-func (p *peerTable) diverged() error {
+func (p *Peers) Diverged() error {
 	for r, hb := range p.last {
 		if hb.Epoch != p.epoch || hb.Applied == 0 {
 			continue
@@ -129,8 +132,8 @@ func (p *peerTable) diverged() error {
 	return nil
 }
 
-// present counts the followers heard in this epoch within window of now.
-func (p *peerTable) present(now time.Time, window time.Duration) int {
+// Present counts the followers heard in this epoch within window of now.
+func (p *Peers) Present(now time.Time, window time.Duration) int {
 	n := 0
 	for r, hb := range p.last {
 		if hb.Epoch == p.epoch && now.Sub(p.heard[r]) <= window {
@@ -140,8 +143,8 @@ func (p *peerTable) present(now time.Time, window time.Duration) int {
 	return n
 }
 
-// status is rank 0's view of its followers for status replies.
-func (p *peerTable) status(now time.Time) []api.PeerStatus {
+// Status is rank 0's view of its followers for status replies.
+func (p *Peers) Status(now time.Time) []api.PeerStatus {
 	out := make([]api.PeerStatus, 0, p.world-1)
 	for r := 1; r < p.world; r++ {
 		ps := api.PeerStatus{Rank: r, HeartbeatAgeMs: -1, State: "unknown"}
@@ -153,3 +156,7 @@ func (p *peerTable) status(now time.Time) []api.PeerStatus {
 	}
 	return out
 }
+
+// Heard is when rank r was last heard from (or the grace period's
+// reference point after a restart); zero if never.
+func (p *Peers) Heard(r int) time.Time { return p.heard[r] }

@@ -1,4 +1,4 @@
-package rank
+package core
 
 import (
 	"errors"
@@ -240,13 +240,14 @@ func digestSteps() []*broadcast.Step {
 }
 
 func TestMirrorDigest(t *testing.T) {
+	codec := broadcast.NewCodec(broadcast.JobHash("digest"), nil)
 	a, b := NewMirror(1), NewMirror(1)
 	seen := map[uint64]bool{0: true}
 	for _, s := range digestSteps() {
 		mustApply(t, a, s)
 		// b gets the step through the wire, as a follower does.
 		var dec broadcast.Step
-		if err := drvCodec.DecodeStep(drvCodec.AppendStep(nil, s), &dec); err != nil {
+		if err := codec.DecodeStep(codec.AppendStep(nil, s), &dec); err != nil {
 			t.Fatal(err)
 		}
 		mustApply(t, b, &dec)

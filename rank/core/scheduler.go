@@ -1,4 +1,4 @@
-package rank
+package core
 
 import (
 	"cmp"
@@ -14,9 +14,9 @@ import (
 // ErrOverloaded is returned by Submit when the queue is full.
 var ErrOverloaded = errors.New("overloaded: request queue is full")
 
-// overloaded is the one way a request refused for a full queue is told so,
+// Overloaded is the one way a request refused for a full queue is told so,
 // whichever queue (the scheduler's, or the intake in front of it) was full.
-func overloaded(waiting int) error {
+func Overloaded(waiting int) error {
 	return fmt.Errorf("%w (%d waiting); retry later", ErrOverloaded, waiting)
 }
 
@@ -30,20 +30,20 @@ type Request struct {
 	Finish    string
 	Err       error
 
-	// Tag is the driver's handle for the requester (its reply subject);
-	// the scheduler does not look at it.
+	// Tag is the driver's handle for the requester (its reply subject):
+	// the key of its cancels and keepalives.
 	Tag string
 
-	times requestTimes // the driver's
-	// keepalive is when its client's last keepalive reached rank 0 (zero:
-	// none yet). Carried across epochs, it marks a client that sends them,
-	// so one that went away while the world re-formed is still timed out.
-	keepalive time.Time
-	// keepalives: the client promised keepalives when it submitted.
-	keepalives bool
-	// trace is the request's tracing (see reqspan.go); it travels with
-	// the request across epochs.
-	trace requestTrace
+	// Keepalives: the client promised keepalives when it submitted.
+	Keepalives bool
+	// LastKeepalive is when its client's last keepalive reached rank 0
+	// (zero: none yet). Carried across epochs, it marks a client that
+	// sends them, so one that went away while the world re-formed is
+	// still timed out.
+	LastKeepalive time.Time
+	// Ext is the driver's own state of the request (its timings and
+	// tracing), carried with it across epochs. The core never reads it.
+	Ext any
 }
 
 // Event is something a requester must hear about after a step: a new
@@ -91,7 +91,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 // Submit queues r and assigns its sequence ID.
 func (s *Scheduler) Submit(r *Request) error {
 	if len(s.waiting) >= s.cfg.MaxQueue {
-		return overloaded(len(s.waiting))
+		return Overloaded(len(s.waiting))
 	}
 	r.Seq = s.nextSeq
 	s.nextSeq++
@@ -114,11 +114,6 @@ func (s *Scheduler) Active() int { return len(s.active) }
 func (s *Scheduler) Idle() bool {
 	return len(s.active) == 0 && len(s.waiting) == 0 && len(s.tokens) == 0 && len(s.removals) == 0
 }
-
-// requestTimes are the moments rank 0's driver times a request by: it
-// arrived (read off the bus), was first scheduled into a step's batch,
-// and its first and last tokens were sampled.
-type requestTimes struct{ received, scheduled, first, last time.Time }
 
 // Next builds step k of epoch: the tokens sampled at step k-1, the
 // sequences that finished then, and as many waiting requests as fit in the

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tpcoord/tpcoord/internal/poll"
+	"github.com/tpcoord/tpcoord/internal/stats"
 )
 
 // These tests start agents by hand (no launch), so what they see is the
@@ -190,7 +191,7 @@ func TestDetectionTimes(t *testing.T) {
 	}
 	slices.Sort(times)
 	t.Logf("detection over %d kills: median %v, min %v, max %v, all %v", runs,
-		times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), times)
+		stats.Median(times).Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), times)
 }
 
 // TestDuplicateRankRefused: a second agent claiming a taken rank exits 2

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // TestMultiNodeCluster runs the three-node example (configs/systemd/
@@ -85,7 +87,7 @@ func sameTokens(t *testing.T, what string, got, want []generated) {
 func (c *cluster) lockstepEverywhere(when string) {
 	c.t.Helper()
 	for _, h := range c.hosts {
-		waitFor(c.t, time.Minute, "all 4 ranks at one step and digest "+when+", seen from host "+h.name, c.inLockstep(h, 1, "running"))
+		poll.UntilDetail(c.t, time.Minute, "all 4 ranks at one step and digest "+when+", seen from host "+h.name, c.inLockstep(h, 1, "running"))
 	}
 }
 
@@ -124,7 +126,7 @@ func (c *cluster) across(h *host, reqs []request, fault func()) []generated {
 		got, err := c.generateAll(h, reqs)
 		done <- result{got, err}
 	}()
-	waitFor(c.t, time.Minute, "every request decoding", func() (bool, string) {
+	poll.UntilDetail(c.t, time.Minute, "every request decoding", func() (bool, string) {
 		c.running()
 		ranks, err := c.status(h)
 		ok := err == nil && len(ranks) == len(c.agents) && ranks[0].Rank == 0 && ranks[0].Rows == len(reqs) && ranks[0].Step > 5
@@ -198,7 +200,7 @@ func (c *cluster) killServers(hosts []*host, h *host) {
 		c.servers[slices.Index(c.hosts, v)].kill()
 		names = append(names, v.name)
 	}
-	waitFor(c.t, time.Minute, "every rank decoding again", c.resumed(h, before, false))
+	poll.UntilDetail(c.t, time.Minute, "every rank decoding again", c.resumed(h, before, false))
 	took := time.Since(killed)
 	after := c.rank0Position(h)
 	reconnected := "not logged"
@@ -238,7 +240,7 @@ func (c *cluster) hostAway(i int, h *host) {
 			c.agents[r], ranks = nil, append(ranks, r)
 		}
 	}
-	waitFor(c.t, time.Minute, "rank 0 waiting for the world to re-form", func() (bool, string) {
+	poll.UntilDetail(c.t, time.Minute, "rank 0 waiting for the world to re-form", func() (bool, string) {
 		c.running()
 		st, err := c.status(h)
 		return err == nil && len(st) > 0 && st[0].Rank == 0 && st[0].State == "reforming", fmt.Sprintf("%+v %v", st, err)
@@ -252,7 +254,7 @@ func (c *cluster) hostAway(i int, h *host) {
 	for _, r := range ranks {
 		c.startAgent(r)
 	}
-	waitFor(c.t, 2*time.Minute, "every rank decoding again in a new epoch", c.resumed(h, before, true))
+	poll.UntilDetail(c.t, 2*time.Minute, "every rank decoding again in a new epoch", c.resumed(h, before, true))
 	took := time.Since(back)
 	log := c.agents[0].log.String()[from:]
 	lost, ok1 := firstLogTime(log, "peer lost; waiting for the world to re-form")

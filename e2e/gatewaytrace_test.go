@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // TestJaegerHTTPTraceReachesRank0: an HTTP request with a W3C traceparent
@@ -37,7 +39,7 @@ func TestJaegerHTTPTraceReachesRank0(t *testing.T) {
 	if _, err := j.stop(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("launch exited with %v", err)
 	}
-	waitFor(t, 60*time.Second, "one trace from the HTTP call to rank 0", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "one trace from the HTTP call to rank 0", func() (bool, string) {
 		tr, err := getTrace(query, traceID)
 		if err != nil {
 			return false, err.Error()

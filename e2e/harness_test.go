@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 var tpcoordBin string
@@ -109,7 +111,7 @@ func launchBin(t *testing.T, bin string, args ...string) *job {
 			t.Logf("launch output:\n%s", j.log.String())
 		}
 	})
-	waitFor(t, 90*time.Second, "ready file", func() (bool, string) {
+	poll.UntilDetail(t, 90*time.Second, "ready file", func() (bool, string) {
 		select {
 		case <-j.exited:
 			t.Fatalf("launch exited before ready: %v\n%s", j.err, j.log.String())
@@ -159,24 +161,6 @@ func alive(pid int) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	backoff := 10 * time.Millisecond
-	var last string
-	for time.Now().Before(deadline) {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		time.Sleep(backoff) // polling interval, not a synchronisation
-		backoff = min(2*backoff, 500*time.Millisecond)
-	}
-	t.Fatalf("%s: not reached within %v; last: %s", what, limit, last)
 }
 
 type generated struct {

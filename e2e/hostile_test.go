@@ -17,6 +17,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/freeport"
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // TestGarbageAndReplayFlood floods the step subject with 10,000 garbage,
@@ -49,7 +50,7 @@ func TestGarbageAndReplayFlood(t *testing.T) {
 		t.Fatal("requests did not complete")
 	}
 	checkResults(t, reqs, got)
-	waitFor(t, 60*time.Second, "all ranks running at the same step and digest", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "all ranks running at the same step and digest", func() (bool, string) {
 		ranks, err := j.status()
 		if err != nil {
 			return false, err.Error()
@@ -108,7 +109,7 @@ func captureSteps(t *testing.T, nc *nats.Conn, subject string) *stepCapture {
 // waitAndStop waits until at least n steps are captured and unsubscribes.
 func (c *stepCapture) waitAndStop(n int) {
 	c.t.Helper()
-	waitFor(c.t, 60*time.Second, "some real steps captured", func() (bool, string) {
+	poll.UntilDetail(c.t, 60*time.Second, "some real steps captured", func() (bool, string) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return len(c.captured) >= n, fmt.Sprintf("%d captured", len(c.captured))
@@ -187,7 +188,7 @@ func startNATSServer(t *testing.T, port int) *natsServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.kill() })
-	waitFor(t, 30*time.Second, "nats-server accepting connections", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "nats-server accepting connections", func() (bool, string) {
 		nc, err := nats.Connect(s.url(), nats.Timeout(time.Second))
 		if err != nil {
 			return false, err.Error()
@@ -225,7 +226,7 @@ func TestNATSServerRestart(t *testing.T) {
 		defer cancel()
 		_, _ = j.generate(ctx, "--prompt", "5,6,7", "--max-tokens", "400", "--ignore-eos", "--timeout", "60s")
 	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "decoding under way", func() (bool, string) {
 		ranks, err := j.status()
 		return err == nil && len(ranks) == 3 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -237,14 +238,14 @@ func TestNATSServerRestart(t *testing.T) {
 	if j.info.NATSURL != restarted.url() {
 		t.Fatalf("the job uses NATS at %s, not the restarted server at %s: the restart tests nothing", j.info.NATSURL, restarted.url())
 	}
-	waitFor(t, 60*time.Second, "every rank reconnected and answering", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "every rank reconnected and answering", func() (bool, string) {
 		ranks, err := j.status()
 		return err == nil && len(ranks) == 3, fmt.Sprintf("%+v %v", ranks, err)
 	})
 
 	reqs := workload(4)
 	checkResults(t, reqs, runAll(t, j, reqs))
-	waitFor(t, 90*time.Second, "all ranks running at the same step and digest after the restart", func() (bool, string) {
+	poll.UntilDetail(t, 90*time.Second, "all ranks running at the same step and digest after the restart", func() (bool, string) {
 		ranks, err := j.status()
 		if err != nil || len(ranks) != 3 {
 			return false, fmt.Sprintf("%+v %v", ranks, err)
@@ -308,7 +309,7 @@ func TestForgedStepWhileIdle(t *testing.T) {
 	codec := broadcast.NewCodec(broadcast.JobHash(j.info.Job), nil)
 	last := steps.last(codec) // its epoch and leader: the capture may miss the latest steps
 	var idle uint64           // rank 0's last step, which every rank applied
-	waitFor(t, 30*time.Second, "the job idle at rank 0's last step", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "the job idle at rank 0's last step", func() (bool, string) {
 		st, err := j.status()
 		ok := err == nil && len(st) == 3 && st[0].Rows == 0 && st[1].Step == st[0].Step && st[2].Step == st[0].Step
 		if ok {

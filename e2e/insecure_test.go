@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // TestInsecureRefused: an agent bound beyond loopback without a gossip
@@ -60,7 +62,7 @@ func TestInsecureWarnsOnce(t *testing.T) {
 	nats := fmt.Sprintf("nats://e2etoken@127.0.0.1:%d", pickPort(t, false))
 	a := startAgent(t, 0, "--job", "e2e-insecure", "--bind", "0.0.0.0:0", "--insecure", "--nats-serve", "--nats", nats,
 		"--local", "--vocab", "1024", "--noise", "inline", "--forward-time", "1ms", "--log-format", "text")
-	waitFor(t, 60*time.Second, "the world of one formed", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "the world of one formed", func() (bool, string) {
 		if !a.running() {
 			return true, ""
 		}

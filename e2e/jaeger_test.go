@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/internal/freeport"
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // jaegerBin finds the Jaeger all-in-one binary: $TPCOORD_JAEGER, else the
@@ -99,7 +100,7 @@ func startJaeger(t *testing.T) (otlpGRPC, otlpHTTP, query string) {
 			t.Logf("jaeger output:\n%s", log.String())
 		}
 	})
-	waitFor(t, 60*time.Second, "jaeger query API", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "jaeger query API", func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatalf("jaeger exited:\n%s", log.String())
@@ -297,7 +298,7 @@ func TestJaegerTraces(t *testing.T) {
 		t.Fatalf("launch exited with %v", err)
 	}
 
-	waitFor(t, 60*time.Second, "a step trace with spans from all ranks", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "a step trace with spans from all ranks", func() (bool, string) {
 		traces, err := queryTraces(query, "step")
 		if err != nil {
 			return false, err.Error()
@@ -312,7 +313,7 @@ func TestJaegerTraces(t *testing.T) {
 		}
 		return false, last
 	})
-	waitFor(t, 30*time.Second, "rank 0's request span", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "rank 0's request span", func() (bool, string) {
 		traces, err := queryTraces(query, "text_completion")
 		if err != nil {
 			return false, err.Error()
@@ -351,7 +352,7 @@ type obsStatus struct {
 func waitObsStatus(t *testing.T, j *job, world int) []obsStatus {
 	t.Helper()
 	var ranks []obsStatus
-	waitFor(t, 30*time.Second, "status with phases and recent steps from every rank", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "status with phases and recent steps from every rank", func() (bool, string) {
 		out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
 		if err != nil {
 			return false, err.Error()
@@ -423,7 +424,7 @@ func TestMetricsStatusFlight(t *testing.T) {
 	if err := syscall.Kill(j.info.PIDs[1], syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "rank 1's flight dump after SIGUSR1", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "rank 1's flight dump after SIGUSR1", func() (bool, string) {
 		return len(dumps(1)) == 1, fmt.Sprint(dumps(1))
 	})
 	data, err := os.ReadFile(dumps(1)[0])
@@ -438,7 +439,7 @@ func TestMetricsStatusFlight(t *testing.T) {
 	if err := syscall.Kill(j.info.PIDs[1], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "rank 0's flight dump after losing rank 1", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "rank 0's flight dump after losing rank 1", func() (bool, string) {
 		return len(dumps(0)) == 1, fmt.Sprint(dumps(0))
 	})
 	_ = j.wait(60 * time.Second)
@@ -464,7 +465,7 @@ func TestJaegerFromEnvOnly(t *testing.T) {
 	if strings.Contains(j.log.String(), "trace export failed") {
 		t.Errorf("an export failed:\n%s", tail(j.log.String(), 20))
 	}
-	waitFor(t, 60*time.Second, "step spans of service tpcoord-env", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "step spans of service tpcoord-env", func() (bool, string) {
 		resp, err := http.Get("http://" + query + "/api/traces?service=tpcoord-env&operation=step&limit=5")
 		if err != nil {
 			return false, err.Error()

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // request is one generate call of a test workload.
@@ -75,7 +77,7 @@ func TestLockstepFourRanks(t *testing.T) {
 	reqs := workload(8)
 	checkResults(t, reqs, runAll(t, j, reqs))
 
-	waitFor(t, 60*time.Second, "all ranks at the same step and digest", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "all ranks at the same step and digest", func() (bool, string) {
 		ranks, err := j.status()
 		if err != nil {
 			return false, err.Error()
@@ -191,7 +193,7 @@ func longRequest(t *testing.T, j *job, nranks int, timeout time.Duration) <-chan
 		_, err := j.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "50000", "--ignore-eos", "--timeout", timeout.String())
 		genErr <- err
 	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "decoding under way", func() (bool, string) {
 		ranks, err := j.status()
 		return err == nil && len(ranks) == nranks && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
 	})

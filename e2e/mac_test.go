@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // procEnv is the environment process pid started with.
@@ -89,13 +90,13 @@ func TestForgedStepRefused(t *testing.T) {
 		}
 	}
 	steps.mu.Unlock()
-	waitFor(t, 30*time.Second, "the job idle at rank 0's last step", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "the job idle at rank 0's last step", func() (bool, string) {
 		st, err := j.status()
 		return err == nil && len(st) == 3 && st[0].Rows == 0 && st[1].Step == st[0].Step && st[2].Step == st[0].Step, fmt.Sprint(st, err)
 	})
 	publishForgeries(t, nc, subj, keyless, last)
 
-	waitFor(t, 30*time.Second, "the forgeries refused as mac by every rank", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "the forgeries refused as mac by every rank", func() (bool, string) {
 		st, err := j.status()
 		if err != nil || len(st) != 3 {
 			return false, fmt.Sprint(st, err)
@@ -155,7 +156,7 @@ func publishForgeries(t *testing.T, nc *nats.Conn, subj broadcast.Subjects, keyl
 // running.
 func checkAgreeAfterForgeries(t *testing.T, j *job, forgedAfter uint64) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "every rank at one step and digest", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "every rank at one step and digest", func() (bool, string) {
 		st, err := j.status()
 		if err != nil || len(st) != 3 {
 			return false, fmt.Sprint(st, err)

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
+	"github.com/tpcoord/tpcoord/internal/stats"
 )
 
 // These tests start agents by hand (no launch), so what they see is the
@@ -83,7 +86,7 @@ func (m *manualJob) client() *job {
 func (m *manualJob) waitRunning(world int) {
 	m.t.Helper()
 	c := m.client()
-	waitFor(m.t, 90*time.Second, "every rank answering status", func() (bool, string) {
+	poll.UntilDetail(m.t, 90*time.Second, "every rank answering status", func() (bool, string) {
 		ranks, err := c.status()
 		return err == nil && len(ranks) == world, fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -188,7 +191,7 @@ func TestDetectionTimes(t *testing.T) {
 	}
 	slices.Sort(times)
 	t.Logf("detection over %d kills: median %v, min %v, max %v, all %v", runs,
-		times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), times)
+		stats.Median(times).Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), times)
 }
 
 // TestDuplicateRankRefused: a second agent claiming a taken rank exits 2
@@ -290,7 +293,7 @@ func TestWaitPolicyResumes(t *testing.T) {
 	c := m.client()
 	done := make(chan []generated, 1)
 	go func() { done <- runAll(t, c, reqs) }()
-	waitFor(t, 60*time.Second, "all requests decoding", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "all requests decoding", func() (bool, string) {
 		ranks, err := c.status()
 		return err == nil && len(ranks) == 4 && ranks[0].Rows == len(reqs) && ranks[0].Step > 5, fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -301,7 +304,7 @@ func TestWaitPolicyResumes(t *testing.T) {
 	<-victim.exited
 	// Between epochs the survivors still answer status, and rank 0 the
 	// requesters' keepalives (or they would give up on it).
-	waitFor(t, 2*time.Minute, "rank 0 reporting the re-formation", func() (bool, string) {
+	poll.UntilDetail(t, 2*time.Minute, "rank 0 reporting the re-formation", func() (bool, string) {
 		ranks, err := c.status()
 		return err == nil && len(ranks) == 3 && ranks[0].Rank == 0 && ranks[0].State == "reforming", fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -353,13 +356,13 @@ func TestRank0RestartReforms(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-old.exited
-	waitFor(t, time.Minute, "the followers re-forming", func() (bool, string) {
+	poll.UntilDetail(t, time.Minute, "the followers re-forming", func() (bool, string) {
 		ranks, err := c.status()
 		return err == nil && len(ranks) == 2 && ranks[0].State == "reforming", fmt.Sprintf("%+v %v", ranks, err)
 	})
 	restarted := time.Now()
 	m.start(0)
-	waitFor(t, 2*time.Minute, "the world re-formed around the restarted rank 0", func() (bool, string) {
+	poll.UntilDetail(t, 2*time.Minute, "the world re-formed around the restarted rank 0", func() (bool, string) {
 		ranks, err := c.status()
 		ok := err == nil && len(ranks) == 3
 		for _, r := range ranks {
@@ -392,7 +395,7 @@ func TestFrozenFollowerNotCountedPresent(t *testing.T) {
 	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "rank 0 waiting for the world to re-form", func() (bool, string) {
+	poll.UntilDetail(t, time.Minute, "rank 0 waiting for the world to re-form", func() (bool, string) {
 		ranks, err := c.status()
 		return err == nil && len(ranks) > 0 && ranks[0].Rank == 0 && ranks[0].State == "reforming", fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -404,7 +407,7 @@ func TestFrozenFollowerNotCountedPresent(t *testing.T) {
 	}
 	<-frozen.exited
 	m.start(2)
-	waitFor(t, 2*time.Minute, "the world re-formed in epoch 1", func() (bool, string) {
+	poll.UntilDetail(t, 2*time.Minute, "the world re-formed in epoch 1", func() (bool, string) {
 		ranks, err := c.status()
 		ok := err == nil && len(ranks) == 3
 		for _, r := range ranks {

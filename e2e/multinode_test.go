@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // The three-node example (configs/systemd/examples/three-node) names its
@@ -183,7 +185,7 @@ func startCluster(t *testing.T) *cluster {
 		c.startAgent(r)
 	}
 	for _, h := range c.hosts {
-		waitFor(t, 2*time.Minute, "all 4 ranks up, seen from host "+h.name, c.inLockstep(h, 0, "ready", "running"))
+		poll.UntilDetail(t, 2*time.Minute, "all 4 ranks up, seen from host "+h.name, c.inLockstep(h, 0, "ready", "running"))
 	}
 	return c
 }
@@ -202,7 +204,7 @@ func (c *cluster) startServer(i int) {
 // is checked by the job: status through each server sees every rank.
 func (c *cluster) waitRouted(i int) {
 	s := c.servers[i]
-	waitFor(c.t, time.Minute, s.name+" routed to the others", func() (bool, string) {
+	poll.UntilDetail(c.t, time.Minute, s.name+" routed to the others", func() (bool, string) {
 		if !s.alive() {
 			c.t.Fatalf("%s exited: %v\n%s", s.name, s.err, s.log.String())
 		}

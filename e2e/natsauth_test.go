@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // The job and users of configs/nats/nats-server.conf.
@@ -87,7 +89,7 @@ func (s *authServer) run(t *testing.T) {
 			t.Logf("nats-server output:\n%s", log.String())
 		}
 	})
-	waitFor(t, 30*time.Second, "nats-server accepting the client user", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "nats-server accepting the client user", func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatalf("nats-server exited:\n%s", log.String())
@@ -260,7 +262,7 @@ func TestNATSAuthWaitReforms(t *testing.T) {
 	}
 	<-agents[1].exited
 	agents[1] = startAuthAgent(t, srv, memberPort, 1, wait...)
-	waitFor(t, 90*time.Second, "both ranks serving in epoch 1", func() (bool, string) {
+	poll.UntilDetail(t, 90*time.Second, "both ranks serving in epoch 1", func() (bool, string) {
 		ranks, err := authStatus(srv)
 		ok := err == nil && len(ranks) == 2
 		for _, r := range ranks {
@@ -280,7 +282,7 @@ func TestNATSAuthWaitReforms(t *testing.T) {
 func authLockstep(t *testing.T, srv *authServer, agents []*agent, what string) []rankStatus {
 	t.Helper()
 	var ranks []rankStatus
-	waitFor(t, 90*time.Second, what, func() (bool, string) {
+	poll.UntilDetail(t, 90*time.Second, what, func() (bool, string) {
 		for _, a := range agents {
 			if !a.running() {
 				t.Fatalf("rank %d exited: %v", a.rank, a.err)
@@ -358,7 +360,7 @@ func TestNATSAuthServerRestartKeepsRequests(t *testing.T) {
 		out, err := cmd.Output()
 		done <- result{out, err, stderr.String()}
 	}()
-	waitFor(t, 60*time.Second, "the request decoding", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "the request decoding", func() (bool, string) {
 		ranks, err := authStatus(srv)
 		return err == nil && len(ranks) == 2 && ranks[0].Rows == 1 && ranks[0].Step > 20, fmt.Sprintf("%+v %v", ranks, err)
 	})

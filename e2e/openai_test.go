@@ -23,6 +23,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/respjson"
 
 	"github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // These tests drive `launch --http` with the official openai-go client, as
@@ -359,7 +360,7 @@ func testServiceEndpoints(t *testing.T, oj *openaiJob) {
 	if code, body, err := get(ctx, oj.root()+"/health"); err != nil || code != http.StatusOK {
 		t.Errorf("/health: %d %q %v", code, body, err)
 	}
-	waitFor(t, 30*time.Second, "/ready 200", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "/ready 200", func() (bool, string) {
 		code, body, err := get(ctx, oj.root()+"/ready")
 		return err == nil && code == http.StatusOK && strings.Contains(body, `"world_size":2`), fmt.Sprintf("%d %s %v", code, body, err)
 	})
@@ -396,7 +397,7 @@ func TestOpenAIDisconnect(t *testing.T) {
 	}
 	cancel()
 	_ = s.Close()
-	waitFor(t, 30*time.Second, "rank 0 frees the row", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "rank 0 frees the row", func() (bool, string) {
 		ranks, err := oj.status()
 		return err == nil && len(ranks) == 2 && ranks[0].Rows == 0, fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -404,12 +405,12 @@ func TestOpenAIDisconnect(t *testing.T) {
 		t.Fatalf("rank 0 ran %d steps: the request ran to its end, not cancelled", ranks[0].Step)
 	}
 	rank0 := "http://" + ranks[0].MetricsAddr + "/metrics"
-	waitFor(t, 30*time.Second, "rank 0 counts the request cancelled", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "rank 0 counts the request cancelled", func() (bool, string) {
 		_, body, err := get(context.Background(), rank0)
 		v := metricValue(body, "tpcoord_requests_total", `finish_reason="cancelled"`)
 		return err == nil && v == 1, fmt.Sprintf("%v %v", v, err)
 	})
-	waitFor(t, 30*time.Second, "the gateway counts the request aborted", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "the gateway counts the request aborted", func() (bool, string) {
 		_, body, err := get(context.Background(), oj.root()+"/metrics")
 		v := metricValue(body, "tpcoord_request_success_total", `finished_reason="abort"`)
 		return err == nil && v == 1, fmt.Sprintf("%v %v", v, err)
@@ -463,13 +464,13 @@ func TestOpenAIOverload(t *testing.T) {
 	// still taken by the first, not yet in the batch.
 	for i, what := range []string{"one request decoding", "one request decoding, one waiting"} {
 		wg.Go(func() { _, _ = oj.client.Completions.New(long, seeded(oj.info.Job, int64(i), 5000), ignoreEOS) })
-		waitFor(t, 30*time.Second, what, func() (bool, string) {
+		poll.UntilDetail(t, 30*time.Second, what, func() (bool, string) {
 			ranks, err := oj.status()
 			return err == nil && len(ranks) == 2 && ranks[0].Rows == 1 && ranks[0].Waiting == i, fmt.Sprintf("%+v %v", ranks, err)
 		})
 	}
 	var last error
-	waitFor(t, 30*time.Second, "a 429", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "a 429", func() (bool, string) {
 		_, last = oj.client.Completions.New(ctx, seeded(oj.info.Job, 9, 1))
 		var e *openai.Error
 		return errors.As(last, &e) && e.StatusCode == http.StatusTooManyRequests, fmt.Sprint(last)

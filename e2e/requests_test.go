@@ -18,6 +18,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -109,7 +110,7 @@ func TestCancelMidStream(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "the request decoding", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "the request decoding", func() (bool, string) {
 		ranks, err := j.status()
 		return err == nil && len(ranks) == 2 && ranks[0].Step > 10, fmt.Sprintf("%+v %v", ranks, err)
 	})
@@ -122,7 +123,7 @@ func TestCancelMidStream(t *testing.T) {
 	if err := json.Unmarshal([]byte(line), &got); err != nil || got.FinishReason != "cancelled" || len(got.Tokens) == 0 {
 		t.Fatalf("generate after SIGINT printed %q", out.String())
 	}
-	waitFor(t, 30*time.Second, "the batch empty and ranks in lockstep", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "the batch empty and ranks in lockstep", func() (bool, string) {
 		nc, subj := connect(t, j)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -204,7 +205,7 @@ func reference(t *testing.T, py string, ck *checkpoint, reqs []torchRequest) [][
 // digest, then stops the job cleanly.
 func stopAndCheckDigests(t *testing.T, j *job, nproc int) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "every rank at rank 0's step and digest", func() (bool, string) {
+	poll.UntilDetail(t, 30*time.Second, "every rank at rank 0's step and digest", func() (bool, string) {
 		st, err := j.status()
 		if err != nil || len(st) != nproc {
 			return false, fmt.Sprint(st, err)

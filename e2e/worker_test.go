@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // pythonWorkerCmd is --worker-cmd for the Python reference worker.
@@ -139,7 +141,7 @@ func TestWorkerKilledEndsJob(t *testing.T) {
 		}
 		genDone <- err
 	}()
-	waitFor(t, 60*time.Second, "decoding under way", func() (bool, string) {
+	poll.UntilDetail(t, 60*time.Second, "decoding under way", func() (bool, string) {
 		ranks, err := j.status()
 		if err != nil {
 			return false, err.Error()

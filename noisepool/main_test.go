@@ -2,7 +2,6 @@ package noisepool
 
 import (
 	"os"
-	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -14,6 +13,3 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // exhaustive reports whether the 2^32-input sweeps should run
 // (TPC_NOISE_EXHAUSTIVE=1; about a minute on two cores).
 func exhaustive() bool { return os.Getenv("TPC_NOISE_EXHAUSTIVE") == "1" }
-
-// waitABit lets other goroutines run while a test polls.
-func waitABit() { runtime.Gosched() }

@@ -13,20 +13,8 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
-
-// checkFor polls cond until it holds or the deadline passes (no sleeps: it
-// yields the processor between polls).
-func checkFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		waitABit()
-	}
-}
 
 func smallConfig(vocab, rows, producers, lookahead int) Config {
 	c := DefaultConfig()
@@ -355,7 +343,7 @@ func TestCloseMidFill(t *testing.T) {
 	<-inFill
 	closed := make(chan error)
 	go func() { closed <- p.Close() }()
-	checkFor(t, "Close to signal the producers", p.stopping.Load)
+	poll.Until(t, 20*time.Second, "Close to signal the producers", p.stopping.Load)
 	close(proceed)
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -573,7 +561,7 @@ func TestIdleProducersTouchSlots(t *testing.T) {
 		t.Fatalf("new pool: %d slots untouched, want 6", s.Untouched)
 	}
 	p.Activate(3, 0)
-	checkFor(t, "every slot touched", func() bool { return p.Stats().Untouched == 0 })
+	poll.Until(t, 20*time.Second, "every slot touched", func() bool { return p.Stats().Untouched == 0 })
 	var held []Row
 	for row := range uint64(5) { // more rows held than were ever filled
 		r, err := p.Take(3, row)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/rank/core"
 )
@@ -133,7 +134,7 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 	})
 	requester := hub.Connect()
 	t.Cleanup(requester.Close)
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+	poll.Until(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 
@@ -188,7 +189,7 @@ func TestDriverClientCancelAndTimeout(t *testing.T) {
 			break
 		}
 	}
-	eventually(t, 10*time.Second, "ranks not idle and in lockstep", func() bool {
+	poll.Until(t, 10*time.Second, "ranks not idle and in lockstep", func() bool {
 		a, b := ranks[0].d.Status(), ranks[1].d.Status()
 		return a.Rows == 0 && a.Step == b.Step && a.Digest == b.Digest
 	})
@@ -374,7 +375,7 @@ func TestDriverAcksKeepalives(t *testing.T) {
 	if err := c.requester.Publish(&broadcast.Msg{Subject: drvSubj.Client(), Data: cancelMsg}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the cancelled request still known", func() bool { return !ackOf(t, c.requester, inbox).Known })
+	poll.Until(t, 10*time.Second, "the cancelled request still known", func() bool { return !ackOf(t, c.requester, inbox).Known })
 }
 
 // TestGenerateEndsWhenRank0Dies: rank 0's connection goes away mid-request
@@ -491,7 +492,7 @@ func TestDriverIdleAnswersKeepalive(t *testing.T) {
 // waitServing waits until world ranks answer status through tr.
 func waitServing(t *testing.T, tr broadcast.Transport, world int) {
 	t.Helper()
-	eventually(t, 10*time.Second, "ranks not serving", func() bool {
+	poll.Until(t, 10*time.Second, "ranks not serving", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		st, _ := client.CollectStatus(ctx, tr, drvSubj, 100*time.Millisecond)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/rank/core"
 )
@@ -29,18 +30,6 @@ var (
 	drvSubj  = broadcast.Subjects{Prefix: "tpc", Job: drvJob}
 	drvCodec = broadcast.NewCodec(broadcast.JobHash(drvJob), nil) // the tests' job has no key
 )
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 func driverConfig(rank, world int) DriverConfig {
 	return DriverConfig{
@@ -315,7 +304,7 @@ func generateAll(t *testing.T, c *cluster, reqs []*api.GenerateRequest) []outcom
 func waitRanksAgree(t *testing.T, c *cluster) {
 	t.Helper()
 	var last []api.RankStatus
-	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
+	poll.Until(t, 10*time.Second, "ranks did not agree", func() bool {
 		last = c.status(t)
 		if len(last) != 3 {
 			return false
@@ -428,7 +417,7 @@ func lone(t *testing.T) (*runningRank, broadcast.Transport, context.CancelFunc) 
 		_ = r.wait(t)
 		pub.Close()
 	})
-	eventually(t, 10*time.Second, "follower never became ready", func() bool {
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool {
 		return r.d.Status().State == "ready"
 	})
 	return r, pub, cancel
@@ -445,7 +434,7 @@ func publishStep(t *testing.T, tr broadcast.Transport, st *broadcast.Step) {
 func TestDriverFollowerGapAborts(t *testing.T) {
 	r, pub, _ := lone(t)
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
 	// Step 2 never comes; nobody can replay it.
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 3, Tokens: []broadcast.Token{{Seq: 1, Token: 9}}})
 	err := r.wait(t)
@@ -556,12 +545,12 @@ func TestDriverFollowerReplayWaitsForRank0(t *testing.T) {
 	cfg := driverConfig(1, 2)
 	cfg.ReplayTimeout = time.Second
 	r := startRankOn(t, ctx, refusals, cfg)
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	publishStep(t, pub, steps[0])
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
 	publishStep(t, pub, steps[2]) // step 2 is lost on the way
-	eventually(t, 30*time.Second, "the follower never caught up to step 3", func() bool {
+	poll.Until(t, 30*time.Second, "the follower never caught up to step 3", func() bool {
 		st := r.d.Status()
 		if st.State == "aborted" {
 			t.Fatalf("the follower aborted: %+v", st)
@@ -603,7 +592,7 @@ func TestDriverFollowerIgnoresNoise(t *testing.T) {
 	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Step(), Data: []byte("garbage")})
 	_ = pub.Publish(&broadcast.Msg{Subject: drvSubj.Control(), Data: []byte("{")})
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 2})
-	eventually(t, 10*time.Second, "step 2 not applied", func() bool { return r.d.Status().Step == 2 })
+	poll.Until(t, 10*time.Second, "step 2 not applied", func() bool { return r.d.Status().Step == 2 })
 	cancel()
 	if err := r.wait(t); err != nil {
 		t.Fatalf("Run = %v after cancel, want nil", err)
@@ -634,7 +623,7 @@ func TestDriverLeaderStops(t *testing.T) {
 			r := startRank(t, ctx, hub, driverConfig(0, 2))
 			requester := hub.Connect()
 			defer requester.Close()
-			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+			poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 			reply := subscribeReplies(t, requester)
 			data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
 			if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
@@ -683,7 +672,7 @@ func TestDriverOverload(t *testing.T) {
 	r := startRank(t, ctx, hub, cfg)
 	requester := hub.Connect()
 	defer requester.Close()
-	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 	reply := subscribeReplies(t, requester)
 	data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 3})
 	const n = 8
@@ -725,7 +714,7 @@ func TestDriverLeaderStopsWhileBusy(t *testing.T) {
 			r := startRank(t, ctx, hub, driverConfig(0, 1))
 			requester := hub.Connect()
 			defer requester.Close()
-			eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+			poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 			req := &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 100_000, Params: api.Params{IgnoreEOS: true}}
 			started := make(chan struct{})
 			var once sync.Once
@@ -785,7 +774,7 @@ func TestDriverStepsTransport(t *testing.T) {
 	if !slices.Equal(rep.Tokens, want) {
 		t.Fatalf("tokens %v, want %v", rep.Tokens, want)
 	}
-	eventually(t, 10*time.Second, "follower never caught up", func() bool {
+	poll.Until(t, 10*time.Second, "follower never caught up", func() bool {
 		s0, s1 := ranks[0].d.Status(), ranks[1].d.Status()
 		return s1.Step == s0.Step && s1.Digest == s0.Digest
 	})
@@ -814,7 +803,7 @@ func generateWithSteps(t *testing.T, hub *broadcast.Hub, main, steps broadcast.T
 			_ = r.wait(t)
 		}
 	})
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+	poll.Until(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 	req := &api.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: api.Params{IgnoreEOS: true}}
@@ -884,7 +873,7 @@ func testStepNotSent(t *testing.T, pubErr error, fail func(int64) bool) {
 	if want, _ := predict(t, req); !slices.Equal(rep.Tokens, want) {
 		t.Fatalf("tokens %v, want %v", rep.Tokens, want)
 	}
-	eventually(t, 10*time.Second, "follower never caught up", func() bool {
+	poll.Until(t, 10*time.Second, "follower never caught up", func() bool {
 		s0, s1 := ranks[0].d.Status(), ranks[1].d.Status()
 		return s1.Step == s0.Step && s1.Digest == s0.Digest
 	})
@@ -947,7 +936,7 @@ func TestDriverBatchEpoch(t *testing.T) {
 	if _, err := client.Generate(gctx, requester, drvSubj, req, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the follower ran no step", func() bool {
+	poll.Until(t, 10*time.Second, "the follower ran no step", func() bool {
 		recs[1].mu.Lock()
 		defer recs[1].mu.Unlock()
 		return len(recs[1].batches) > 0

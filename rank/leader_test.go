@@ -11,6 +11,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 	"github.com/tpcoord/tpcoord/rank/core"
 )
@@ -88,8 +89,8 @@ func startWithLeader(t *testing.T, rank int) (context.CancelFunc, *runningRank, 
 func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 	_, r, pub := startWithLeader(t, 0)
 	own := watchHeartbeats(t, pub, drvSubj.Heartbeat(0))
-	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
-	eventually(t, 10*time.Second, "no heartbeat from rank 0", func() bool {
+	poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "no heartbeat from rank 0", func() bool {
 		_, ok := own.last(func(hb broadcast.Heartbeat) bool { return hb.Phase == broadcast.PhaseReady })
 		return ok
 	})
@@ -102,7 +103,7 @@ func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 	hb1 := broadcast.Heartbeat{Epoch: 1, Rank: 1, Phase: broadcast.PhaseReady, Leader: otherLeader}
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(1), hb1)
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 1, Rank: 0, Phase: broadcast.PhaseRunning, Applied: 9, Leader: otherLeader})
-	eventually(t, 10*time.Second, "other leaders' heartbeats not counted", func() bool { return refused() == 2 })
+	poll.Until(t, 10*time.Second, "other leaders' heartbeats not counted", func() bool { return refused() == 2 })
 	if p := peer(); p.State != "unknown" || p.HeartbeatAgeMs != -1 {
 		t.Fatalf("rank 1 after a heartbeat naming another leader: %+v, want it unheard", p)
 	}
@@ -110,10 +111,10 @@ func TestLeaderRefusesOtherLeaderHeartbeat(t *testing.T) {
 	// Leader 0 (nothing applied yet), then this rank 0's ID: both count.
 	hb1.Leader = 0
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(1), hb1)
-	eventually(t, 10*time.Second, "rank 1's heartbeat with leader 0 not taken", func() bool { return peer().State == "ready" })
+	poll.Until(t, 10*time.Second, "rank 1's heartbeat with leader 0 not taken", func() bool { return peer().State == "ready" })
 	hb1.Leader, hb1.Phase = testLeader, broadcast.PhaseRunning
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(1), hb1)
-	eventually(t, 10*time.Second, "rank 1's heartbeat with this leader not taken", func() bool { return peer().State == "running" })
+	poll.Until(t, 10*time.Second, "rank 1's heartbeat with this leader not taken", func() bool { return peer().State == "running" })
 	// Rank 0's own heartbeats kept coming all along, never refused.
 	if n := refused(); n != 2 {
 		t.Fatalf("heartbeat_other_leader = %d, want 2", n)
@@ -134,8 +135,8 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unsub() })
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
-	eventually(t, 10*time.Second, "no ready heartbeat from the follower", func() bool {
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "no ready heartbeat from the follower", func() bool {
 		_, ok := own.last(func(hb broadcast.Heartbeat) bool { return hb.Phase == broadcast.PhaseReady })
 		return ok
 	})
@@ -144,8 +145,8 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	}
 
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
-	eventually(t, 10*time.Second, "no heartbeat after step 1", func() bool {
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "no heartbeat after step 1", func() bool {
 		_, ok := own.last(func(hb broadcast.Heartbeat) bool { return hb.Applied == 1 })
 		return ok
 	})
@@ -162,7 +163,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), stale)
 	stale.Leader = 0 // a rank 0 without an ID is not this job's either
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), stale)
-	eventually(t, 10*time.Second, "other leaders' heartbeats not counted", func() bool {
+	poll.Until(t, 10*time.Second, "other leaders' heartbeats not counted", func() bool {
 		return r.d.Status().Rejected["heartbeat_other_leader"] == 3
 	})
 	r.d.mu.Lock()
@@ -174,7 +175,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 
 	// The real rank 0's heartbeat is taken.
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 1, Rank: 0, Phase: broadcast.PhaseRunning, Applied: 1, Leader: testLeader})
-	eventually(t, 10*time.Second, "this leader's heartbeat not taken", func() bool {
+	poll.Until(t, 10*time.Second, "this leader's heartbeat not taken", func() bool {
 		r.d.mu.Lock()
 		defer r.d.mu.Unlock()
 		return r.d.leaderNow == 1 && !r.d.peerTab.Heard(0).Equal(heard)
@@ -197,7 +198,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 // the real rank 0's reply.
 func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 	cancel, r, pub := startWithLeader(t, 1)
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	steps := []*broadcast.Step{
 		{Epoch: 1, Leader: testLeader, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}},
@@ -239,9 +240,9 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 	t.Cleanup(func() { _ = unsub() })
 
 	publishStep(t, pub, steps[0])
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
 	publishStep(t, pub, steps[2]) // step 2 "lost": a gap
-	eventually(t, 10*time.Second, "the gap was not filled", func() bool { return r.d.Status().Step == 3 })
+	poll.Until(t, 10*time.Second, "the gap was not filled", func() bool { return r.d.Status().Step == 3 })
 
 	want := core.NewMirror(1)
 	for _, st := range steps {
@@ -270,7 +271,7 @@ func TestFollowerRefusesOtherLeaderReplay(t *testing.T) {
 // that says so, having applied none of them.
 func TestFollowerRefusesOnlyOtherLeaderReplays(t *testing.T) {
 	_, f, p := startWithLeader(t, 1)
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return f.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool { return f.d.Status().State == "ready" })
 	unsub, err := p.Subscribe(drvSubj.Replay(), func(m *broadcast.Msg) {
 		rep := broadcast.ReplayReply{Epoch: 1, Status: broadcast.ReplayWrongEpoch, Leader: otherLeader}
 		_ = p.Publish(&broadcast.Msg{Subject: m.Reply, Data: drvCodec.AppendReplayReply(nil, &rep)})
@@ -280,7 +281,7 @@ func TestFollowerRefusesOnlyOtherLeaderReplays(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = unsub() })
 	publishStep(t, p, &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 1})
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return f.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return f.d.Status().Step == 1 })
 	publishStep(t, p, &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 3})
 	err = f.wait(t)
 	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "replay reply from leader 00000052") {
@@ -384,7 +385,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 		}
 		requester.Close()
 	})
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+	poll.Until(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 
@@ -402,7 +403,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 	}()
 	// The follower is held in step 1's forward pass while rank 0 runs up
 	// to max-lag steps ahead: the second of those finds the queue full.
-	eventually(t, 10*time.Second, "no step was dropped at the byte limit", func() bool {
+	poll.Until(t, 10*time.Second, "no step was dropped at the byte limit", func() bool {
 		return ranks[1].d.Status().Rejected["step_queue_full"] > 0
 	})
 	close(gate)
@@ -415,7 +416,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 		t.Fatalf("tokens %v, want %v", res.rep.Tokens, want)
 	}
 	var st0, st1 api.RankStatus
-	eventually(t, 10*time.Second, "ranks did not agree", func() bool {
+	poll.Until(t, 10*time.Second, "ranks did not agree", func() bool {
 		st0, st1 = ranks[0].d.Status(), ranks[1].d.Status()
 		return st0.Step > 0 && st0.Step == st1.Step && st0.Digest == st1.Digest
 	})
@@ -424,7 +425,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 	}
 	// Copies of replayed steps may still be queued; once the loop has
 	// taken them as duplicates, no bytes stay accounted.
-	eventually(t, 10*time.Second, "bytes stay accounted to an empty step queue", func() bool {
+	poll.Until(t, 10*time.Second, "bytes stay accounted to an empty step queue", func() bool {
 		return len(ranks[1].d.steps) == 0 && ranks[1].d.queued.Load() == 0
 	})
 }
@@ -436,12 +437,12 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 // earlier epoch, does not stop it.
 func TestFollowerRejoinsRank0sNewEpoch(t *testing.T) {
 	_, r, pub := startWithLeader(t, 1)
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 2, Rank: 0, Phase: broadcast.PhaseRunning, Leader: otherLeader})
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 0, Rank: 0, Phase: broadcast.PhaseRunning, Leader: testLeader})
 	// The loop goes on: it applies the next step.
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Step: 1, Leader: testLeader, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
-	eventually(t, 10*time.Second, "step 1 not applied after another leader's and an earlier epoch's heartbeats", func() bool {
+	poll.Until(t, 10*time.Second, "step 1 not applied after another leader's and an earlier epoch's heartbeats", func() bool {
 		return r.d.Status().Step == 1
 	})
 	publishHeartbeat(t, pub, drvSubj.Heartbeat(0), broadcast.Heartbeat{Epoch: 2, Rank: 0, Phase: broadcast.PhaseRunning, Leader: testLeader})

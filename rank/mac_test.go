@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/core"
 )
 
@@ -31,7 +32,7 @@ func startKeyed(t *testing.T, rank int) (*runningRank, broadcast.Transport) {
 	r := startRank(t, ctx, hub, cfg)
 	pub := hub.Connect()
 	t.Cleanup(func() { cancel(); _ = r.wait(t); pub.Close() })
-	eventually(t, 10*time.Second, "the rank never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "the rank never became ready", func() bool { return r.d.Status().State == "ready" })
 	return r, pub
 }
 
@@ -85,7 +86,7 @@ func TestFollowerRefusesForgedStep(t *testing.T) {
 
 	step1 := &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}}
 	publishWith(t, pub, drvSubj.Step(), keyedCodec.AppendStep(nil, step1))
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
 
 	forged := &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 2, Tokens: []broadcast.Token{{Seq: 1, Token: 66}}}
 	publishWith(t, pub, drvSubj.Step(), forgerCodec.AppendStep(nil, forged))
@@ -96,7 +97,7 @@ func TestFollowerRefusesForgedStep(t *testing.T) {
 	for range 2 { // two: the second would make the first's step count
 		publishWith(t, pub, drvSubj.Heartbeat(0), forgerCodec.AppendHeartbeat(nil, &rank0))
 	}
-	eventually(t, 10*time.Second, "the forgeries not counted as mac", func() bool { return r.d.Status().Rejected["mac"] == 5 })
+	poll.Until(t, 10*time.Second, "the forgeries not counted as mac", func() bool { return r.d.Status().Rejected["mac"] == 5 })
 	r.d.mu.Lock()
 	leaderNow := r.d.leaderNow
 	r.d.mu.Unlock()
@@ -106,7 +107,7 @@ func TestFollowerRefusesForgedStep(t *testing.T) {
 
 	step2 := &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 2, Tokens: []broadcast.Token{{Seq: 1, Token: 7}}}
 	publishWith(t, pub, drvSubj.Step(), keyedCodec.AppendStep(nil, step2))
-	eventually(t, 10*time.Second, "the genuine step 2 not applied", func() bool { return r.d.Status().Step == 2 })
+	poll.Until(t, 10*time.Second, "the genuine step 2 not applied", func() bool { return r.d.Status().Step == 2 })
 	want := core.NewMirror(1)
 	for _, st := range []*broadcast.Step{step1, step2} {
 		if err := want.Apply(st); err != nil {
@@ -132,12 +133,12 @@ func TestLeaderRefusesForgedHeartbeatAndReplay(t *testing.T) {
 	r, pub := startKeyed(t, 0)
 	hb := broadcast.Heartbeat{Epoch: 1, Rank: 1, Phase: broadcast.PhaseReady}
 	publishWith(t, pub, drvSubj.Heartbeat(1), forgerCodec.AppendHeartbeat(nil, &hb))
-	eventually(t, 10*time.Second, "the forged heartbeat not counted", func() bool { return r.d.Status().Rejected["mac"] == 1 })
+	poll.Until(t, 10*time.Second, "the forged heartbeat not counted", func() bool { return r.d.Status().Rejected["mac"] == 1 })
 	if p := r.d.Status().Peers[0]; p.State != "unknown" {
 		t.Fatalf("rank 1 after a forged heartbeat: %+v, want it unheard", p)
 	}
 	publishWith(t, pub, drvSubj.Heartbeat(1), keyedCodec.AppendHeartbeat(nil, &hb))
-	eventually(t, 10*time.Second, "the genuine heartbeat not taken", func() bool { return r.d.Status().Peers[0].State == "ready" })
+	poll.Until(t, 10*time.Second, "the genuine heartbeat not taken", func() bool { return r.d.Status().Peers[0].State == "ready" })
 
 	req := broadcast.ReplayRequest{Epoch: 1, Rank: 1, From: 1, To: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -204,9 +205,9 @@ func TestFollowerRefusesForgedReplayReply(t *testing.T) {
 	t.Cleanup(func() { _ = unsub() })
 
 	publishWith(t, pub, drvSubj.Step(), keyedCodec.AppendStep(nil, steps[0]))
-	eventually(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "step 1 not applied", func() bool { return r.d.Status().Step == 1 })
 	publishWith(t, pub, drvSubj.Step(), keyedCodec.AppendStep(nil, steps[2])) // step 2 lost: a gap
-	eventually(t, 10*time.Second, "the gap was not filled", func() bool { return r.d.Status().Step == 3 })
+	poll.Until(t, 10*time.Second, "the gap was not filled", func() bool { return r.d.Status().Step == 3 })
 	want := core.NewMirror(1)
 	for _, st := range steps {
 		if err := want.Apply(st); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -70,7 +71,7 @@ func TestMetricsScrapeCluster(t *testing.T) {
 	ranks, regs, metrics := startMetricsRanks(t, hub, tp)
 	requester := hub.Connect()
 	t.Cleanup(requester.Close)
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+	poll.Until(t, 10*time.Second, "ranks never became ready", func() bool {
 		return metrics[0].Ready() && metrics[1].Ready()
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -79,7 +80,7 @@ func TestMetricsScrapeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "follower did not catch up", func() bool {
+	poll.Until(t, 10*time.Second, "follower did not catch up", func() bool {
 		return ranks[1].d.Status().Step == ranks[0].d.Status().Step
 	})
 

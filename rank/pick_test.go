@@ -14,6 +14,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
@@ -122,7 +123,7 @@ func TestDriverFollowerPick(t *testing.T) {
 	req := &api.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 6}
 	want, _ := predict(t, req)
 	var rep *api.GenerateReply
-	eventually(t, 10*time.Second, "generate did not succeed", func() bool {
+	poll.Until(t, 10*time.Second, "generate did not succeed", func() bool {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer gcancel()
 		var err error
@@ -132,7 +133,7 @@ func TestDriverFollowerPick(t *testing.T) {
 	if !slices.Equal(rep.Tokens, want) {
 		t.Fatalf("tokens %v, want %v", rep.Tokens, want)
 	}
-	eventually(t, 10*time.Second, "follower did not pick", func() bool { return fp.rows.Load() >= int64(len(want)) })
+	poll.Until(t, 10*time.Second, "follower did not pick", func() bool { return fp.rows.Load() >= int64(len(want)) })
 	if fp.bad.Load() != 0 {
 		t.Fatal("FollowerPick got inconsistent slices")
 	}
@@ -357,7 +358,7 @@ func TestDriverPrefetchesBeforeForward(t *testing.T) {
 	runRankWith(t, ctx, hub.Connect(), driverConfig(0, 1), loggedExecutor{ex, log}, loggedPicker{log: log})
 	req := &api.GenerateRequest{PromptTokenIDs: []int32{5, 6, 7}, MaxTokens: 3}
 	req.IgnoreEOS = true
-	eventually(t, 10*time.Second, "generate did not succeed", func() bool {
+	poll.Until(t, 10*time.Second, "generate did not succeed", func() bool {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer gcancel()
 		_, err := client.Generate(gctx, requester, drvSubj, req, nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -107,7 +108,7 @@ func TestStepSenderQueuesInOrder(t *testing.T) {
 		buf[len(buf)-1] = k // the loop reuses its buffer for the next step
 		written = append(written, sendWithin(t, s, uint64(k-'0'), buf))
 		if k == '1' {
-			eventually(t, 10*time.Second, "the first step never reached the publisher", func() bool { return len(held.published()) == 1 })
+			poll.Until(t, 10*time.Second, "the first step never reached the publisher", func() bool { return len(held.published()) == 1 })
 		}
 	}
 	select {
@@ -194,7 +195,7 @@ func TestForwardWaitsForItsStep(t *testing.T) {
 	t.Cleanup(func() { cancel(); _ = r.wait(t) })
 	requester := hub.Connect()
 	t.Cleanup(requester.Close)
-	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State != "joining" })
+	poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State != "joining" })
 	gctx, gcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer gcancel()
 	req := &api.GenerateRequest{PromptTokenIDs: []int32{3, 1, 4}, MaxTokens: 12, Params: api.Params{IgnoreEOS: true}}

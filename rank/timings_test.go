@@ -8,6 +8,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -45,7 +46,7 @@ func TestTimingsCountFromArrival(t *testing.T) {
 	r := runRank(t, ctx, hub.Connect(), driverConfig(0, 1), g)
 	requester := hub.Connect()
 	defer requester.Close()
-	eventually(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	replies := make([]chan *api.GenerateReply, 2)
 	submit := func(i int) {
@@ -62,12 +63,12 @@ func TestTimingsCountFromArrival(t *testing.T) {
 	submit(0)
 	<-g.entered // request 0's first step is in its forward pass
 	submit(1)
-	eventually(t, 10*time.Second, "request 1 never reached rank 0's intake", func() bool { return len(r.d.intake) == 1 })
+	poll.Until(t, 10*time.Second, "request 1 never reached rank 0's intake", func() bool { return len(r.d.intake) == 1 })
 	// Hold the step a measurable while with request 1 in the intake: its
 	// timings must count it, from before this moment.
 	const held = 3 * time.Millisecond
 	seen := time.Now()
-	eventually(t, 10*time.Second, "the clock stood still", func() bool { return time.Since(seen) >= held })
+	poll.Until(t, 10*time.Second, "the clock stood still", func() bool { return time.Since(seen) >= held })
 	close(g.release)
 	for i, ch := range replies {
 		rep := <-ch

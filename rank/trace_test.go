@@ -10,6 +10,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -39,7 +40,7 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 	requester := hub.Connect()
 	t.Cleanup(requester.Close)
 	// Rank 0 takes requests once it has subscribed (it is then ready).
-	eventually(t, 10*time.Second, "ranks never became ready", func() bool {
+	poll.Until(t, 10*time.Second, "ranks never became ready", func() bool {
 		return ranks[0].d.Status().State != "joining" && ranks[1].d.Status().State != "joining"
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -48,7 +49,7 @@ func TestStepTraceJoinsRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rank 1 reports a step after its spans have ended.
-	eventually(t, 10*time.Second, "follower did not catch up", func() bool {
+	poll.Until(t, 10*time.Second, "follower did not catch up", func() bool {
 		return ranks[1].d.Status().Step == ranks[0].d.Status().Step
 	})
 
@@ -124,11 +125,11 @@ func TestFollowerRefusesOtherLeader(t *testing.T) {
 	r := startRank(t, ctx, hub, cfg)
 	pub := hub.Connect()
 	t.Cleanup(func() { cancel(); _ = r.wait(t); pub.Close() })
-	eventually(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
+	poll.Until(t, 10*time.Second, "follower never became ready", func() bool { return r.d.Status().State == "ready" })
 
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Leader: 0x52, Step: 1, Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{4}}}})
 	publishStep(t, pub, &broadcast.Step{Epoch: 1, Leader: 0x51, Step: 1})
-	eventually(t, 10*time.Second, "the real leader's step was not applied", func() bool { return r.d.Status().Step == 1 })
+	poll.Until(t, 10*time.Second, "the real leader's step was not applied", func() bool { return r.d.Status().Step == 1 })
 	st := r.d.Status()
 	if st.Rows != 0 || st.Rejected["sender"] != 1 {
 		t.Fatalf("status %+v: want the other leader's step refused (sender 1) and no rows", st)

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // Every test shuts its servers down and waits (runServer), and closes its
@@ -75,18 +76,6 @@ func writeFile(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a synchronisation
-	}
 }
 
 func recv(t *testing.T, ch <-chan *broadcast.Msg) *broadcast.Msg {
@@ -324,7 +313,7 @@ func TestNATSOnClosedCalledOnceAfterClose(t *testing.T) {
 		t.Fatalf("OnClosed called %d times before Close", n)
 	}
 	c.Close()
-	waitFor(t, "OnClosed called", func() bool { return calls.Load() > 0 })
+	poll.Until(t, 10*time.Second, "OnClosed called", func() bool { return calls.Load() > 0 })
 	c.Close() // idempotent, and no second callback
 	// The closed handler runs on nats.go's callback goroutine; goleak in
 	// TestMain checks that it has exited, after which the count is final.

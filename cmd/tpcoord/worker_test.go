@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank"
 	"github.com/tpcoord/tpcoord/rank/worker"
 )
@@ -36,16 +37,10 @@ func TestWorkerListen(t *testing.T) {
 		}
 	}()
 	var w *worker.Executor
-	deadline := time.Now().Add(30 * time.Second)
-	for w == nil {
+	poll.UntilNil(t, 30*time.Second, "a worker started on the listener", func() error {
 		w, err = worker.Start(context.Background(), worker.Config{Rank: 0, World: 1, Vocab: 256, MaxBatch: 2, EOS: 0, Logits: true, Socket: sock})
-		if err != nil {
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(10 * time.Millisecond) // polling for the listener, not a synchronisation
-		}
-	}
+		return err
+	})
 	defer w.Close()
 	b := rank.Batch{Step: 1, Rows: []*rank.Seq{{ID: 1, Prompt: []int32{5, 6}}}}
 	got, err := w.Forward(context.Background(), b)

@@ -14,6 +14,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -165,7 +166,7 @@ func (j *job) stopAll() {
 // waitState polls rank m's status until it is in epoch and one of states.
 func (j *job) waitState(m *member, epoch uint32, states ...string) {
 	j.t.Helper()
-	eventually(j.t, 60*time.Second, fmt.Sprintf("rank %d in epoch %d, state %v", m.rank, epoch, states), func() bool {
+	poll.Until(j.t, 60*time.Second, fmt.Sprintf("rank %d in epoch %d, state %v", m.rank, epoch, states), func() bool {
 		st := m.a.Status()
 		for _, s := range states {
 			if st.State == s && st.Epoch == epoch {
@@ -174,18 +175,6 @@ func (j *job) waitState(m *member, epoch uint32, states ...string) {
 		}
 		return false
 	})
-}
-
-// eventually polls cond until it holds or within passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
 }
 
 // generation is one request in flight.
@@ -241,7 +230,7 @@ func (g *generation) wait(t *testing.T) (*api.GenerateReply, error) {
 // digest once the job is idle.
 func (j *job) digestsAgree(ms ...*member) {
 	j.t.Helper()
-	eventually(j.t, 30*time.Second, "every rank at the same step and digest", func() bool {
+	poll.Until(j.t, 30*time.Second, "every rank at the same step and digest", func() bool {
 		first := ms[0].a.Status()
 		for _, m := range ms[1:] {
 			st := m.a.Status()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank"
 )
 
@@ -133,7 +134,7 @@ func TestMismatchedJobKeys(t *testing.T) {
 	})
 	m0 := j.start(0, "", nil)
 	m1 := j.start(1, "", []string{m0.addr})
-	eventually(t, 60*time.Second, "both ranks counting refused MACs", func() bool {
+	poll.Until(t, 60*time.Second, "both ranks counting refused MACs", func() bool {
 		return m0.a.Status().Rejected["mac"] > 0 && m1.a.Status().Rejected["mac"] > 0
 	})
 	for _, m := range []*member{m0, m1} {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // memberlist's Shutdown does not wait for a probe in flight: probeNode
@@ -24,18 +26,6 @@ func TestMain(m *testing.M) {
 }
 
 const testJob = "jobt"
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // member tracks a started Cluster so that cleanup stops it exactly once,
 // however the test stopped it.
@@ -383,7 +373,7 @@ func TestLeaveProducesLeftEvent(t *testing.T) {
 			t.Fatalf("event string %q", ev.String())
 		}
 	}
-	eventually(t, 10*time.Second, "the departed member is still listed", func() bool {
+	poll.Until(t, 10*time.Second, "the departed member is still listed", func() bool {
 		return len(members[0].Members()) == 2 && len(members[1].Members()) == 2
 	})
 }
@@ -417,9 +407,9 @@ func TestNoEventBeforeFormed(t *testing.T) {
 	if r := <-rendezvous(ctx, m1); !errors.Is(r.err, ErrRendezvousTimeout) {
 		t.Fatalf("rendezvous: %v", r.err)
 	}
-	eventually(t, 10*time.Second, "rank 0 never saw rank 1", func() bool { return len(m0.Members()) == 2 })
+	poll.Until(t, 10*time.Second, "rank 0 never saw rank 1", func() bool { return len(m0.Members()) == 2 })
 	m1.leave(t)
-	eventually(t, 10*time.Second, "rank 0 still lists rank 1", func() bool { return len(m0.Members()) == 1 })
+	poll.Until(t, 10*time.Second, "rank 0 still lists rank 1", func() bool { return len(m0.Members()) == 1 })
 	select {
 	case ev := <-m0.Events():
 		t.Fatalf("event %v before the world formed", ev)
@@ -537,7 +527,7 @@ func TestUpdateMetaReachesEveryMember(t *testing.T) {
 	err := members[0].UpdateMeta(func(m *Meta) { m.Epoch = 7 }, 200*time.Millisecond)
 	t.Logf("UpdateMeta: %v (the gossip part cannot be confirmed with gossip off)", err)
 	for _, m := range members[1:] {
-		eventually(t, 5*time.Second, fmt.Sprintf("%s does not see rank 0 in epoch 7", m.Name()), func() bool {
+		poll.Until(t, 5*time.Second, fmt.Sprintf("%s does not see rank 0 in epoch 7", m.Name()), func() bool {
 			for _, p := range m.Members() {
 				if p.Meta.Rank == 0 && p.Meta.Epoch == 7 {
 					return true

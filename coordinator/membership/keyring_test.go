@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // testKey is a fixed key of n bytes whose every byte is b.
@@ -157,7 +159,7 @@ func TestGossipKeyRotation(t *testing.T) {
 		for r := range members {
 			members[r] = restartWith(t, members, r, withKeys(phase.keys...))
 			for i, m := range members {
-				eventually(t, 30*time.Second, fmt.Sprintf("%s: rank %d restarted; rank %d sees all three", phase.name, r, i), func() bool {
+				poll.Until(t, 30*time.Second, fmt.Sprintf("%s: rank %d restarted; rank %d sees all three", phase.name, r, i), func() bool {
 					return sameMembers(m.Members(), members)
 				})
 			}

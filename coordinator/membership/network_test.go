@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 // TestNetworkCutAndRestart: members on an in-process Network form a world;
@@ -56,7 +58,7 @@ func TestNetworkCutAndRestart(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("restarted rank 2: %v", r.err)
 	}
-	eventually(t, 20*time.Second, "rank 0 sees the restarted rank 2", func() bool {
+	poll.Until(t, 20*time.Second, "rank 0 sees the restarted rank 2", func() bool {
 		for _, m := range m0.Members() {
 			if m.Meta.Rank == 2 && m.Name == m2b.Name() {
 				return true

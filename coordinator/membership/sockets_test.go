@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tpcoord/tpcoord/internal/poll"
 )
 
 func testSockets(t *testing.T) *sockets {
@@ -155,7 +157,7 @@ func TestSocketsShutdownWithHandOffsWaiting(t *testing.T) {
 func waitHandOff(t *testing.T, loop string) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
-	eventually(t, 30*time.Second, loop+" never held a hand-off", func() bool {
+	poll.Until(t, 30*time.Second, loop+" never held a hand-off", func() bool {
 		n := runtime.Stack(buf, true)
 		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
 			head, _, _ := strings.Cut(g, "\n")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/stats"
 )
 
 // reqRecord is one request of the load, as requests.jsonl holds it: what
@@ -255,13 +256,7 @@ func summarize(v []float64) stat {
 	if len(v) == 0 {
 		return stat{}
 	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return stat{N: len(v), Start: v[0], Median: med, End: v[len(v)-1], Max: s[len(s)-1]}
+	return stat{N: len(v), Start: v[0], Median: stats.Median(v), End: v[len(v)-1], Max: slices.Max(v)}
 }
 
 // procSample is one reading of a process's /proc entries.

@@ -4,21 +4,14 @@ import (
 	"cmp"
 	"math"
 	"slices"
+
+	"github.com/tpcoord/tpcoord/internal/stats"
 )
 
 // Median is the middle value of v, the mean of the two middle ones for an
-// even count, 0 for none. v is not modified.
-func Median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+// even count, 0 for none. v is not modified. It is the module's one median,
+// internal/stats.Median, here so that a benchmark uses one stats package.
+func Median(v []float64) float64 { return stats.Median(v) }
 
 // Nearest is the nearest-rank q-quantile of sorted (ascending) values: the
 // smallest value with at least a share q of the values at or below it.

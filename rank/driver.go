@@ -48,13 +48,13 @@ type DriverConfig struct {
 	// MaxBatchTokens bounds the prompt and output tokens of the batch's
 	// rows (0: none); see SchedulerConfig.
 	MaxBatchTokens int
-	Heartbeat      time.Duration // periodic heartbeat interval
+	Heartbeat      time.Duration // periodic heartbeat interval (default DefaultHeartbeat)
 	EOS            int32
 	Version        string
 	Member         string // this agent's member name, reported in status
 	Logger         *slog.Logger
 	// ReplayWindow is how many published steps rank 0 keeps for followers
-	// that missed some (default 1024).
+	// that missed some (default DefaultReplayWindow).
 	ReplayWindow int
 	// ReplayWindowBytes bounds the memory of those steps too (default
 	// DefaultReplayWindowBytes): the oldest go first, the newest is always
@@ -72,9 +72,10 @@ type DriverConfig struct {
 	// while client replies and heartbeats on the other are batched.
 	Steps broadcast.Transport
 	// MaxStepBytes bounds one step message (the transport's max payload);
-	// admissions that do not fit wait for a later step.
+	// admissions that do not fit wait for a later step (default
+	// DefaultMaxStepBytes).
 	MaxStepBytes int
-	// ReplayTimeout bounds one replay request (default 2s).
+	// ReplayTimeout bounds one replay request (default DefaultReplayTimeout).
 	ReplayTimeout time.Duration
 	// Leader is rank 0's publisher ID: on rank 0 the ID it stamps on its
 	// steps, on followers the only ID they accept (0: accept any).
@@ -97,7 +98,8 @@ type DriverConfig struct {
 	// every follower, followers watch rank 0.
 	HeartbeatTimeout time.Duration
 	// LivenessGrace is how long peers get to speak after this rank starts
-	// or its own connection comes back, before silence counts (default 10s).
+	// or its own connection comes back, before silence counts (default
+	// DefaultLivenessGrace).
 	LivenessGrace time.Duration
 	// HoldOnPeerLoss keeps rank 0's open requests when Run ends with
 	// ErrPeerLost, for InFlight and the next epoch, instead of answering
@@ -120,8 +122,8 @@ type DriverConfig struct {
 	FollowerPick Picker
 }
 
-// Defaults of DriverConfig's fields (an agent's configuration starts from
-// these too).
+// Defaults of DriverConfig's fields, which defaults() fills in for zero
+// values; the agent's DefaultConfig starts from the same constants.
 const (
 	DefaultHeartbeat    = 250 * time.Millisecond
 	DefaultReplayWindow = 1024
@@ -130,6 +132,9 @@ const (
 	// follower's step queue grow to gigabytes each.
 	DefaultReplayWindowBytes = 64 << 20
 	DefaultStepQueueBytes    = 64 << 20
+	DefaultMaxStepBytes      = 1 << 20 // NATS's default max payload
+	DefaultReplayTimeout     = 2 * time.Second
+	DefaultLivenessGrace     = 10 * time.Second
 )
 
 // stepQueueLen bounds the steps a follower has received but not applied.
@@ -154,10 +159,10 @@ func (c *DriverConfig) defaults() {
 		c.StepQueueBytes = DefaultStepQueueBytes
 	}
 	if c.MaxStepBytes <= 0 {
-		c.MaxStepBytes = 1 << 20
+		c.MaxStepBytes = DefaultMaxStepBytes
 	}
 	if c.ReplayTimeout <= 0 {
-		c.ReplayTimeout = 2 * time.Second
+		c.ReplayTimeout = DefaultReplayTimeout
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -166,7 +171,7 @@ func (c *DriverConfig) defaults() {
 		c.ClientTimeout = DefaultClientTimeout
 	}
 	if c.LivenessGrace <= 0 {
-		c.LivenessGrace = 10 * time.Second
+		c.LivenessGrace = DefaultLivenessGrace
 	}
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("")

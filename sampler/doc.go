@@ -18,6 +18,7 @@
 // full-row computation.
 //
 // The package does not own the noise pool (noisepool), the 16-bit float
-// conversion (internal/f16), stop handling beyond reporting Result.Stop, or
-// max_tokens (the rank's request tracker).
+// conversion (internal/f16), or whether a token ends its request (stop
+// tokens, EOS, max_tokens): rank's Scheduler decides that, in one place.
+// The sampler only masks stop tokens and EOS while min_tokens holds.
 package sampler

@@ -54,7 +54,7 @@ func (r *Reference) Sample(rows []Row, out []Result) {
 			out[i] = Result{Token: -1, Err: err}
 			continue
 		}
-		out[i] = Result{Token: tok, Stop: isStop(&rows[i], tok)}
+		out[i] = Result{Token: tok}
 	}
 }
 

@@ -93,9 +93,6 @@ func (r *Row) Vocab() int {
 // Result is the outcome of sampling one row.
 type Result struct {
 	Token int32
-	// Stop reports that Token is one of Params.StopTokenIDs, or EOS when
-	// Params.IgnoreEOS is false.
-	Stop bool
 	// Err is a per-row error (bad logits, bad parameters); Token is -1.
 	Err error
 }

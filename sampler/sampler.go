@@ -153,19 +153,8 @@ func (s *Sampler) Sample(rows []Row, out []Result) {
 			out[i] = Result{Token: -1, Err: err}
 			continue
 		}
-		out[i] = Result{Token: tok, Stop: isStop(&rows[i], tok)}
+		out[i] = Result{Token: tok}
 	}
-}
-
-func isStop(r *Row, tok int32) bool {
-	p := r.Params
-	if p == nil {
-		p = &defaultParams
-	}
-	if tok == r.EOS && !p.IgnoreEOS {
-		return true
-	}
-	return slices.Contains(p.StopTokenIDs, tok)
 }
 
 // baseRow returns the row's logits as float32, converting half types into

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/coordinator/agent"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
@@ -50,17 +52,18 @@ func (c *agentOptions) flags(fs *pflag.FlagSet) {
 	c.workerFlags(fs, def)
 	c.telemetryFlags(fs, def)
 	fs.StringVar(&c.Prefix, f.name("Prefix", "subject-prefix"), def.Prefix, "prefix of the job's NATS subjects")
-	fs.IntVar(&c.ReplayWindow, f.name("ReplayWindow", "replay-window"), def.ReplayWindow, "steps rank 0 keeps to replay to a follower that missed some")
+	fs.IntVar(&c.ReplayWindow, f.name("ReplayWindow", "replay-window"), def.ReplayWindow, "steps rank 0 keeps to replay to a follower that missed some; a follower further behind aborts the job (keep it well above max-lag+1)")
 	fs.IntVar(&c.ReplayWindowBytes, f.name("ReplayWindowBytes", "replay-window-bytes"), def.ReplayWindowBytes, "bytes of step messages rank 0 keeps for replay, besides --replay-window's count (oldest dropped first; the newest step is always kept)")
 	fs.IntVar(&c.StepQueueBytes, f.name("StepQueueBytes", "step-queue-bytes"), def.StepQueueBytes, "followers: bytes of received steps waiting to be applied; a step beyond this is dropped and recovered by replay (an empty queue takes any step)")
-	fs.StringVar(&c.Executor, f.name("Executor", "executor"), def.Executor, "model executor: synthetic (built-in load generator) or worker (a model worker process, see --worker-cmd)")
+	fs.DurationVar(&c.ReplayTimeout, f.name("ReplayTimeout", "replay-timeout"), def.ReplayTimeout, "followers: deadline of one replay request to rank 0, and the cap of the backoff between retries")
+	fs.StringVar((*string)(&c.Executor), f.name("Executor", "executor"), string(def.Executor), "model executor: synthetic (built-in load generator, see --forward-time) or worker (a model worker process, see --worker-cmd)")
 	fs.IntVar(&c.Vocab, f.name("Vocab", "vocab"), def.Vocab, "vocabulary size")
 	f["NoisePool.Vocab"] = "vocab"
 	fs.IntVar(&c.EOS, f.name("EOS", "eos"), def.EOS, "end-of-sequence token ID (-1 for none)")
 	fs.IntVar(&c.MaxBatch, f.name("MaxBatch", "max-batch"), def.MaxBatch, "most sequences decoded per step")
 	fs.IntVar(&c.MaxBatchTokens, f.name("MaxBatchTokens", "max-batch-tokens"), def.MaxBatchTokens, "most prompt+output tokens across the batch's rows (0: no bound); the oldest waiting request is admitted first")
 	fs.IntVar(&c.MaxQueue, f.name("MaxQueue", "max-queue"), def.MaxQueue, "most requests waiting for a batch slot; more are refused as overloaded")
-	fs.IntVar(&c.MaxLag, f.name("MaxLag", "max-lag"), def.MaxLag, "rank 0 publishes step k only when every follower has applied step k-1-max-lag")
+	fs.IntVar(&c.MaxLag, f.name("MaxLag", "max-lag"), def.MaxLag, "rank 0 publishes step k only when every follower has applied step k-1-max-lag, so it runs at most max-lag+1 steps ahead of the slowest follower (0: lockstep)")
 	fs.DurationVar(&c.ForwardTime, f.name("ForwardTime", "forward-time"), def.ForwardTime, "synthetic executor: wall time of one forward pass")
 	c.membershipFlags(fs, def)
 	c.samplingFlags(fs, def)
@@ -73,13 +76,15 @@ func (c *agentOptions) membershipFlags(fs *pflag.FlagSet, def agent.Config) {
 	f := c.fields
 	fs.DurationVar(&c.RendezvousTimeout, f.name("RendezvousTimeout", "rendezvous-timeout"), def.RendezvousTimeout, "how long to wait for all ranks to join")
 	fs.DurationVar(&c.HeartbeatInterval, f.name("HeartbeatInterval", "heartbeat-interval"), def.HeartbeatInterval, "interval of periodic heartbeats (every rank)")
-	fs.DurationVar(&c.HeartbeatTimeout, f.name("HeartbeatTimeout", "heartbeat-timeout"), def.HeartbeatTimeout, "declare a rank lost after this long without its heartbeat (0: rely on membership alone)")
-	fs.StringVar(&c.OnPeerLoss, f.name("OnPeerLoss", "on-peer-loss"), def.OnPeerLoss, "when a rank is lost: fail (answer open requests with an error and exit 3) or wait (hold requests, re-form when the rank is back, resume in a new epoch)")
+	fs.DurationVar(&c.HeartbeatTimeout, f.name("HeartbeatTimeout", "heartbeat-timeout"), def.HeartbeatTimeout, "declare a rank lost after this long without its heartbeat, about heartbeat-timeout/heartbeat-interval missed heartbeats; 0 or more than --heartbeat-interval (0: rely on membership alone)")
+	fs.DurationVar(&c.LivenessGrace, f.name("LivenessGrace", "liveness-grace"), def.LivenessGrace, "time ranks get to be heard from after this rank starts an epoch or its NATS connection comes back, before --heartbeat-timeout applies")
+	fs.DurationVar(&c.ClientTimeout, f.name("ClientTimeout", "client-timeout"), def.ClientTimeout, fmt.Sprintf("rank 0: drop a request whose client promised keepalives (sent every %v) and has gone silent this long; more than %[1]v", api.KeepaliveInterval))
+	fs.StringVar((*string)(&c.OnPeerLoss), f.name("OnPeerLoss", "on-peer-loss"), string(def.OnPeerLoss), "when a rank is lost: fail (answer open requests with an error and exit 3) or wait (hold requests, re-form when the rank is back, resume in a new epoch)")
 	fs.DurationVar(&c.RankClaimWait, f.name("RankClaimWait", "rank-claim-wait"), def.RankClaimWait, "if another member holds this rank, keep trying this long (it may be a dead process not yet detected) before exiting with code 2")
 	fs.DurationVar(&c.Gossip.ProbeInterval, f.name("Gossip.ProbeInterval", "gossip-probe-interval"), def.Gossip.ProbeInterval, "memberlist failure-detector probe interval (0: LAN default 1s, or the --local default)")
 	fs.DurationVar(&c.Gossip.ProbeTimeout, f.name("Gossip.ProbeTimeout", "gossip-probe-timeout"), def.Gossip.ProbeTimeout, "memberlist probe timeout (0: LAN default 500ms, or the --local default)")
 	fs.DurationVar(&c.Gossip.GossipInterval, f.name("Gossip.GossipInterval", "gossip-interval"), def.Gossip.GossipInterval, "memberlist gossip interval (0: LAN default 200ms, or the --local default)")
-	fs.IntVar(&c.Gossip.SuspicionMult, f.name("Gossip.SuspicionMult", "gossip-suspicion-mult"), def.Gossip.SuspicionMult, "memberlist suspicion multiplier (0: LAN default 4, or the --local default)")
+	fs.IntVar(&c.Gossip.SuspicionMult, f.name("Gossip.SuspicionMult", "gossip-suspicion-mult"), def.Gossip.SuspicionMult, "memberlist suspicion multiplier: a member that fails a probe is declared dead after gossip-suspicion-mult × max(1, log10(members)) × gossip-probe-interval unless it refutes (0: LAN default 4, or the --local default)")
 	fs.StringVar(&c.GossipKeyFile, f.name("GossipKeyFile", "gossip-key-file"), def.GossipKeyFile, "file of base64 16, 24 or 32-byte keys, one a line, readable by its owner only (head -c 32 /dev/urandom | base64; chmod 600): memberlist gossip is encrypted and authenticated with the first and accepted under any (rotation: docs/operations.md); launch makes one per job if not given")
 	fs.BoolVar(&c.Insecure, f.name("Insecure", "insecure"), def.Insecure, "allow memberlist beyond loopback without --gossip-key-file and NATS servers beyond loopback without credentials (refused otherwise); logs a warning naming what is exposed")
 	fs.StringVar(&c.JobKeyFile, f.name("JobKeyFile", "job-key-file"), def.JobKeyFile, "file with the job's base64 32-byte key, readable by its owner only (head -c 32 /dev/urandom | base64; chmod 600): every step, heartbeat and replay message is sealed with it and refused without it; the same file on every rank (launch makes one)")
@@ -87,9 +92,12 @@ func (c *agentOptions) membershipFlags(fs *pflag.FlagSet, def agent.Config) {
 
 func (c *agentOptions) samplingFlags(fs *pflag.FlagSet, def agent.Config) {
 	f, np := c.fields, def.NoisePool
-	fs.StringVar(&c.Noise, f.name("Noise", "noise"), def.Noise, "rank 0's Gumbel noise: pool (pre-generated by background producers), inline, or sync (benchmark baseline: every full noise row generated on the critical path)")
-	fs.StringVar(&c.Sampling, f.name("Sampling", "sampling"), def.Sampling, "sampler: logspace (Gumbel-max in log space) or softmax (benchmark baseline: softmax with exponential noise, sampler.Reference)")
-	fs.StringVar(&c.SamplingRanks, f.name("SamplingRanks", "sampling-ranks"), def.SamplingRanks, "ranks that sample: rank0, or all (benchmark baseline: every rank computes logits and samples, followers discard the tokens); all ranks must agree")
+	// sync, softmax and all are benchmark baselines (tpcoord bench e2e):
+	// accepted, but neither --noise's help nor the hidden flags show them.
+	fs.StringVar((*string)(&c.Noise), f.name("Noise", "noise"), string(def.Noise), "rank 0's Gumbel noise: pool (pre-generated by background producers) or inline (computed on the sampling path); the tokens are the same")
+	fs.StringVar((*string)(&c.Sampling), f.name("Sampling", "sampling"), string(def.Sampling), "sampler: logspace (Gumbel-max in log space) or softmax (benchmark baseline: softmax with exponential noise, sampler.Reference)")
+	fs.StringVar((*string)(&c.SamplingRanks), f.name("SamplingRanks", "sampling-ranks"), string(def.SamplingRanks), "ranks that sample: rank0, or all (benchmark baseline: every rank computes logits and samples, followers discard the tokens); all ranks must agree")
+	hide(fs, "sampling", "sampling-ranks")
 	fs.IntVar(&c.NoisePool.Rows, f.name("NoisePool.Rows", "noise-pool-rows"), np.Rows, "noise pool: vocab-length rows it owns (memory: rows × (vocab + vocab/256) × 4 bytes, block maxima included); at least max-batch × (noise-lookahead + 1) to serve every row")
 	fs.IntVar(&c.NoisePool.Producers, f.name("NoisePool.Producers", "noise-producers"), np.Producers, "noise pool: background producer goroutines; -1 (auto) starts as many as fill max-batch rows every noise-step at half a core each, from the cost of a row measured at start")
 	fs.DurationVar(&c.NoisePool.Step, f.name("NoisePool.Step", "noise-step"), np.Step, "noise pool: the step time auto producers are sized for (the model's expected step)")
@@ -97,6 +105,16 @@ func (c *agentOptions) samplingFlags(fs *pflag.FlagSet, def agent.Config) {
 	fs.Var(&c.NoisePool.Form, f.name("NoisePool.Form", "noise-form"), "noise pool rows: exact (Gumbel values), bound (upper bounds from one hash and a table load a value; the sampler computes the exact value where a token can win), or auto (exact with the AVX-512 kernel, bound elsewhere)")
 	fs.IntVar(&c.NoisePool.Lookahead, f.name("NoisePool.Lookahead", "noise-lookahead"), np.Lookahead, "noise pool: rows prefetched per active stream")
 	fs.Int64Var(&c.NoisePool.MaxBytes, f.name("NoisePool.MaxBytes", "noise-max-bytes"), np.MaxBytes, "noise pool: refuse configurations larger than this")
+}
+
+// hide keeps flags that only select benchmark baselines out of --help;
+// they work as before.
+func hide(fs *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		if err := fs.MarkHidden(n); err != nil {
+			panic(err) // a flag defined above
+		}
+	}
 }
 
 func (c *agentOptions) workerFlags(fs *pflag.FlagSet, def agent.Config) {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/e2e"
+	"github.com/tpcoord/tpcoord/coordinator/agent"
 )
 
 func runBenchE2ECmd(t *testing.T, args ...string) (string, error) {
@@ -116,12 +118,12 @@ func TestAgentSamplingFlags(t *testing.T) {
 		edit func(*agentOptions)
 		flag string // "" for valid
 	}{
-		{func(c *agentOptions) { c.Noise = "sync" }, ""},
-		{func(c *agentOptions) { c.Sampling = "softmax" }, ""},
-		{func(c *agentOptions) { c.SamplingRanks = "all" }, ""},
-		{func(c *agentOptions) { c.Noise = "async" }, "noise"},
-		{func(c *agentOptions) { c.Sampling = "greedy" }, "sampling"},
-		{func(c *agentOptions) { c.SamplingRanks = "some" }, "sampling-ranks"},
+		{func(c *agentOptions) { c.Noise = agent.NoiseSync }, ""},
+		{func(c *agentOptions) { c.Sampling = agent.SamplingSoftmax }, ""},
+		{func(c *agentOptions) { c.SamplingRanks = agent.SamplingRanksAll }, ""},
+		{func(c *agentOptions) { c.Noise = agent.Noise("async") }, "noise"},
+		{func(c *agentOptions) { c.Sampling = agent.Sampling("greedy") }, "sampling"},
+		{func(c *agentOptions) { c.SamplingRanks = agent.SamplingRanks("some") }, "sampling-ranks"},
 	} {
 		c := validAgentConfig(t)
 		tc.edit(&c)
@@ -134,13 +136,46 @@ func TestAgentSamplingFlags(t *testing.T) {
 		}
 	}
 	a, b := validAgentConfig(t), validAgentConfig(t)
-	b.SamplingRanks = "all"
+	b.SamplingRanks = agent.SamplingRanksAll
 	if a.Digest() == b.Digest() {
 		t.Error("sampling-ranks does not change the config digest")
 	}
 }
 
 // validAgentConfig is the agent's defaults.
+// TestBaselineFlagsHidden: the benchmark baselines (--noise sync,
+// --sampling softmax, --sampling-ranks all) are not in agent's or
+// launch's help, and still set the configuration from flags, TPC_* and
+// the config file alike.
+func TestBaselineFlagsHidden(t *testing.T) {
+	for _, cmd := range []string{"agent", "launch"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd, "--help"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd, code, stderr.String())
+		}
+		help := stdout.String()
+		if !strings.Contains(help, "--noise ") || strings.Contains(help, "--sampling") || strings.Contains(help, "sync") {
+			t.Errorf("%s --help shows a baseline (or no --noise):\n%s", cmd, help)
+		}
+	}
+	var c agentOptions
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	c.flags(fs)
+	t.Setenv("TPC_SAMPLING_RANKS", "all")
+	if err := fs.Parse([]string{"--noise", "sync", "--sampling", "softmax"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := layerConfig(fs); err != nil {
+		t.Fatal(err)
+	}
+	if c.Noise != agent.NoiseSync || c.Sampling != agent.SamplingSoftmax || c.SamplingRanks != agent.SamplingRanksAll {
+		t.Errorf("noise %q, sampling %q, sampling-ranks %q; want the baselines", c.Noise, c.Sampling, c.SamplingRanks)
+	}
+	if err := c.validate(); err != nil {
+		t.Error(err)
+	}
+}
+
 func validAgentConfig(t *testing.T) agentOptions {
 	t.Helper()
 	var c agentOptions

@@ -92,7 +92,7 @@ func TestBenchE2EWorker(t *testing.T) {
 		if err := dec.Decode(&r); err != nil {
 			t.Fatalf("line %d: %v: %s", i, err, line)
 		}
-		if r.Executor != "worker" || r.Impl != "tpcoord" || r.Synthetic != nil || strings.Contains(line, "forward_time_ms") {
+		if r.Executor != e2e.WorkerExecutor || r.Impl != "tpcoord" || r.Synthetic != nil || strings.Contains(line, "forward_time_ms") {
 			t.Errorf("line %d: executor %q impl %q synthetic %v: %s", i, r.Executor, r.Impl, r.Synthetic, line)
 		}
 		if r.OutputTokens != 3*5 || r.NProc != 2 || r.Vocab != 512 {

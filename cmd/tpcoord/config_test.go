@@ -116,6 +116,10 @@ func TestAgentConfigErrorsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"launch", "--log-format", "xml"}, `log-format: "xml" is not one of auto, text, json`},
 		{[]string{"agent", "--replay-window-bytes", "0"}, "replay-window-bytes: must be > 0"},
 		{[]string{"agent", "--step-queue-bytes", "-1"}, "step-queue-bytes: must be > 0"},
+		{[]string{"agent", "--liveness-grace", "0s"}, "liveness-grace: must be > 0"},
+		{[]string{"agent", "--client-timeout", "100ms"}, "client-timeout: must be longer than the clients' keepalive interval"},
+		{[]string{"agent", "--replay-timeout", "0s"}, "replay-timeout: must be > 0"},
+		{[]string{"agent", "--sampling-ranks", "some"}, `sampling-ranks: "some" is not one of rank0, all`},
 		{[]string{"launch", "--nproc", "0"}, "nproc:"},
 		{[]string{"agent", "--no-such-flag"}, "unknown flag"},
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tpcoord/tpcoord/coordinator/agent"
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
 	"github.com/tpcoord/tpcoord/coordinator/launch"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
@@ -237,7 +238,7 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, gw *lau
 	var use func(context.Context, *launch.Job) error
 	if o.Demo {
 		model := fmt.Sprintf("synthetic, forward %v", o.agent.ForwardTime)
-		if o.agent.Executor == "worker" {
+		if o.agent.Executor == agent.ExecutorWorker {
 			model = "model worker"
 		}
 		d := launch.Demo{Requests: o.DemoRequests, MaxTokens: o.DemoMaxTokens, Vocab: o.agent.Vocab, Label: fmt.Sprintf("TP=%d, %s", o.NProc, model)}

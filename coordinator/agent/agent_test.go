@@ -9,12 +9,12 @@ import (
 	"github.com/tpcoord/tpcoord/rank"
 )
 
-// TestWaitPolicyReformsAfterLostFollower: under OnPeerLoss "wait", a
+// TestWaitPolicyReformsAfterLostFollower: under OnPeerLossWait, a
 // follower that crashes mid-request stops the world; rank 0 holds the
 // request, the survivor follows rank 0 into epoch 1 once a new rank 2
 // joins, and the request finishes with every token it asked for.
 func TestWaitPolicyReformsAfterLostFollower(t *testing.T) {
-	j := newJob(t, 3, func(c *Config) { c.OnPeerLoss = "wait" })
+	j := newJob(t, 3, func(c *Config) { c.OnPeerLoss = OnPeerLossWait })
 	ms := j.startWorld()
 	g := j.generate(11, 400)
 	g.waitTokens(t, 20)
@@ -61,12 +61,12 @@ func TestClosedBusAborts(t *testing.T) {
 	}
 }
 
-// TestRank0Restart: under OnPeerLoss "wait", rank 0 crashes and is
+// TestRank0Restart: under OnPeerLossWait, rank 0 crashes and is
 // started again at its address with its original settings (no peers to
 // join); the followers re-form around the new rank 0 (a new leader) in its
 // epoch, and the job serves requests again.
 func TestRank0Restart(t *testing.T) {
-	j := newJob(t, 3, func(c *Config) { c.OnPeerLoss = "wait" })
+	j := newJob(t, 3, func(c *Config) { c.OnPeerLoss = OnPeerLossWait })
 	ms := j.startWorld()
 	rep, err := j.generate(3, 30).wait(t)
 	if err != nil {

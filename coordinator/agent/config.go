@@ -3,11 +3,10 @@ package agent
 import (
 	"crypto/sha256"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/coordinator/membership"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
@@ -21,82 +20,205 @@ import (
 const MaxWorldSize = 1024
 
 // Config is everything one rank needs. DefaultConfig is the one place its
-// defaults are written; Validate's errors name the field (*fielderr.Error).
+// defaults are written (those the decode loop shares with rank.DriverConfig
+// come from rank's Default* constants); Validate's errors name the field
+// (*fielderr.Error). Each field's comment gives its default.
 type Config struct {
-	Job       string   // names the NATS subjects and the memberlist label
-	Rank      int      // this agent's TP rank; rank 0 schedules and samples
-	WorldSize int      // TP ranks in the job
-	Bind      string   // memberlist host:port (port 0: a free one); beyond loopback it needs GossipKeyFile or Insecure
-	Join      []string // memberlist peers to join
-	Local     bool     // memberlist's fast loopback timings
+	// Job names the job: its NATS subjects and its memberlist label.
+	// Default "default".
+	Job string
+	// Rank is this agent's TP rank in [0, WorldSize); rank 0 schedules and
+	// samples. Default 0.
+	Rank int
+	// WorldSize is the number of TP ranks in the job, at most
+	// MaxWorldSize. Default 1.
+	WorldSize int
+	// Bind is the memberlist host:port (port 0: a free one); beyond
+	// loopback it needs GossipKeyFile or Insecure. Default 127.0.0.1:7946.
+	Bind string
+	// Join are memberlist peers (host:port) to join; a rank other than 0
+	// of a world of more than one needs at least one. Default none.
+	Join []string
+	// Local selects memberlist's fast loopback timings (every rank on
+	// this host) instead of its LAN ones. Default false.
+	Local bool
 
-	NATS      string // NATS server URL
-	NATSServe bool   // rank 0 hosts the server named by NATS
+	// NATS is the NATS server's URL. Default nats://127.0.0.1:4222.
+	NATS string
+	// NATSServe has rank 0 host the server named by NATS in-process (not
+	// with OnPeerLossWait). Default false.
+	NATSServe bool
 	// NATSServeClients (with NATSServe) is the URL of the clients' user and
 	// password: the hosted server then gives clients only what they need.
+	// Default none.
 	NATSServeClients string
-	NATSAuth         natsbus.Auth // credentials and TLS beyond the URL's
-	Prefix           string       // prefix of the job's NATS subjects
+	// NATSAuth are the credentials and TLS beyond the URL's. Default none.
+	NATSAuth natsbus.Auth
+	// Prefix is the prefix of the job's NATS subjects. Default "tpc".
+	Prefix string
 
-	Executor    string        // "synthetic" or "worker"
-	Worker      WorkerConfig  // Executor "worker"
-	ForwardTime time.Duration // Executor "synthetic": wall time of a forward pass
+	// Executor runs the forward passes: ExecutorSynthetic (default) or
+	// ExecutorWorker.
+	Executor Executor
+	// Worker is the model worker of ExecutorWorker.
+	Worker WorkerConfig
+	// ForwardTime is the wall time of one forward pass of
+	// ExecutorSynthetic. Default 20ms.
+	ForwardTime time.Duration
 
-	Vocab          int
-	EOS            int // end-of-sequence token, -1 for none
-	MaxBatch       int
-	MaxBatchTokens int // prompt+output tokens across the batch (0: no bound)
-	MaxQueue       int
-	MaxLag         int // steps rank 0 may run ahead of the slowest follower
+	// Vocab is the vocabulary size, in [16, 2^24]. Default 100352.
+	Vocab int
+	// EOS is the end-of-sequence token, -1 for none. Default 0.
+	EOS int
+	// MaxBatch is the most sequences decoded per step. Default 32.
+	MaxBatch int
+	// MaxBatchTokens bounds the prompt+output tokens across the batch's
+	// rows; the oldest waiting request is admitted first. Default 0: no
+	// bound.
+	MaxBatchTokens int
+	// MaxQueue is the most requests waiting for a batch slot; more are
+	// refused as overloaded. Default 1024.
+	MaxQueue int
+	// MaxLag is rank 0's flow control: it publishes step k only once
+	// every follower has applied step k-1-MaxLag, so it runs at most
+	// MaxLag+1 steps ahead of the slowest follower, and a follower never
+	// needs more than that of the ReplayWindow while it keeps up. 0: a
+	// step waits for every follower to apply the one before. Default 2.
+	MaxLag int
 
+	// RendezvousTimeout is how long to wait for every rank to join before
+	// failing with the missing ones. Default 60s.
 	RendezvousTimeout time.Duration
+	// HeartbeatInterval is how often every rank heartbeats. Default
+	// rank.DefaultHeartbeat (250ms).
 	HeartbeatInterval time.Duration
-	HeartbeatTimeout  time.Duration // 0: rely on membership alone
-	OnPeerLoss        string        // "fail" or "wait"
+	// HeartbeatTimeout declares a watched rank (rank 0 watches every
+	// follower, followers watch rank 0) lost after this long without a
+	// sign of life: about HeartbeatTimeout/HeartbeatInterval heartbeats
+	// missed in a row (4 by default). 0 or more than HeartbeatInterval;
+	// 0 leaves losses to membership alone (memberlist's suspicion
+	// timeout, see Gossip). Default 1s.
+	HeartbeatTimeout time.Duration
+	// LivenessGrace is how long watched ranks get to be heard from after
+	// this rank starts an epoch or its NATS connection comes back, before
+	// HeartbeatTimeout applies: a rank silent since is lost LivenessGrace
+	// after the (re)start. Default rank.DefaultLivenessGrace (10s).
+	LivenessGrace time.Duration
+	// OnPeerLoss is what the job does when a rank is lost: OnPeerLossFail
+	// (default) or OnPeerLossWait. Every rank must agree (it is in the
+	// digest).
+	OnPeerLoss OnPeerLoss
+	// ClientTimeout is how long rank 0 keeps a request whose client
+	// promised or sent keepalives but has gone silent; clients send one
+	// every api.KeepaliveInterval (400ms), so it must be longer, and
+	// ClientTimeout/api.KeepaliveInterval keepalives (5 by default) may be
+	// lost in a row. Default rank.DefaultClientTimeout (2s).
+	ClientTimeout time.Duration
 	// GossipKeyFile holds the gossip keyring (membership.ReadKeyring: one
 	// base64 key per line, the first encrypts), readable by its owner only.
-	// Empty: gossip in the clear, which Validate refuses beyond loopback
-	// unless Insecure is set.
+	// Default empty: gossip in the clear, which Validate refuses beyond
+	// loopback unless Insecure is set.
 	GossipKeyFile string
 	// JobKeyFile holds the job's message key in base64 (32 bytes; see
 	// broadcast.ReadKeyFile): every step, heartbeat and replay message is
-	// sealed and checked with it. Empty: the job has no key. Every rank
-	// of a job must agree on whether there is one (it is in the digest)
-	// and hold the same key.
-	JobKeyFile    string
+	// sealed and checked with it. Default empty: the job has no key. Every
+	// rank of a job must agree on whether there is one (it is in the
+	// digest) and hold the same key.
+	JobKeyFile string
+	// RankClaimWait is how long an agent whose rank another member holds
+	// keeps trying (the holder may be dead but not yet detected) before
+	// failing with membership.ErrRankTaken. Default
+	// membership.DefaultClaimWait (15s).
 	RankClaimWait time.Duration
-	Gossip        GossipTuning
+	// Gossip overrides memberlist's failure-detector timings. Default: all
+	// zero, memberlist's LAN (or Local) timings.
+	Gossip GossipTuning
 	// Insecure accepts Exposures: memberlist beyond loopback without a
 	// gossip key, NATS servers beyond loopback without credentials. Run
-	// logs what is exposed once, as a warning.
+	// logs what is exposed once, as a warning. Default false.
 	Insecure bool
 
-	ReplayWindow      int
+	// ReplayWindow is how many published steps rank 0 keeps to replay to
+	// a follower that missed some, in [1, 2^20]; a follower further
+	// behind than ReplayWindow steps (or ReplayWindowBytes) cannot catch
+	// up and aborts the job. It should be well above MaxLag+1. Default
+	// rank.DefaultReplayWindow (1024).
+	ReplayWindow int
+	// ReplayWindowBytes bounds the memory of those steps too: the oldest
+	// go first, the newest is always kept. Default
+	// rank.DefaultReplayWindowBytes (64 MiB).
 	ReplayWindowBytes int
-	StepQueueBytes    int
+	// ReplayTimeout bounds one replay request of a follower, and caps
+	// the backoff between its retries. Default rank.DefaultReplayTimeout (2s).
+	ReplayTimeout time.Duration
+	// StepQueueBytes bounds the step messages a follower has received but
+	// not yet applied: a step beyond it is dropped and recovered by
+	// replay (an empty queue takes any step). Default
+	// rank.DefaultStepQueueBytes (64 MiB). One step message is at most
+	// the NATS server's max payload (rank.DefaultMaxStepBytes, 1 MiB, by
+	// default), which is not a setting of the agent.
+	StepQueueBytes int
 
-	Noise         string // "pool", "inline" or "sync" (a benchmark baseline)
-	Sampling      string // "logspace" or "softmax" (a benchmark baseline)
-	SamplingRanks string // "rank0" or "all" (a benchmark baseline)
-	NoisePool     noisepool.Config
+	// Noise is where rank 0's Gumbel noise comes from: NoisePool (default)
+	// or NoiseInline; NoiseSync is a benchmark baseline (tpcoord bench
+	// e2e). The tokens are the same with each.
+	Noise Noise
+	// Sampling is the sampler: SamplingLogspace (default);
+	// SamplingSoftmax is a benchmark baseline. The tokens are the same.
+	Sampling Sampling
+	// SamplingRanks are the ranks that sample: SamplingRanksRank0
+	// (default); SamplingRanksAll is a benchmark baseline. Every rank must
+	// agree (it is in the digest).
+	SamplingRanks SamplingRanks
+	// NoisePool sizes rank 0's noise pool (with NoisePool): default
+	// noisepool.DefaultConfig() (128 rows, auto producers for 20ms steps,
+	// lookahead 2, at most 1 GiB, form auto). Validate sets its Vocab to
+	// Vocab and its Batch to MaxBatch.
+	NoisePool noisepool.Config
 
-	TraceEvery int // trace every Nth step (0: none)
-	Telemetry  telemetry.Config
+	// TraceEvery traces every Nth step (0: none). Default 100.
+	TraceEvery int
+	// Telemetry is the OTLP export, the metrics listener and the flight
+	// recorder. Default: no export or listener, and the flight recorder
+	// keeps rank.DefaultFlightSteps (256) steps.
+	Telemetry telemetry.Config
 }
 
-// WorkerConfig selects a model worker process (docs/worker-protocol.md).
+// WorkerConfig selects a model worker process (docs/worker-protocol.md),
+// with ExecutorWorker; exactly one of Cmd and Socket.
 type WorkerConfig struct {
-	Cmd            string // command line the agent starts ({socket}, {rank} replaced)
-	Socket         string // or: a running worker's socket ({rank} replaced)
-	DType          string // logits type: float32, float16, bfloat16
+	// Cmd is the command line the agent starts (split like a shell, no
+	// shell run), "{socket}" and "{rank}" replaced. Default none.
+	Cmd string
+	// Socket is a running worker's Unix socket, "{rank}" replaced.
+	// Default none.
+	Socket string
+	// DType is the logits type the worker writes: float32 (default),
+	// float16 or bfloat16 (worker.ParseDType).
+	DType string
+	// ForwardTimeout is the deadline of one forward step; a worker that
+	// does not answer in time aborts the job. Default
+	// worker.DefaultForwardTimeout (30s).
 	ForwardTimeout time.Duration
 }
 
 // GossipTuning overrides memberlist's failure-detector timings; zero keeps
-// the LAN (or Local) default.
+// the LAN (or Local) default. memberlist declares a member that failed a
+// probe dead after SuspicionTimeout = SuspicionMult × max(1, log10(N)) ×
+// ProbeInterval for N members, unless it refutes (LAN: 4 × 1s = 4s for up
+// to 10 members).
 type GossipTuning struct {
-	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
-	SuspicionMult                               int
+	// ProbeInterval is the interval between probes of a random member
+	// (LAN 1s, Local 1s).
+	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe waits for its ack; about the
+	// network's RTT, below ProbeInterval (LAN 500ms, Local 200ms).
+	ProbeTimeout time.Duration
+	// GossipInterval is the interval between gossip rounds (LAN 200ms,
+	// Local 100ms).
+	GossipInterval time.Duration
+	// SuspicionMult scales SuspicionTimeout (LAN 4, Local 3).
+	SuspicionMult int
 }
 
 // DefaultConfig is a one-rank job on this host with the synthetic
@@ -105,13 +227,15 @@ func DefaultConfig() Config {
 	return Config{
 		Job: "default", WorldSize: 1, Bind: "127.0.0.1:7946",
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
-		Executor: "synthetic", ForwardTime: 20 * time.Millisecond,
+		Executor: ExecutorSynthetic, ForwardTime: 20 * time.Millisecond,
 		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
 		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2,
-		RendezvousTimeout: 60 * time.Second, HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second,
-		OnPeerLoss: "fail", RankClaimWait: membership.DefaultClaimWait,
-		ReplayWindow: rank.DefaultReplayWindow, ReplayWindowBytes: rank.DefaultReplayWindowBytes, StepQueueBytes: rank.DefaultStepQueueBytes,
-		Noise: "pool", Sampling: "logspace", SamplingRanks: "rank0",
+		RendezvousTimeout: 60 * time.Second,
+		HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second, LivenessGrace: rank.DefaultLivenessGrace,
+		OnPeerLoss: OnPeerLossFail, ClientTimeout: rank.DefaultClientTimeout, RankClaimWait: membership.DefaultClaimWait,
+		ReplayWindow: rank.DefaultReplayWindow, ReplayWindowBytes: rank.DefaultReplayWindowBytes,
+		ReplayTimeout: rank.DefaultReplayTimeout, StepQueueBytes: rank.DefaultStepQueueBytes,
+		Noise: NoisePool, Sampling: SamplingLogspace, SamplingRanks: SamplingRanksRank0,
 		NoisePool:  noisepool.DefaultConfig(),
 		TraceEvery: 100,
 		Telemetry:  telemetry.Config{FlightSteps: rank.DefaultFlightSteps},
@@ -119,8 +243,8 @@ func DefaultConfig() Config {
 }
 
 // Samples reports whether this rank runs a sampler: rank 0, or every rank
-// with SamplingRanks "all".
-func (c *Config) Samples() bool { return c.Rank == 0 || c.SamplingRanks == "all" }
+// with SamplingRanksAll.
+func (c *Config) Samples() bool { return c.Rank == 0 || c.SamplingRanks == SamplingRanksAll }
 
 // Digest is the configuration digest that every member of a job must
 // share: what must agree for lockstep to hold, and whether the job has a
@@ -146,7 +270,7 @@ func (c *Config) Validate() error {
 	if err := c.Worker.validate(c.Executor); err != nil {
 		return fielderr.Within("Worker", err)
 	}
-	if c.Noise == "pool" && c.Samples() {
+	if c.Noise == NoisePool && c.Samples() {
 		c.NoisePool.Vocab, c.NoisePool.Batch = c.Vocab, c.MaxBatch
 		if err := c.NoisePool.Validate(); err != nil {
 			return fielderr.Within("NoisePool", err)
@@ -177,16 +301,17 @@ func (c *Config) validateIdentity() error {
 		return fielderr.New("NATSServe", "this build (tpcoord-agent) has no NATS server; run tpcoord agent to host it")
 	case c.NATSServe && c.Rank != 0:
 		return fielderr.New("NATSServe", "only rank 0 hosts the NATS server; this is rank %d", c.Rank)
-	case c.NATSServe && c.OnPeerLoss == "wait":
+	case c.NATSServe && c.OnPeerLoss == OnPeerLossWait:
 		return fielderr.New("NATSServe", "not with on-peer-loss wait: the bus would die with rank 0, and the followers could not re-form around a new one")
 	}
 	return nil
 }
 
 func (c *Config) validateModel() error {
+	if err := c.Executor.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.Executor != "synthetic" && c.Executor != "worker":
-		return fielderr.New("Executor", "%q is not supported (supported: synthetic, worker)", c.Executor)
 	case c.Vocab < 16 || c.Vocab > 1<<24:
 		return fielderr.New("Vocab", "must be in [16, %d], got %d", 1<<24, c.Vocab)
 	case c.EOS < -1 || c.EOS >= c.Vocab:
@@ -213,6 +338,12 @@ func (c *Config) validateTiming() error {
 		return fielderr.New("HeartbeatInterval", "must be > 0, got %v", c.HeartbeatInterval)
 	case c.HeartbeatTimeout < 0 || (c.HeartbeatTimeout > 0 && c.HeartbeatTimeout <= c.HeartbeatInterval):
 		return fielderr.New("HeartbeatTimeout", "must be 0 or longer than the heartbeat interval (%v), got %v", c.HeartbeatInterval, c.HeartbeatTimeout)
+	case c.LivenessGrace <= 0:
+		return fielderr.New("LivenessGrace", "must be > 0, got %v", c.LivenessGrace)
+	case c.ClientTimeout <= api.KeepaliveInterval:
+		return fielderr.New("ClientTimeout", "must be longer than the clients' keepalive interval (%v), got %v", api.KeepaliveInterval, c.ClientTimeout)
+	case c.ReplayTimeout <= 0:
+		return fielderr.New("ReplayTimeout", "must be > 0, got %v", c.ReplayTimeout)
 	case c.RankClaimWait < 0:
 		return fielderr.New("RankClaimWait", "must be >= 0, got %v", c.RankClaimWait)
 	case c.TraceEvery < 0:
@@ -234,17 +365,9 @@ func (c *Config) validateBuffers() error {
 }
 
 func (c *Config) validateModes() error {
-	for _, m := range []struct {
-		field, value string
-		allowed      []string
-	}{
-		{"OnPeerLoss", c.OnPeerLoss, []string{"fail", "wait"}},
-		{"Noise", c.Noise, []string{"pool", "inline", "sync"}},
-		{"Sampling", c.Sampling, []string{"logspace", "softmax"}},
-		{"SamplingRanks", c.SamplingRanks, []string{"rank0", "all"}},
-	} {
-		if !slices.Contains(m.allowed, m.value) {
-			return fielderr.New(m.field, "%q is not one of %s", m.value, strings.Join(m.allowed, ", "))
+	for _, err := range []error{c.OnPeerLoss.Validate(), c.Noise.Validate(), c.Sampling.Validate(), c.SamplingRanks.Validate()} {
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
@@ -27,23 +28,28 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.WorldSize = 0 }, "WorldSize"},
 		{func(c *Config) { c.WorldSize, c.Rank = 2, 5 }, "Rank"},
 		{func(c *Config) { c.WorldSize, c.Rank = 2, 1 }, "Join"},
-		{func(c *Config) { c.NATSServe, c.OnPeerLoss = true, "wait" }, "NATSServe"},
-		{func(c *Config) { c.Executor = "gpu" }, "Executor"},
+		{func(c *Config) { c.NATSServe, c.OnPeerLoss = true, OnPeerLossWait }, "NATSServe"},
+		{func(c *Config) { c.Executor = Executor("gpu") }, "Executor"},
 		{func(c *Config) { c.EOS = c.Vocab }, "EOS"},
 		{func(c *Config) { c.HeartbeatTimeout = c.HeartbeatInterval }, "HeartbeatTimeout"},
 		{func(c *Config) { c.StepQueueBytes = 0 }, "StepQueueBytes"},
-		{func(c *Config) { c.Noise = "async" }, "Noise"},
-		{func(c *Config) { c.SamplingRanks = "some" }, "SamplingRanks"},
+		{func(c *Config) { c.LivenessGrace = 0 }, "LivenessGrace"},
+		{func(c *Config) { c.ClientTimeout = api.KeepaliveInterval }, "ClientTimeout"},
+		{func(c *Config) { c.ReplayTimeout = 0 }, "ReplayTimeout"},
+		{func(c *Config) { c.OnPeerLoss = OnPeerLoss("retry") }, "OnPeerLoss"},
+		{func(c *Config) { c.Sampling = Sampling("greedy") }, "Sampling"},
+		{func(c *Config) { c.Noise = Noise("async") }, "Noise"},
+		{func(c *Config) { c.SamplingRanks = SamplingRanks("some") }, "SamplingRanks"},
 		{func(c *Config) { c.NoisePool.Producers = -2 }, "NoisePool.Producers"},
 		{func(c *Config) { c.NoisePool.Step = 0 }, "NoisePool.Step"},
 		{func(c *Config) { c.NoisePool.Form = 9 }, "NoisePool.Form"},
 		{func(c *Config) { c.Telemetry.FlightSteps = 0 }, "Telemetry.FlightSteps"},
 		{func(c *Config) { c.Telemetry.OTLPEndpoint = "ftp://x:1" }, "Telemetry.OTLPEndpoint"},
-		{func(c *Config) { c.Executor = "worker" }, "Worker.Cmd"},
-		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.Socket = "worker", "x", "y" }, "Worker.Cmd"},
-		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.ForwardTimeout = "worker", "x", 0 }, "Worker.ForwardTimeout"},
-		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.DType = "worker", "x", "int8" }, "Worker.DType"},
-		{func(c *Config) { c.Executor, c.Worker.Cmd = "worker", "x 'y" }, "Worker.Cmd"},
+		{func(c *Config) { c.Executor = ExecutorWorker }, "Worker.Cmd"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.Socket = ExecutorWorker, "x", "y" }, "Worker.Cmd"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.ForwardTimeout = ExecutorWorker, "x", 0 }, "Worker.ForwardTimeout"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.DType = ExecutorWorker, "x", "int8" }, "Worker.DType"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd = ExecutorWorker, "x 'y" }, "Worker.Cmd"},
 	} {
 		c := DefaultConfig()
 		tc.edit(&c)
@@ -54,7 +60,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		}
 	}
 	c := DefaultConfig()
-	c.Executor, c.Worker.Cmd, c.Worker.DType, c.Worker.ForwardTimeout = "worker", "x", "bf16", time.Second
+	c.Executor, c.Worker.Cmd, c.Worker.DType, c.Worker.ForwardTimeout = ExecutorWorker, "x", "bf16", time.Second
 	if err := c.Validate(); err != nil {
 		t.Errorf("a valid worker configuration: %v", err)
 	}
@@ -68,7 +74,7 @@ func TestValidateNamesTheField(t *testing.T) {
 
 func TestDigest(t *testing.T) {
 	a, b := DefaultConfig(), DefaultConfig()
-	b.SamplingRanks = "all"
+	b.SamplingRanks = SamplingRanksAll
 	if a.Digest() == b.Digest() {
 		t.Error("SamplingRanks does not change the config digest")
 	}

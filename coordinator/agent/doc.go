@@ -3,7 +3,7 @@
 // name fields), New, which checks the configuration and does no I/O, and
 // Run, which owns the agent's whole life: telemetry, the bus, membership and
 // the rendezvous, the noise pool, and the decode loop across epochs (under
-// OnPeerLoss "wait" it holds rank 0's requests while the world re-forms, and
+// OnPeerLossWait it holds rank 0's requests while the world re-forms, and
 // a follower follows rank 0 into a later epoch). Status and DumpFlight may be
 // called from any goroutine while it runs.
 //

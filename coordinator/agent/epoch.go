@@ -13,7 +13,7 @@ import (
 
 // needsMasterPort reports whether this job's executor needs a rendezvous
 // port for collectives of its own: a model worker may run torch.distributed.
-func (c *Config) needsMasterPort() bool { return c.Executor == "worker" }
+func (c *Config) needsMasterPort() bool { return c.Executor == ExecutorWorker }
 
 // pickMasterPort finds a TCP port, none of avoid, free on every interface
 // for rank 0's runtime, which binds it itself when it starts (freeport

@@ -48,8 +48,8 @@ func (e EpochInfo) Env() []string {
 // the epoch ends. ctx bounds its start.
 type ExecutorFactory func(ctx context.Context, e EpochInfo) (rank.Executor, error)
 
-func (w *WorkerConfig) validate(executor string) error {
-	if executor != "worker" {
+func (w *WorkerConfig) validate(executor Executor) error {
+	if executor != ExecutorWorker {
 		return nil
 	}
 	switch {
@@ -75,7 +75,7 @@ func (w *WorkerConfig) validate(executor string) error {
 // generator, or a model worker process.
 func defaultExecutors(cfg *Config, log *slog.Logger) ExecutorFactory {
 	return func(ctx context.Context, e EpochInfo) (rank.Executor, error) {
-		if cfg.Executor != "worker" {
+		if cfg.Executor != ExecutorWorker {
 			ex, err := rank.NewSynthetic(rank.SyntheticConfig{Vocab: cfg.Vocab, EOS: int32(cfg.EOS), ForwardTime: cfg.ForwardTime, Logits: cfg.Samples()})
 			if err != nil {
 				return nil, err

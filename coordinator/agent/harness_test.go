@@ -66,7 +66,7 @@ func newJob(t *testing.T, world int, edit func(*Config)) *job {
 func (j *job) config(r int, join []string) Config {
 	c := DefaultConfig()
 	c.Job, c.Rank, c.WorldSize, c.Join, c.Local = "inproc", r, j.world, join, true
-	c.Vocab, c.EOS, c.ForwardTime, c.Noise, c.MaxBatch = 1024, 0, 2*time.Millisecond, "inline", 8
+	c.Vocab, c.EOS, c.ForwardTime, c.Noise, c.MaxBatch = 1024, 0, 2*time.Millisecond, NoiseInline, 8
 	c.HeartbeatInterval, c.HeartbeatTimeout = 50*time.Millisecond, 3*time.Second // membership detects a crash first; a slow race-detector run must not look like one
 	c.RendezvousTimeout, c.RankClaimWait = 60*time.Second, 30*time.Second
 	c.Gossip = GossipTuning{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond, GossipInterval: 50 * time.Millisecond, SuspicionMult: 2}

@@ -203,19 +203,19 @@ func (r *run) sampling() (*rank.Sampling, error) {
 		return nil, err
 	}
 	var pool *noisepool.Pool
-	if cfg.Noise == "pool" && cfg.Samples() {
+	if cfg.Noise == NoisePool && cfg.Samples() {
 		if pool, err = noisepool.New(cfg.NoisePool); err != nil {
 			return nil, fielderr.Within("NoisePool", err)
 		}
 		_ = r.g.AddCloser("noise pool", func() error { pool.Close(); return nil })
 		r.logPool(pool)
 	}
-	noise := map[string]rank.NoiseMode{"inline": rank.NoiseInline, "pool": rank.NoisePool, "sync": rank.NoiseSync}[cfg.Noise]
+	noise := map[Noise]rank.NoiseMode{NoiseInline: rank.NoiseInline, NoisePool: rank.NoisePool, NoiseSync: rank.NoiseSync}[cfg.Noise]
 	if noise == rank.NoisePool && pool == nil {
 		noise = rank.NoiseInline // a follower that does not sample
 	}
 	return rank.NewSamplingWith(rank.SamplingConfig{
-		Vocab: cfg.Vocab, EOS: int32(cfg.EOS), Base: base, Noise: noise, Pool: pool, Softmax: cfg.Sampling == "softmax",
+		Vocab: cfg.Vocab, EOS: int32(cfg.EOS), Base: base, Noise: noise, Pool: pool, Softmax: cfg.Sampling == SamplingSoftmax,
 	}), nil
 }
 

@@ -54,7 +54,7 @@ func (w *world) loop(ctx context.Context) error {
 		peerLeft, err := w.runEpoch(ctx)
 		var moved *rank.EpochMovedError
 		switch {
-		case cfg.OnPeerLoss == "wait" && errors.As(err, &moved):
+		case cfg.OnPeerLoss == OnPeerLossWait && errors.As(err, &moved):
 			// Rank 0 re-formed the world with this rank in it: follow it.
 			log.Warn("rank 0 leads a later epoch; following it", "epoch", moved.Epoch, "was", moved.Was)
 			w.epoch = moved.Epoch
@@ -64,7 +64,7 @@ func (w *world) loop(ctx context.Context) error {
 				log.Info("agent stopped")
 			}
 			return nil
-		case !errors.Is(err, rank.ErrPeerLost) || cfg.OnPeerLoss == "fail":
+		case !errors.Is(err, rank.ErrPeerLost) || cfg.OnPeerLoss == OnPeerLossFail:
 			return err
 		}
 		if err := w.waitReform(ctx, err); err != nil {
@@ -118,17 +118,18 @@ func (w *world) driverConfig() rank.DriverConfig {
 	dcfg := rank.DriverConfig{
 		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize, Epoch: w.epoch, Leader: w.leader, Key: r.key,
 		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag, MaxBatchTokens: cfg.MaxBatchTokens,
-		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, LivenessGrace: cfg.LivenessGrace,
+		ClientTimeout: cfg.ClientTimeout, ReplayTimeout: cfg.ReplayTimeout,
 		EOS: int32(cfg.EOS), Version: r.a.o.version, Member: r.cl.Name(), Logger: r.log,
 		ReplayWindow: cfg.ReplayWindow, MaxStepBytes: r.bus.MaxPayload,
 		ReplayWindowBytes: cfg.ReplayWindowBytes, StepQueueBytes: cfg.StepQueueBytes,
 		Tracer: r.tel.Tracer(), TraceEvery: cfg.TraceEvery,
 		Flight: r.flight, Metrics: r.metrics,
-		HoldOnPeerLoss: cfg.OnPeerLoss == "wait",
+		HoldOnPeerLoss: cfg.OnPeerLoss == OnPeerLossWait,
 		Steps:          r.bus.Steps,
 		Resume:         w.resume,
 	}
-	if cfg.Rank != 0 && cfg.SamplingRanks == "all" {
+	if cfg.Rank != 0 && cfg.SamplingRanks == SamplingRanksAll {
 		dcfg.FollowerPick = w.picker
 	}
 	return dcfg

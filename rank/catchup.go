@@ -82,12 +82,12 @@ func (d *Driver) onLeaderHeartbeat(m *broadcast.Msg) {
 	// newer ones may still be on their way.
 	d.mu.Lock()
 	d.peerTab.HeardFrom(0, &hb, d.cfg.Clock())
-	d.leader, d.leaderNow = d.leaderNow, max(d.leaderNow, hb.Applied)
-	ahead := d.leader > d.pos.applied
+	d.f.leader, d.f.leaderNow = d.f.leaderNow, max(d.f.leaderNow, hb.Applied)
+	ahead := d.f.leader > d.pos.applied
 	d.mu.Unlock()
 	if ahead {
 		select {
-		case d.behind <- struct{}{}:
+		case d.f.behind <- struct{}{}:
 		default:
 		}
 	}
@@ -115,7 +115,7 @@ func (d *Driver) follows(leader uint32) bool {
 func (d *Driver) leaderApplied() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.leader
+	return d.f.leader
 }
 
 // onReplay serves a follower's replay request from the window (rank 0).
@@ -128,7 +128,7 @@ func (d *Driver) onReplay(m *broadcast.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	rep := d.window.Serve(&req, d.cfg.MaxStepBytes)
+	rep := d.l.window.Serve(&req, d.cfg.MaxStepBytes)
 	rep.Leader = d.cfg.Leader
 	d.log.Info("replaying steps", "to_rank", req.Rank, "from", req.From, "to", req.To, "sent", len(rep.Steps), "status", rep.Status)
 	_ = d.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: d.codec.AppendReplayReply(nil, rep)})

@@ -26,7 +26,7 @@ func (d *Driver) onClient(m *broadcast.Msg) {
 		return
 	}
 	select {
-	case d.ops <- core.ClientOp{Tag: c.Reply, Cancel: c.Op == "cancel", Ack: m.Reply}:
+	case d.l.ops <- core.ClientOp{Tag: c.Reply, Cancel: c.Op == "cancel", Ack: m.Reply}:
 	default:
 		d.reject("client_queue_full", errors.New("client message dropped"))
 		return

@@ -167,7 +167,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 		return r.d.Status().Rejected["heartbeat_other_leader"] == 3
 	})
 	r.d.mu.Lock()
-	leader, leaderNow, heardAfter := r.d.leader, r.d.leaderNow, r.d.peerTab.Heard(0)
+	leader, leaderNow, heardAfter := r.d.f.leader, r.d.f.leaderNow, r.d.peerTab.Heard(0)
 	r.d.mu.Unlock()
 	if leader != 0 || leaderNow != 0 || !heardAfter.Equal(heard) {
 		t.Fatalf("refused heartbeats were applied: rank 0 at %d/%d, heard %v (was %v)", leader, leaderNow, heardAfter, heard)
@@ -178,7 +178,7 @@ func TestFollowerRefusesOtherLeaderHeartbeat(t *testing.T) {
 	poll.Until(t, 10*time.Second, "this leader's heartbeat not taken", func() bool {
 		r.d.mu.Lock()
 		defer r.d.mu.Unlock()
-		return r.d.leaderNow == 1 && !r.d.peerTab.Heard(0).Equal(heard)
+		return r.d.f.leaderNow == 1 && !r.d.peerTab.Heard(0).Equal(heard)
 	})
 	mu.Lock()
 	n := replays
@@ -319,20 +319,20 @@ func TestStepQueueBytes(t *testing.T) {
 	one := int64(len(msg(1, 1).Data)) // 76 bytes
 	d.onStep(msg(1, 1))
 	d.onStep(msg(2, 1)) // 152 > 100: dropped
-	if len(d.steps) != 1 || d.queued.Load() != one || full() != 1 {
-		t.Fatalf("%d steps, %d bytes queued, %d dropped; want 1, %d, 1", len(d.steps), d.queued.Load(), full(), one)
+	if len(d.f.steps) != 1 || d.f.queued.Load() != one || full() != 1 {
+		t.Fatalf("%d steps, %d bytes queued, %d dropped; want 1, %d, 1", len(d.f.steps), d.f.queued.Load(), full(), one)
 	}
 	d.onStep(msg(3, 2)) // 76+88 > 100: dropped
-	if len(d.steps) != 1 || full() != 2 {
-		t.Fatalf("%d steps queued, %d dropped; want 1, 2", len(d.steps), full())
+	if len(d.f.steps) != 1 || full() != 2 {
+		t.Fatalf("%d steps queued, %d dropped; want 1, 2", len(d.f.steps), full())
 	}
 	// Dequeuing (as follow does) gives the bytes back; an empty queue
 	// takes a step larger than the limit.
-	m := <-d.steps
-	d.queued.Add(-int64(len(m.data)))
+	m := <-d.f.steps
+	d.f.queued.Add(-int64(len(m.data)))
 	d.onStep(msg(4, 20))
-	if len(d.steps) != 1 || d.queued.Load() != int64(len(msg(4, 20).Data)) || full() != 2 {
-		t.Fatalf("%d steps, %d bytes queued, %d dropped after an oversized step into an empty queue", len(d.steps), d.queued.Load(), full())
+	if len(d.f.steps) != 1 || d.f.queued.Load() != int64(len(msg(4, 20).Data)) || full() != 2 {
+		t.Fatalf("%d steps, %d bytes queued, %d dropped after an oversized step into an empty queue", len(d.f.steps), d.f.queued.Load(), full())
 	}
 }
 
@@ -426,7 +426,7 @@ func TestFollowerStepQueueBytesRecovers(t *testing.T) {
 	// Copies of replayed steps may still be queued; once the loop has
 	// taken them as duplicates, no bytes stay accounted.
 	poll.Until(t, 10*time.Second, "bytes stay accounted to an empty step queue", func() bool {
-		return len(ranks[1].d.steps) == 0 && ranks[1].d.queued.Load() == 0
+		return len(ranks[1].d.f.steps) == 0 && ranks[1].d.f.queued.Load() == 0
 	})
 }
 

@@ -99,10 +99,10 @@ func TestFollowerRefusesForgedStep(t *testing.T) {
 	}
 	poll.Until(t, 10*time.Second, "the forgeries not counted as mac", func() bool { return r.d.Status().Rejected["mac"] == 5 })
 	r.d.mu.Lock()
-	leaderNow := r.d.leaderNow
+	leaderNow := r.d.f.leaderNow
 	r.d.mu.Unlock()
-	if st := r.d.Status(); st.Step != 1 || leaderNow != 0 || len(r.d.steps) != 0 || replays() != 0 {
-		t.Fatalf("after the forgeries: step %d, rank 0 believed at %d, %d queued, %d replay requests", st.Step, leaderNow, len(r.d.steps), replays())
+	if st := r.d.Status(); st.Step != 1 || leaderNow != 0 || len(r.d.f.steps) != 0 || replays() != 0 {
+		t.Fatalf("after the forgeries: step %d, rank 0 believed at %d, %d queued, %d replay requests", st.Step, leaderNow, len(r.d.f.steps), replays())
 	}
 
 	step2 := &broadcast.Step{Epoch: 1, Leader: testLeader, Step: 2, Tokens: []broadcast.Token{{Seq: 1, Token: 7}}}

@@ -63,7 +63,7 @@ func TestTimingsCountFromArrival(t *testing.T) {
 	submit(0)
 	<-g.entered // request 0's first step is in its forward pass
 	submit(1)
-	poll.Until(t, 10*time.Second, "request 1 never reached rank 0's intake", func() bool { return len(r.d.intake) == 1 })
+	poll.Until(t, 10*time.Second, "request 1 never reached rank 0's intake", func() bool { return len(r.d.l.intake) == 1 })
 	// Hold the step a measurable while with request 1 in the intake: its
 	// timings must count it, from before this moment.
 	const held = 3 * time.Millisecond

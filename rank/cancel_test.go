@@ -591,3 +591,45 @@ func fakeRank0(t *testing.T, onKeepalive func(n int, request string, publish fun
 	t.Cleanup(requester.Close)
 	return keepalives, requester
 }
+
+// TestDriverClientTimeoutOnItsClock: rank 0 judges a client's silence on
+// DriverConfig.Clock, not on the wall clock. With the clock held still, a
+// request whose client promised keepalives and never sends one decodes on
+// for fifty timeouts of real time; once the clock moves past the timeout,
+// the next step boundary cancels it.
+func TestDriverClientTimeoutOnItsClock(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC).UnixNano())
+	cfg := driverConfig(0, 1)
+	cfg.ClientTimeout = time.Millisecond
+	cfg.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := broadcast.NewHub()
+	r0 := startRank(t, ctx, hub, cfg)
+	t.Cleanup(func() { cancel(); _ = r0.wait(t) })
+	requester := hub.Connect()
+	t.Cleanup(requester.Close)
+	poll.Until(t, 10*time.Second, "rank 0 never became ready", func() bool { return r0.d.Status().State != "joining" })
+	reply := subscribeReplies(t, requester)
+	data, _ := json.Marshal(api.GenerateRequest{PromptTokenIDs: []int32{4}, MaxTokens: 100000, Keepalive: true, Params: greedyParams()})
+	if err := requester.Publish(&broadcast.Msg{Subject: drvSubj.Generate(), Reply: reply.inbox, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for tokens := 0; tokens < 20 || time.Since(start) < 50*cfg.ClientTimeout; tokens++ {
+		if r := reply.next(t); r.Done {
+			t.Fatalf("after %d tokens, with the clock held still: %+v", tokens, r)
+		}
+	}
+	now.Add(int64(2 * cfg.ClientTimeout))
+	for {
+		r := reply.next(t)
+		if !r.Done {
+			continue
+		}
+		if r.FinishReason != api.FinishCancelled || !strings.Contains(r.Error, "client went away") {
+			t.Fatalf("after the clock moved: %+v, want cancelled as gone", r)
+		}
+		return
+	}
+}

@@ -245,23 +245,18 @@ func printStatus(w io.Writer, ranks []api.RankStatus) {
 	}
 }
 
-// printNoise prints a sampling rank's noise pool counters, if it reports
-// them: whether its producers keep up (rows made inline sit on the step's
+// printNoise prints a sampling rank's noise pool, if it reports one:
+// whether its producers keep up (rows made inline sit on the step's
 // critical path).
 func printNoise(w io.Writer, r *api.RankStatus) {
-	s := r.Sampler
-	if s == nil {
+	n := client.NoiseOf(r.Sampler)
+	if n == nil {
 		return
 	}
-	form := "exact"
-	if s["noise_bound_rows"] == 1 {
-		form = "bound"
-	}
-	producers := fmt.Sprintf("%d producers", s["noise_producers"])
-	if s["noise_producers"] == 1 {
+	producers := fmt.Sprintf("%d producers", n.Producers)
+	if n.Producers == 1 {
 		producers = "1 producer"
 	}
 	fmt.Fprintf(w, "rank %d noise pool: %s rows, %s; %d rows taken, %d made inline (%d of them for want of a free slot), %d ready\n",
-		r.Rank, form, producers, s["noise_rows_taken"]+s["noise_take_errors"],
-		s["noise_rows_inline"]+s["noise_take_errors"], s["noise_take_errors"], s["noise_rows_ready"])
+		r.Rank, n.Form, producers, n.Taken, n.Inline, n.NoSlot, n.Ready)
 }

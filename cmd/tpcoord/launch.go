@@ -9,13 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/coordinator/agent"
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
@@ -98,8 +95,6 @@ the ready file as http_url.`,
 	return cmd
 }
 
-var envName = flaglayer.EnvName
-
 // launchOwnFlags are launch's flags that are not passed on to the ranks
 // (with the agent flags launch sets itself).
 var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local", "gossip-key-file",
@@ -132,17 +127,17 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	if o.TuneRuntime {
 		// The new process reads --config again: only a regular file
 		// can be read twice (not a pipe such as <(...)).
-		again := rereadable(fs)
+		again := flaglayer.Rereadable(fs)
 		if !again && !rankproc.GodebugHas(os.Getenv("GODEBUG"), "schedtrace") {
 			log.Warn("not re-executing with the sysmon setting: the config file cannot be read twice (not a regular file)")
 		}
-		rankproc.TuneSelf(launchShare(o.NProc, gw != nil), again && reexec, log)
+		rankproc.TuneSelf(launch.SelfShare(o.NProc, gw != nil), again && reexec, log)
 	}
 	if cfg.Binary == "" && (o.NProc > 1 || !o.NATSInRank0) { // a lone rank 0 hosting NATS runs Self
 		cfg.Binary = agentBinary(cfg.Self, log)
 	}
 	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)
-	cfg.AgentArgs = agentArgs(fs, launchOwnFlags...)
+	cfg.AgentArgs = flaglayer.Args(fs, launchOwnFlags...)
 	cfg.Logger = log
 	if gw != nil {
 		if err := gw.start(cmd.Context(), a, log); err != nil {
@@ -160,7 +155,7 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) {
 	a, fs := &o.agent, cmd.Flags()
 	natsURL := ""
-	if fs.Changed("nats") || os.Getenv(envName("nats")) != "" {
+	if fs.Changed("nats") || os.Getenv(flaglayer.EnvName("nats")) != "" {
 		natsURL = a.NATS
 	}
 	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
@@ -172,7 +167,7 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 	}
 	cfg.Self = self
 	if o.AgentBinary != "" {
-		if cfg.Binary, err = executable(o.AgentBinary); err != nil {
+		if cfg.Binary, err = launch.Executable(o.AgentBinary); err != nil {
 			return cfg, configError("agent-binary: %v", err)
 		}
 	}
@@ -191,23 +186,6 @@ func agentBinary(self string, log *slog.Logger) string {
 		log.Warn("the ranks run this binary, not the one beside it", "err", skipped)
 	}
 	return path
-}
-
-// executable is path made absolute (a rank's binary is not looked up in
-// $PATH), if it is an executable file.
-func executable(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
-	}
-	fi, err := os.Stat(abs)
-	switch {
-	case err != nil:
-		return "", err
-	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
-		return "", fmt.Errorf("%s is not an executable file", path)
-	}
-	return abs, nil
 }
 
 // checkLaunchKeys refuses what launch decides itself, and checks the
@@ -250,54 +228,4 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, gw *lau
 		}
 	}
 	return launch.Run(ctx, cfg, gw.beside(use))
-}
-
-// rereadable reports whether the config file, if any, can be read again by
-// a re-executed launch.
-func rereadable(fs *pflag.FlagSet) bool {
-	f := fs.Lookup("config")
-	path := f.Value.String()
-	if v, ok := os.LookupEnv(envName("config")); ok && !f.Changed {
-		path = v // as layerConfig reads it
-	}
-	if path == "" {
-		return true
-	}
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular()
-}
-
-// launchShare is how many processes launch's own GOMAXPROCS shares the
-// cores among: itself and the ranks, as one of nproc+1; but serving HTTP
-// it takes them all, as Go's default would. The gateway's work comes in
-// bursts (every stream's token, right after each step) while the ranks
-// wait on their forward passes, and a single P queues a new request's
-// first token behind the other streams' events.
-func launchShare(nproc int, serving bool) int {
-	if serving {
-		return 1
-	}
-	return nproc + 1
-}
-
-// agentArgs renders the flags of fs that were set (by flag, env or file)
-// as command-line arguments, skipping the names in skip.
-func agentArgs(fs *pflag.FlagSet, skip ...string) []string {
-	var args []string
-	fs.VisitAll(func(f *pflag.Flag) {
-		for _, s := range skip {
-			if f.Name == s {
-				return
-			}
-		}
-		if !f.Changed && f.Value.String() == f.DefValue {
-			return
-		}
-		v := f.Value.String()
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			v = strings.Join(sv.GetSlice(), ",")
-		}
-		args = append(args, fmt.Sprintf("--%s=%s", f.Name, v))
-	})
-	return args
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -73,11 +72,6 @@ func (gw *launchGateway) beside(use func(context.Context, *launch.Job) error) fu
 		if use == nil {
 			return g.Serve(ctx, gw.ln)
 		}
-		sctx, stop := context.WithCancel(ctx)
-		served := make(chan error, 1)
-		go func() { served <- g.Serve(sctx, gw.ln) }() // owned: stopped and waited for below
-		err = use(ctx, j)
-		stop()
-		return errors.Join(err, <-served)
+		return g.ServeWhile(ctx, gw.ln, func(ctx context.Context) error { return use(ctx, j) })
 	}
 }

@@ -4,11 +4,8 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,9 +15,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
-	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/internal/loopback"
-	"github.com/tpcoord/tpcoord/internal/secretfile"
 	"github.com/tpcoord/tpcoord/internal/telemetry"
 )
 
@@ -58,19 +53,17 @@ func (o *gatewayOptions) flags(fs *pflag.FlagSet, listen, listenDefault string) 
 // build finishes the configuration for job and loads the tokenizer.
 func (o *gatewayOptions) build(job string, insecure bool) (gateway.Config, []gateway.Option, error) {
 	cfg := o.cfg
-	cfg.Listen = loopbackDefault(cfg.Listen)
+	cfg.Listen = gateway.ListenAddr(cfg.Listen)
+	cfg.Insecure = insecure
 	if cfg.Model == "" {
 		cfg.Model = job
 	}
 	if o.apiKeyFile != "" {
-		keys, err := readAPIKeys(o.apiKeyFile)
+		keys, err := gateway.ReadAPIKeys(o.apiKeyFile)
 		if err != nil {
 			return cfg, nil, configError("api-key-file: %v", err)
 		}
 		cfg.APIKeys = keys
-	}
-	if err := o.exposure(cfg, insecure); err != nil {
-		return cfg, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, o.fields.configErr(err)
@@ -84,56 +77,6 @@ func (o *gatewayOptions) build(job string, insecure bool) (gateway.Config, []gat
 		opts = append(opts, gateway.WithTokenizer(t))
 	}
 	return cfg, opts, nil
-}
-
-// exposure refuses an API reachable beyond loopback without keys and TLS,
-// unless the operator accepts the risk.
-func (o *gatewayOptions) exposure(cfg gateway.Config, insecure bool) error {
-	if loopback.HostPort(cfg.Listen) || insecure {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return o.fields.configErr(fielderr.New("Listen", "%q is not host:port", cfg.Listen))
-	}
-	if net.ParseIP(host) == nil {
-		return o.fields.configErr(fielderr.New("Listen", "%q: give an IP address (a name may resolve to every interface)", host))
-	}
-	if len(cfg.APIKeys) == 0 || cfg.TLSCert == "" {
-		return o.fields.configErr(&fielderr.Error{Field: "Listen", Err: fmt.Errorf("%s is reachable beyond this host: requests need API keys and TLS", cfg.Listen),
-			Fix: []string{"APIKeys"}, Override: "Insecure"})
-	}
-	return nil
-}
-
-// loopbackDefault binds a bare port (":8000" or "8000") to loopback, not
-// to every interface as Go would.
-func loopbackDefault(addr string) string {
-	if !strings.Contains(addr, ":") {
-		return "127.0.0.1:" + addr
-	}
-	if strings.HasPrefix(addr, ":") {
-		return "127.0.0.1" + addr
-	}
-	return addr
-}
-
-// readAPIKeys reads one key a line; blank lines and # comments are skipped.
-func readAPIKeys(path string) ([]string, error) {
-	b, err := secretfile.Read(path, 1<<16)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			keys = append(keys, l)
-		}
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("%s holds no key", path)
-	}
-	return keys, nil
 }
 
 // serveOptions are serve's flags.

@@ -42,25 +42,3 @@ func TestServeRefusals(t *testing.T) {
 		}
 	}
 }
-
-func TestLoopbackDefault(t *testing.T) {
-	for in, want := range map[string]string{
-		"8000": "127.0.0.1:8000", ":8000": "127.0.0.1:8000", "0.0.0.0:8000": "0.0.0.0:8000",
-		"[::1]:8000": "[::1]:8000", "10.0.0.1:80": "10.0.0.1:80",
-	} {
-		if got := loopbackDefault(in); got != want {
-			t.Errorf("%q: %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestReadAPIKeys(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "keys")
-	if err := os.WriteFile(p, []byte("# rotated monthly\nnew-key\n\n  old-key  \n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := readAPIKeys(p)
-	if err != nil || strings.Join(keys, ",") != "new-key,old-key" {
-		t.Fatalf("keys %q, %v", keys, err)
-	}
-}

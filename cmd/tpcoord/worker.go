@@ -78,16 +78,16 @@ takes the agent's values.`,
 // its default, 0, is a valid token, so the value alone cannot tell.
 func (cfg *workerCmdConfig) serveConfig(eosSet bool) (worker.ServeConfig, error) {
 	if (cfg.Socket == "") == (cfg.Listen == "") {
-		if cfg.Socket == "" && os.Getenv("TPCOORD_WORKER_SOCKET") != "" {
-			cfg.Socket = os.Getenv("TPCOORD_WORKER_SOCKET")
+		if cfg.Socket == "" && os.Getenv(worker.SocketEnv) != "" {
+			cfg.Socket = os.Getenv(worker.SocketEnv)
 		} else {
 			return worker.ServeConfig{}, configError("socket: give --socket or --listen (one of them)")
 		}
 	}
-	if cfg.MaxVersion > worker.ProtocolVersion {
-		return worker.ServeConfig{}, configError("max-version: this worker speaks protocol versions 1 to %d, not %d", worker.ProtocolVersion, cfg.MaxVersion)
-	}
 	sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + buildinfo.Get().Version + " (synthetic model)"}
+	if err := sc.Validate(); err != nil {
+		return worker.ServeConfig{}, fieldFlags{"MaxVersion": "max-version"}.configErr(err)
+	}
 	if eosSet {
 		eos := int32(cfg.EOS)
 		sc.EOS = &eos

@@ -19,8 +19,13 @@ import (
 
 // Config is a gateway's configuration; DefaultConfig holds the defaults.
 type Config struct {
-	// Listen is the HTTP address (host:port).
+	// Listen is the HTTP address (host:port; ListenAddr binds a bare
+	// port to loopback). An IP beyond loopback needs APIKeys and TLS, or
+	// Insecure; a host name is refused there (it may resolve to every
+	// interface).
 	Listen string
+	// Insecure serves Listen beyond loopback without APIKeys and TLS.
+	Insecure bool
 	// Model is the name /v1/models lists and requests must give.
 	Model string
 	// APIKeys, if any, are the Bearer tokens /v1/* accepts.
@@ -51,9 +56,13 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field.
 func (c *Config) Validate() error {
-	switch {
-	case c.Listen == "":
+	if c.Listen == "" {
 		return fielderr.New("Listen", "must be given (host:port)")
+	}
+	if err := c.exposure(); err != nil {
+		return err
+	}
+	switch {
 	case c.Model == "":
 		return fielderr.New("Model", "must be given")
 	case (c.TLSCert == "") != (c.TLSKey == ""):

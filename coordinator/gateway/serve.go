@@ -73,6 +73,21 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
+// ServeWhile serves on ln while use runs (as Serve does, until ctx ends,
+// if use is nil), then shuts down as Serve does once its context ends. It
+// returns use's error joined with Serve's.
+func (g *Gateway) ServeWhile(ctx context.Context, ln net.Listener, use func(context.Context) error) error {
+	if use == nil {
+		return g.Serve(ctx, ln)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(sctx, ln) }() // owned: stopped and waited for below
+	err := use(ctx)
+	stop()
+	return errors.Join(err, <-served)
+}
+
 func (g *Gateway) tokenizerName() string {
 	if g.tok == nil {
 		return "none (token IDs only)"

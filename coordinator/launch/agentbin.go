@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -43,6 +44,23 @@ func AgentBinary(self string) (path string, skipped error) {
 		return self, fmt.Errorf("%s is not the agent-only build of this binary: %w", agent, err)
 	}
 	return agent, nil
+}
+
+// Executable is path made absolute (a rank's binary, Config.Binary, is
+// not looked up in $PATH), if it names an executable file.
+func Executable(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	switch {
+	case err != nil:
+		return "", err
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		return "", fmt.Errorf("%s is not an executable file", path)
+	}
+	return abs, nil
 }
 
 // checkAgent checks that agent is self's agent-only build.

@@ -194,3 +194,28 @@ func TestNotOlder(t *testing.T) {
 		t.Error("a missing agent: no error")
 	}
 }
+
+// Executable makes a path absolute and refuses what is not an executable
+// file.
+func TestExecutable(t *testing.T) {
+	dir := t.TempDir()
+	exe, data := filepath.Join(dir, "agent"), filepath.Join(dir, "data")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	if got, err := Executable("agent"); err != nil || got != exe {
+		t.Errorf("Executable(agent) = %q, %v; want %q", got, err, exe)
+	}
+	for _, p := range []string{"data", dir} {
+		if _, err := Executable(p); err == nil || !strings.Contains(err.Error(), "is not an executable file") {
+			t.Errorf("Executable(%s): %v", p, err)
+		}
+	}
+	if _, err := Executable("missing"); err == nil {
+		t.Error("Executable(missing): no error")
+	}
+}

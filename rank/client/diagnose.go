@@ -86,3 +86,30 @@ func stuckInPhase(r *api.RankStatus) bool {
 func PhaseTime(ms float64) string {
 	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond).String()
 }
+
+// NoisePool is a sampling rank's noise pool as its status counters
+// (RankStatus.Sampler) tell it: whether its producers keep up. A row the
+// sampler could not take for want of a free slot it made inline, so it
+// counts in Taken and Inline both.
+type NoisePool struct {
+	Form      string // "exact" (Gumbel values) or "bound" (upper bounds)
+	Producers uint64
+	Taken     uint64 // rows the sampler needed: taken from the pool or made inline
+	Inline    uint64 // rows made on the step's critical path: 0 when the producers keep up
+	NoSlot    uint64 // of Inline, those made for want of a free slot
+	Ready     uint64 // rows produced and waiting
+}
+
+// NoiseOf reads the noise pool of a rank's sampler counters; nil if it
+// reports none (a follower, or a rank 0 without a pool).
+func NoiseOf(s map[string]uint64) *NoisePool {
+	if s == nil {
+		return nil
+	}
+	form := "exact"
+	if s["noise_bound_rows"] == 1 {
+		form = "bound"
+	}
+	return &NoisePool{Form: form, Producers: s["noise_producers"], Taken: s["noise_rows_taken"] + s["noise_take_errors"],
+		Inline: s["noise_rows_inline"] + s["noise_take_errors"], NoSlot: s["noise_take_errors"], Ready: s["noise_rows_ready"]}
+}

@@ -33,3 +33,19 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("a reply claiming a huge world laid out %d ranks, want the bound 8", n)
 	}
 }
+
+// A row taken for want of a free slot was made inline: it counts in both.
+func TestNoiseOf(t *testing.T) {
+	if NoiseOf(nil) != nil {
+		t.Error("no counters: a pool")
+	}
+	got := NoiseOf(map[string]uint64{"noise_bound_rows": 1, "noise_producers": 2, "noise_rows_taken": 4090, "noise_take_errors": 6,
+		"noise_rows_inline": 4, "noise_rows_ready": 64})
+	want := NoisePool{Form: "bound", Producers: 2, Taken: 4096, Inline: 10, NoSlot: 6, Ready: 64}
+	if *got != want {
+		t.Errorf("%+v, want %+v", *got, want)
+	}
+	if got := NoiseOf(map[string]uint64{"noise_producers": 1}); got.Form != "exact" {
+		t.Errorf("form %q, want exact", got.Form)
+	}
+}

@@ -32,3 +32,15 @@ func TestSplitCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestServeConfigValidate(t *testing.T) {
+	for v := uint32(0); v <= ProtocolVersion; v++ {
+		if err := (&ServeConfig{MaxVersion: v}).Validate(); err != nil {
+			t.Errorf("MaxVersion %d: %v", v, err)
+		}
+	}
+	err := (&ServeConfig{MaxVersion: ProtocolVersion + 1}).Validate()
+	if err == nil || !strings.HasPrefix(err.Error(), "MaxVersion: this worker speaks protocol versions 1 to") {
+		t.Errorf("MaxVersion %d: %v", ProtocolVersion+1, err)
+	}
+}

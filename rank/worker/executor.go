@@ -215,7 +215,7 @@ func (w *Executor) spawn(ctx context.Context) error {
 		argv[i] = strings.NewReplacer("{socket}", sock, "{rank}", rankStr).Replace(a)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), w.cfg.Env...), "TPCOORD_WORKER_SOCKET="+sock, "TPCOORD_WORKER_RANK="+rankStr)
+	cmd.Env = append(append(os.Environ(), w.cfg.Env...), SocketEnv+"="+sock, RankEnv+"="+rankStr)
 	cmd.Stdout, cmd.Stderr = w.cfg.Stdout, w.cfg.Stderr
 	cmd.SysProcAttr = workerProcAttr()
 	if err := cmd.Start(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/rank"
 )
 
@@ -28,6 +29,21 @@ type ServeConfig struct {
 	// MaxVersion caps the protocol versions this worker speaks (default
 	// and at most ProtocolVersion): 1 stands in for a version 1 worker.
 	MaxVersion uint32
+}
+
+// SocketEnv and RankEnv give a worker that Config.Command started the
+// socket to connect to and its rank.
+const (
+	SocketEnv = "TPCOORD_WORKER_SOCKET"
+	RankEnv   = "TPCOORD_WORKER_RANK"
+)
+
+// Validate reports the first invalid field.
+func (c *ServeConfig) Validate() error {
+	if c.MaxVersion > ProtocolVersion {
+		return fielderr.New("MaxVersion", "this worker speaks protocol versions 1 to %d, not %d", ProtocolVersion, c.MaxVersion)
+	}
+	return nil
 }
 
 // Serve speaks the worker side of the protocol on conn: HELLO, then

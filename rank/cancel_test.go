@@ -19,7 +19,7 @@ import (
 )
 
 func TestSchedulerCancel(t *testing.T) {
-	s := core.NewScheduler(core.SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
+	s := mustScheduler(t, core.SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
 	a := &Request{Prompt: []int32{1}, MaxTokens: 10, Tag: "a"}
 	b := &Request{Prompt: []int32{2}, MaxTokens: 10, Tag: "b"}
 	for _, r := range []*Request{a, b} {
@@ -76,7 +76,7 @@ func TestSchedulerCancel(t *testing.T) {
 // head of the queue is not overtaken by a smaller request behind it, and a
 // request larger than the budget still runs alone.
 func TestSchedulerTokenBudget(t *testing.T) {
-	s := core.NewScheduler(core.SchedulerConfig{MaxBatch: 8, MaxQueue: 8, EOS: -1, MaxBatchTokens: 10})
+	s := mustScheduler(t, core.SchedulerConfig{MaxBatch: 8, MaxQueue: 8, EOS: -1, MaxBatchTokens: 10})
 	big := &Request{Prompt: make([]int32, 8), MaxTokens: 1, Tag: "big"}
 	huge := &Request{Prompt: make([]int32, 20), MaxTokens: 1, Tag: "huge"}
 	small := &Request{Prompt: make([]int32, 1), MaxTokens: 1, Tag: "small"}
@@ -238,7 +238,7 @@ func TestDriverLogprobs(t *testing.T) {
 // sequence IDs and tokens, are admitted first with their output, and new
 // sequence IDs do not collide with theirs.
 func TestSchedulerResume(t *testing.T) {
-	old := core.NewScheduler(core.SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
+	old := mustScheduler(t, core.SchedulerConfig{MaxBatch: 1, MaxQueue: 8, EOS: -1})
 	a := &Request{Prompt: []int32{1, 2}, MaxTokens: 10, Tag: "a"}
 	b := &Request{Prompt: []int32{3}, MaxTokens: 10, Tag: "b"}
 	for _, r := range []*Request{a, b} {
@@ -260,7 +260,7 @@ func TestSchedulerResume(t *testing.T) {
 	if len(held) != 2 || held[0] != a || held[1] != b {
 		t.Fatalf("in flight: %+v", held)
 	}
-	s := core.NewScheduler(core.SchedulerConfig{MaxBatch: 4, MaxQueue: 8, EOS: -1})
+	s := mustScheduler(t, core.SchedulerConfig{MaxBatch: 4, MaxQueue: 8, EOS: -1})
 	s.Resume(held)
 	c := &Request{Prompt: []int32{4}, MaxTokens: 10, Tag: "c"}
 	if err := s.Submit(c); err != nil {
@@ -632,4 +632,14 @@ func TestDriverClientTimeoutOnItsClock(t *testing.T) {
 		}
 		return
 	}
+}
+
+// mustScheduler is NewScheduler for a configuration the test knows valid.
+func mustScheduler(t *testing.T, cfg core.SchedulerConfig) *core.Scheduler {
+	t.Helper()
+	s, err := core.NewScheduler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

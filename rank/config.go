@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 // DriverConfig configures one rank's decode loop.
@@ -87,6 +88,9 @@ type DriverConfig struct {
 	// client timeouts (default time.Now). api.Timings it measures (the flight
 	// recorder, metrics) use the wall clock.
 	Clock func() time.Time
+	// KV, if set, is the KV cache rank 0 schedules (core.SchedulerConfig.KV):
+	// admission by blocks, preemption by recompute. nil: not scheduled.
+	KV *core.KVConfig
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.

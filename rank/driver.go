@@ -51,6 +51,7 @@ type Driver struct {
 	deafAt   time.Time // the last time this rank's own connection was seen down
 	rejected map[string]uint64
 	lastWarn map[string]time.Time
+	initErr  error // a configuration NewDriver could not take: Run returns it
 }
 
 // leaderState is what only rank 0 keeps.
@@ -140,14 +141,14 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	if cfg.Rank != 0 {
 		d.f = &followerState{steps: make(chan stepMsg, stepQueueLen), behind: make(chan struct{}, 1)}
 	} else {
-		sc := core.SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens}
+		sc := core.SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens, KV: cfg.KV}
 		d.l = &leaderState{
-			core:   core.NewLeader(core.LeaderConfig{Scheduler: sc, ClientTimeout: cfg.ClientTimeout}, cfg.Resume, cfg.Clock()),
 			intake: make(chan *Request, cfg.MaxQueue),
 			ops:    make(chan core.ClientOp, 4096),
 			window: broadcast.NewWindow(cfg.ReplayWindow, cfg.ReplayWindowBytes),
 			lp:     newLogprober(ex.Vocab(), cfg.EOS),
 		}
+		d.l.core, d.initErr = core.NewLeader(core.LeaderConfig{Scheduler: sc, ClientTimeout: cfg.ClientTimeout}, cfg.Resume, cfg.Clock())
 	}
 	d.attachTelemetry()
 	return d
@@ -215,6 +216,9 @@ func digestString(d uint64) string { return fmt.Sprintf("%016x", d) }
 // stop: nil) or the loop cannot go on (an error wrapping ErrAborted or
 // ErrPeerLost). Every goroutine it starts has stopped when it returns.
 func (d *Driver) Run(ctx context.Context) (err error) {
+	if d.initErr != nil {
+		return d.initErr
+	}
 	unsubs, err := d.subscribe()
 	defer func() {
 		for _, u := range unsubs {

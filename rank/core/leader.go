@@ -86,15 +86,19 @@ type Leader struct {
 // new request, with the tokens they have. A resumed request whose client
 // sends keepalives gets a whole client timeout from now: its keepalives
 // may have gone unheard while the world re-formed.
-func NewLeader(cfg LeaderConfig, resume []*Request, now time.Time) *Leader {
-	l := &Leader{sched: NewScheduler(cfg.Scheduler), timeout: cfg.ClientTimeout, alive: map[string]time.Time{}}
+func NewLeader(cfg LeaderConfig, resume []*Request, now time.Time) (*Leader, error) {
+	sched, err := NewScheduler(cfg.Scheduler)
+	if err != nil {
+		return nil, err
+	}
+	l := &Leader{sched: sched, timeout: cfg.ClientTimeout, alive: map[string]time.Time{}}
 	l.sched.Resume(resume)
 	for _, r := range resume {
 		if !r.LastKeepalive.IsZero() {
 			l.alive[r.Tag] = now
 		}
 	}
-	return l
+	return l, nil
 }
 
 // Step takes what arrived since the last boundary and decides step k of
@@ -132,8 +136,11 @@ func (l *Leader) Take(now time.Time, in Input) *Ready {
 func (l *Leader) submit(r *Request, now time.Time) {
 	if err := l.sched.Submit(r); err != nil {
 		code := ""
-		if errors.Is(err, ErrOverloaded) {
+		switch {
+		case errors.Is(err, ErrOverloaded):
 			code = api.CodeOverloaded
+		case errors.Is(err, ErrNeverFits):
+			code = api.CodeInvalid
 		}
 		l.ready.Refused = append(l.ready.Refused, Refusal{Req: r, Err: err, Code: code})
 		return

@@ -16,7 +16,11 @@ var t0 = time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
 const timeout = 2 * time.Second
 
 func newLeader(maxBatch, maxQueue int, resume ...*Request) *Leader {
-	return NewLeader(LeaderConfig{Scheduler: SchedulerConfig{MaxBatch: maxBatch, MaxQueue: maxQueue, EOS: testEOS}, ClientTimeout: timeout}, resume, t0)
+	l, err := NewLeader(LeaderConfig{Scheduler: SchedulerConfig{MaxBatch: maxBatch, MaxQueue: maxQueue, EOS: testEOS}, ClientTimeout: timeout}, resume, t0)
+	if err != nil {
+		panic(err) // the tests' configurations are valid
+	}
+	return l
 }
 
 func tagged(tag string, keepalives bool) *Request {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
 // ErrOverloaded is returned by Submit when the queue is full.
@@ -68,6 +69,14 @@ type SchedulerConfig struct {
 	// overtaken and nobody waits forever. A request alone in the batch is
 	// always admitted. 0: no bound.
 	MaxBatchTokens int
+	// KV, if set, is the KV cache the rows' tokens live in: a request is
+	// admitted only when its tokens' blocks fit (leaving the watermark
+	// free), every step first grows the running rows' tables to the
+	// tokens they feed, and when a row cannot grow, the most recently
+	// admitted running request is preempted: its blocks are freed and it
+	// waits again at the front of the queue with the tokens it has, to be
+	// recomputed when blocks free up. nil: memory is not scheduled.
+	KV *KVConfig
 }
 
 // Scheduler is rank 0's pure scheduling logic: a FIFO queue, the set of
@@ -81,15 +90,31 @@ type Scheduler struct {
 	nextSeq  uint64
 	tokens   []broadcast.Token
 	removals []uint64
+	// With KV: the pool, the admitted requests in admission order (the
+	// last is preempted first), and the preemptions so far.
+	blocks      *Blocks
+	running     []*Request
+	preemptions uint64
 }
 
 // NewScheduler returns an empty scheduler.
-func NewScheduler(cfg SchedulerConfig) *Scheduler {
-	return &Scheduler{cfg: cfg, active: map[uint64]*Request{}, byTag: map[string]*Request{}, nextSeq: 1}
+func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
+	s := &Scheduler{cfg: cfg, active: map[uint64]*Request{}, byTag: map[string]*Request{}, nextSeq: 1}
+	if cfg.KV != nil {
+		b, err := NewBlocks(*cfg.KV)
+		if err != nil {
+			return nil, err
+		}
+		s.blocks = b
+	}
+	return s, nil
 }
 
 // Submit queues r and assigns its sequence ID.
 func (s *Scheduler) Submit(r *Request) error {
+	if err := s.fits(r); err != nil {
+		return err
+	}
 	if len(s.waiting) >= s.cfg.MaxQueue {
 		return Overloaded(len(s.waiting))
 	}
@@ -116,8 +141,9 @@ func (s *Scheduler) Idle() bool {
 }
 
 // Next builds step k of epoch: the tokens sampled at step k-1, the
-// sequences that finished then, and as many waiting requests as fit in the
-// batch, oldest first. It returns nil when the scheduler is idle.
+// sequences that finished then (or are preempted now), and as many waiting
+// requests as fit in the batch, oldest first. It returns nil when the
+// scheduler is idle.
 func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	if s.Idle() {
 		return nil
@@ -128,8 +154,18 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 		if r := s.active[id]; r != nil && s.byTag[r.Tag] == r {
 			delete(s.byTag, r.Tag)
 		}
-		delete(s.active, id)
+		s.leave(id)
 	}
+	if s.blocks != nil && s.growRunning(st) {
+		return st // a row was preempted: admitting now would only thrash
+	}
+	s.admit(st)
+	return st
+}
+
+// admit moves waiting requests into st's batch, oldest first, while the
+// batch's rows, tokens, step bytes and KV blocks allow.
+func (s *Scheduler) admit(st *broadcast.Step) {
 	size := broadcast.StepSize(st)
 	tokens := 0
 	if s.cfg.MaxBatchTokens > 0 {
@@ -143,6 +179,9 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 		if s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
 			break // the head waits until rows finish; nobody overtakes it
 		}
+		if s.blocks != nil && !s.blocks.CanAdmit(need) {
+			break // likewise, until blocks free up
+		}
 		tokens += need
 		n := broadcast.AdmissionSize(len(r.Prompt) + len(r.Output))
 		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
@@ -151,10 +190,83 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 		size += n
 		s.waiting = s.waiting[1:]
 		s.active[r.Seq] = r
+		if s.blocks != nil {
+			s.blocks.Grow(r.Seq, need) // CanAdmit said it fits
+			s.running = append(s.running, r)
+		}
 		st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt, Output: r.Output})
 	}
-	return st
 }
+
+// leave drops sequence id from the batch, and its blocks.
+func (s *Scheduler) leave(id uint64) {
+	delete(s.active, id)
+	if s.blocks == nil {
+		return
+	}
+	s.blocks.Release(id)
+	if i := slices.IndexFunc(s.running, func(r *Request) bool { return r.Seq == id }); i >= 0 {
+		s.running = slices.Delete(s.running, i, i+1)
+	}
+}
+
+// growRunning gives every running row the blocks for the tokens it feeds
+// this step (its prompt and output so far), oldest first. A row that
+// cannot grow preempts the most recently admitted running request, until
+// it can or is itself preempted. It reports whether any was.
+func (s *Scheduler) growRunning(st *broadcast.Step) bool {
+	preempted := false
+	for i := 0; i < len(s.running); i++ {
+		r := s.running[i]
+		for {
+			if _, ok := s.blocks.Grow(r.Seq, len(r.Prompt)+len(r.Output)); ok {
+				break
+			}
+			victim := s.running[len(s.running)-1]
+			s.preempt(victim, st)
+			preempted = true
+			if victim == r {
+				break
+			}
+		}
+	}
+	return preempted
+}
+
+// preempt frees r's blocks and removes its row in st; r waits at the
+// front of the queue with the tokens it has, to be recomputed.
+func (s *Scheduler) preempt(r *Request, st *broadcast.Step) {
+	s.leave(r.Seq)
+	st.Removed = append(st.Removed, r.Seq)
+	s.waiting = slices.Insert(s.waiting, 0, r)
+	s.preemptions++
+}
+
+// ErrNeverFits refuses a request whose prompt and output could never be
+// held by the whole KV cache (less its watermark).
+var ErrNeverFits = errors.New("the request does not fit in the KV cache")
+
+// fits refuses a request that no amount of waiting would admit: its
+// prompt and max_tokens need more blocks than admission can ever give
+// (the pool less its watermark).
+func (s *Scheduler) fits(r *Request) error {
+	if s.blocks == nil {
+		return nil
+	}
+	kv := s.blocks.Config()
+	total := len(r.Prompt) + max(r.MaxTokens, len(r.Output)) // both bounded by the request's validation
+	if need, most := kv.Need(total), kv.Blocks-kv.Watermark; need > most {
+		return fielderr.New("max_tokens", "%w: the prompt (%d tokens) and max_tokens (%d) need %d blocks of %d tokens, and at most %d blocks (%d tokens) can be given to one request",
+			ErrNeverFits, len(r.Prompt), r.MaxTokens, need, kv.BlockSize, most, most*kv.BlockSize)
+	}
+	return nil
+}
+
+// Preemptions counts the requests preempted so far.
+func (s *Scheduler) Preemptions() uint64 { return s.preemptions }
+
+// Blocks is the KV block manager (nil without KV).
+func (s *Scheduler) Blocks() *Blocks { return s.blocks }
 
 // Sampled records the tokens sampled for rows (the batch of the step just
 // run, in row order) and returns what each requester must be told. A token
@@ -270,11 +382,12 @@ func (s *Scheduler) Drain(reason string, err error) []*Request {
 	}
 	s.waiting = nil
 	clear(s.byTag)
-	for _, r := range s.active {
+	for id, r := range s.active {
 		if r.Finish == "" {
 			r.Finish, r.Err = reason, err
 			out = append(out, r)
 		}
+		s.leave(id)
 	}
 	slices.SortFunc(out, func(a, b *Request) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out

@@ -35,7 +35,7 @@ type stepper struct {
 }
 
 func newStepper(t *testing.T, cfg SchedulerConfig) *stepper {
-	return &stepper{t: t, sched: NewScheduler(cfg), mirror: NewMirror(1), k: 1}
+	return &stepper{t: t, sched: mustScheduler(t, cfg), mirror: NewMirror(1), k: 1}
 }
 
 // next builds and applies the next step; nil when the scheduler is idle.
@@ -321,7 +321,7 @@ func TestSchedulerDrain(t *testing.T) {
 }
 
 func TestSchedulerIdle(t *testing.T) {
-	sched := NewScheduler(SchedulerConfig{MaxBatch: 1, MaxQueue: 1, EOS: -1})
+	sched := mustScheduler(t, SchedulerConfig{MaxBatch: 1, MaxQueue: 1, EOS: -1})
 	if !sched.Idle() || sched.Next(1, 1) != nil {
 		t.Fatal("new scheduler is not idle")
 	}
@@ -614,4 +614,14 @@ func seqsOf(rs []*Request) []uint64 {
 		out[i] = r.Seq
 	}
 	return out
+}
+
+// mustScheduler is NewScheduler for a configuration the test knows valid.
+func mustScheduler(t *testing.T, cfg SchedulerConfig) *Scheduler {
+	t.Helper()
+	s, err := NewScheduler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -84,7 +84,8 @@ type position struct {
 	phase           broadcast.Phase
 	applied, digest uint64
 	rows, waiting   int
-	leader          uint32 // followers: leader of the last applied step
+	kv              *api.KVStatus // rank 0 with a KV cache
+	leader          uint32        // followers: leader of the last applied step
 }
 
 // Picker chooses one token per row from rank 0's logits. errs[i] is set for
@@ -194,7 +195,7 @@ func (d *Driver) Status() api.RankStatus {
 	d.mu.Unlock()
 	st := api.RankStatus{
 		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Member: d.cfg.Member, Epoch: d.cfg.Epoch,
-		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting,
+		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting, KV: p.kv,
 		Rejected: rejected,
 	}
 	if d.cfg.Rank == 0 {

@@ -21,6 +21,9 @@ func (d *Driver) publishState() {
 	p := position{phase: broadcast.PhaseRunning, applied: d.mirror.Applied(), digest: d.mirror.Digest(), rows: len(d.mirror.Rows())}
 	if d.l != nil {
 		p.waiting = d.l.core.Waiting()
+		if p.kv = d.l.core.Memory(); p.kv != nil {
+			d.cfg.Metrics.preempted(p.kv.Preemptions)
+		}
 	} else {
 		p.leader = d.f.following
 	}

@@ -27,6 +27,7 @@ type Metrics struct {
 	bcast     prometheus.Observer
 	requests  *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
+	preempts  prometheus.Counter
 
 	src atomic.Pointer[Driver]
 	// Addr is where the metrics are served, for status replies.
@@ -34,8 +35,10 @@ type Metrics struct {
 
 	mu           sync.Mutex
 	rejectedBase map[string]uint64 // refused by earlier epochs' drivers
+	preemptSeen  uint64            // the attached driver's preemptions already counted
 
 	stateDesc, peersDesc, refusedDesc, stepDesc  *prometheus.Desc
+	kvUsageDesc                                  *prometheus.Desc
 	poolReadyDesc, poolInlineDesc, poolTakenDesc *prometheus.Desc
 }
 
@@ -73,6 +76,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tpcoord_output_tokens_total",
 			Help: "Rank 0: output tokens of finished requests, by finish reason.",
 		}, []string{"finish_reason"}),
+		preempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tpcoord_num_preemptions_total",
+			Help: "Rank 0: requests preempted (their KV blocks freed, to be recomputed) because a running sequence needed a block and none was free.",
+		}),
+		kvUsageDesc: prometheus.NewDesc("tpcoord_kv_cache_usage_perc",
+			"Rank 0: the fraction of the KV cache's blocks held by sequences (1 means 100 percent), as vLLM's vllm:kv_cache_usage_perc.", nil, nil),
 		rejectedBase: map[string]uint64{},
 		stateDesc:    prometheus.NewDesc("tpcoord_rank_state", "1 for the state this rank is in (joining, ready, running, stopping, aborted), 0 for the others.", []string{"state"}, nil),
 		peersDesc:    prometheus.NewDesc("tpcoord_peers_present", "Rank 0: followers that sent a heartbeat in this epoch within the last few heartbeat intervals.", nil, nil),
@@ -88,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for p := PhaseAwait; p < numLoopPhases; p++ {
 		m.phase[p] = phase.WithLabelValues(p.String())
 	}
-	for _, c := range []prometheus.Collector{phase, samplePer, bcast, m.requests, m.tokens, (*scrapeCollector)(m)} {
+	for _, c := range []prometheus.Collector{phase, samplePer, bcast, m.requests, m.tokens, m.preempts, (*scrapeCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -119,6 +128,9 @@ func (m *Metrics) attach(d *Driver) {
 		return
 	}
 	prev := m.src.Swap(d)
+	m.mu.Lock()
+	m.preemptSeen = 0 // a new driver counts its epoch's preemptions from 0
+	m.mu.Unlock()
 	if prev == nil {
 		return
 	}
@@ -181,7 +193,7 @@ func (m *Metrics) observeBroadcast(h map[string]string, now time.Time) {
 type scrapeCollector Metrics
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.stateDesc, c.peersDesc, c.stepDesc, c.refusedDesc, c.poolReadyDesc, c.poolInlineDesc, c.poolTakenDesc} {
+	for _, d := range []*prometheus.Desc{c.stateDesc, c.peersDesc, c.stepDesc, c.refusedDesc, c.poolReadyDesc, c.poolInlineDesc, c.poolTakenDesc, c.kvUsageDesc} {
 		ch <- d
 	}
 }
@@ -207,7 +219,11 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 			refused[k] += v
 		}
 		present := d.peerTab.Present(now, window)
+		kv := d.pos.kv
 		d.mu.Unlock()
+		if kv != nil {
+			ch <- prometheus.MustNewConstMetric(c.kvUsageDesc, prometheus.GaugeValue, float64(kv.Used)/float64(kv.Blocks))
+		}
 		ch <- prometheus.MustNewConstMetric(c.stepDesc, prometheus.GaugeValue, float64(applied))
 		if d.cfg.Rank == 0 {
 			ch <- prometheus.MustNewConstMetric(c.peersDesc, prometheus.GaugeValue, float64(present))
@@ -229,6 +245,20 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range refused {
 		ch <- prometheus.MustNewConstMetric(c.refusedDesc, prometheus.CounterValue, float64(v), k)
+	}
+}
+
+// preempted counts the attached driver's preemptions up to total (its
+// epoch's count so far) into the counter that outlives epochs.
+func (m *Metrics) preempted(total uint64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if total > m.preemptSeen {
+		m.preempts.Add(float64(total - m.preemptSeen))
+		m.preemptSeen = total
 	}
 }
 

@@ -163,6 +163,8 @@ type RankStatus struct {
 	Peers []PeerStatus `json:"peers,omitempty"`
 	// Sampler holds rank 0's noise pool counters.
 	Sampler map[string]uint64 `json:"sampler,omitempty"`
+	// KV is rank 0's KV cache, when it schedules one.
+	KV *KVStatus `json:"kv,omitempty"`
 	// Phase is where the decode loop is now (idle, await, publish,
 	// forward, sample, reply) and PhaseMs how long it has been there, so
 	// a stuck rank is named at a glance.
@@ -172,6 +174,15 @@ type RankStatus struct {
 	RecentSteps []StepTiming `json:"recent_steps,omitempty"`
 	// MetricsAddr is where this rank serves /metrics (empty: off).
 	MetricsAddr string `json:"metrics_addr,omitempty"`
+}
+
+// KVStatus is the KV cache rank 0 schedules: its blocks, those held by
+// sequences, and the requests preempted (by recompute) in this epoch.
+type KVStatus struct {
+	BlockSize   int    `json:"block_size"`
+	Blocks      int    `json:"blocks"`
+	Used        int    `json:"used"`
+	Preemptions uint64 `json:"preemptions"`
 }
 
 // StepTiming is one recorded step, as status and dumps show it.

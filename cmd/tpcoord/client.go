@@ -242,6 +242,15 @@ func printStatus(w io.Writer, ranks []api.RankStatus) {
 	tw.Flush()
 	for _, r := range ranks {
 		printNoise(w, &r)
+		printKV(w, &r)
+	}
+}
+
+// printKV prints the KV cache rank 0 schedules, if it reports one.
+func printKV(w io.Writer, r *api.RankStatus) {
+	if kv := r.KV; kv != nil && kv.Blocks > 0 {
+		fmt.Fprintf(w, "rank %d kv cache: %d of %d blocks used (%.1f%%), %d tokens a block; %d preempted this epoch\n",
+			r.Rank, kv.Used, kv.Blocks, 100*float64(kv.Used)/float64(kv.Blocks), kv.BlockSize, kv.Preemptions)
 	}
 }
 

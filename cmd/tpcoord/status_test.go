@@ -37,3 +37,15 @@ func TestPrintStatusNoisePool(t *testing.T) {
 		t.Errorf("status:\n%s\nwant it to end with %q", b.String(), want)
 	}
 }
+
+func TestPrintStatusKV(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, []api.RankStatus{
+		{Rank: 0, World: 2, State: "running", Step: 9, Digest: "d", KV: &api.KVStatus{BlockSize: 16, Blocks: 400, Used: 100, Preemptions: 3}},
+		{Rank: 1, World: 2, State: "running", Step: 9, Digest: "d"},
+	})
+	want := "rank 0 kv cache: 100 of 400 blocks used (25.0%), 16 tokens a block; 3 preempted this epoch\n"
+	if !strings.HasSuffix(b.String(), want) || strings.Contains(b.String(), "rank 1 kv") {
+		t.Errorf("status:\n%s\nwant it to end with %q", b.String(), want)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/tpcoord/tpcoord/internal/telemetry"
 	"github.com/tpcoord/tpcoord/noisepool"
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/core"
 	"github.com/tpcoord/tpcoord/rank/worker"
 )
 
@@ -76,6 +77,17 @@ type Config struct {
 	// rows; the oldest waiting request is admitted first. Default 0: no
 	// bound.
 	MaxBatchTokens int
+	// KVBlocks is the KV cache rank 0 schedules, in blocks of BlockSize
+	// tokens: a request is admitted only when its tokens' blocks fit
+	// (beside a watermark of 1% of them), and when a running sequence
+	// needs a block and none is free, the most recently admitted request
+	// is preempted and recomputed later, with the same tokens. Default 0:
+	// memory is not scheduled. The executors do not report a capacity
+	// yet, so this is the operator's figure (for a PyTorch worker: its
+	// cache's tokens ÷ BlockSize).
+	KVBlocks int
+	// BlockSize is the tokens one KV block holds. Default 16.
+	BlockSize int
 	// MaxQueue is the most requests waiting for a batch slot; more are
 	// refused as overloaded. Default 1024.
 	MaxQueue int
@@ -229,7 +241,7 @@ func DefaultConfig() Config {
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
 		Executor: ExecutorSynthetic, ForwardTime: 20 * time.Millisecond,
 		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
-		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2,
+		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2, BlockSize: 16,
 		RendezvousTimeout: 60 * time.Second,
 		HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second, LivenessGrace: rank.DefaultLivenessGrace,
 		OnPeerLoss: OnPeerLossFail, ClientTimeout: rank.DefaultClientTimeout, RankClaimWait: membership.DefaultClaimWait,
@@ -259,7 +271,7 @@ func (c *Config) Digest() string {
 // Validate reports the first invalid field. It also sets NoisePool.Vocab
 // to Vocab and NoisePool.Batch to MaxBatch.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validateIdentity, c.validateExposure, c.validateModel, c.validateTiming, c.validateBuffers, c.validateModes} {
+	for _, check := range []func() error{c.validateIdentity, c.validateExposure, c.validateModel, c.validateKV, c.validateTiming, c.validateBuffers, c.validateModes} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -328,6 +340,28 @@ func (c *Config) validateModel() error {
 		return fielderr.New("ForwardTime", "must be >= 0, got %v", c.ForwardTime)
 	}
 	return nil
+}
+
+// validateKV checks the KV cache's figures.
+func (c *Config) validateKV() error {
+	switch {
+	case c.BlockSize < 1 || c.BlockSize > 1<<16:
+		return fielderr.New("BlockSize", "must be in [1, 65536], got %d", c.BlockSize)
+	case c.KVBlocks < 0 || c.KVBlocks > 1<<30:
+		return fielderr.New("KVBlocks", "must be in [0, 2^30] (0: memory not scheduled), got %d", c.KVBlocks)
+	}
+	return nil
+}
+
+// KV is the KV cache rank 0 schedules (nil: none): KVBlocks blocks of
+// BlockSize tokens, 1% of them (at least one, when there are two or
+// more) kept free by admission.
+func (c *Config) KV() *core.KVConfig {
+	if c.KVBlocks == 0 {
+		return nil
+	}
+	watermark := min(max(c.KVBlocks/100, 1), c.KVBlocks-1)
+	return &core.KVConfig{BlockSize: c.BlockSize, Blocks: c.KVBlocks, Watermark: watermark}
 }
 
 func (c *Config) validateTiming() error {

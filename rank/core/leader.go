@@ -223,6 +223,15 @@ func firstTokensFirst(events []Event) []Event {
 	return out
 }
 
+// Memory is the KV cache's state: nil when memory is not scheduled.
+func (l *Leader) Memory() *api.KVStatus {
+	b := l.sched.Blocks()
+	if b == nil {
+		return nil
+	}
+	return &api.KVStatus{BlockSize: b.Config().BlockSize, Blocks: b.Config().Blocks, Used: b.Used(), Preemptions: l.sched.Preemptions()}
+}
+
 // Request returns the admitted request with sequence ID seq, or nil.
 func (l *Leader) Request(seq uint64) *Request { return l.sched.Request(seq) }
 

@@ -91,6 +91,8 @@ type DriverConfig struct {
 	// KV, if set, is the KV cache rank 0 schedules (core.SchedulerConfig.KV):
 	// admission by blocks, preemption by recompute. nil: not scheduled.
 	KV *core.KVConfig
+	// MaxModelLen is core.SchedulerConfig.MaxModelLen (0: no bound).
+	MaxModelLen int
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.

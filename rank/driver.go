@@ -142,7 +142,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	if cfg.Rank != 0 {
 		d.f = &followerState{steps: make(chan stepMsg, stepQueueLen), behind: make(chan struct{}, 1)}
 	} else {
-		sc := core.SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens, KV: cfg.KV}
+		sc := core.SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens, KV: cfg.KV, MaxModelLen: cfg.MaxModelLen}
 		d.l = &leaderState{
 			intake: make(chan *Request, cfg.MaxQueue),
 			ops:    make(chan core.ClientOp, 4096),

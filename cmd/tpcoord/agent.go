@@ -64,6 +64,7 @@ func (c *agentOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MaxBatchTokens, f.name("MaxBatchTokens", "max-batch-tokens"), def.MaxBatchTokens, "most prompt+output tokens across the batch's rows (0: no bound); the oldest waiting request is admitted first")
 	fs.IntVar(&c.KVBlocks, f.name("KVBlocks", "kv-blocks"), def.KVBlocks, "the KV cache rank 0 schedules, in blocks of --block-size tokens: admission by blocks, preemption by recompute when they run out (0: memory not scheduled)")
 	fs.IntVar(&c.BlockSize, f.name("BlockSize", "block-size"), def.BlockSize, "tokens one KV block holds")
+	fs.IntVar(&c.MaxModelLen, f.name("MaxModelLen", "max-model-len"), def.MaxModelLen, "most tokens, prompt and output, one request may ask for (the model's context, or less); longer ones are refused (0: no bound)")
 	fs.IntVar(&c.MaxQueue, f.name("MaxQueue", "max-queue"), def.MaxQueue, "most requests waiting for a batch slot; more are refused as overloaded")
 	fs.IntVar(&c.MaxLag, f.name("MaxLag", "max-lag"), def.MaxLag, "rank 0 publishes step k only when every follower has applied step k-1-max-lag, so it runs at most max-lag+1 steps ahead of the slowest follower (0: lockstep)")
 	fs.DurationVar(&c.ForwardTime, f.name("ForwardTime", "forward-time"), def.ForwardTime, "synthetic executor: wall time of one forward pass")

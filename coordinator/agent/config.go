@@ -88,6 +88,11 @@ type Config struct {
 	KVBlocks int
 	// BlockSize is the tokens one KV block holds. Default 16.
 	BlockSize int
+	// MaxModelLen is the most tokens, prompt and output, one request may
+	// ask for: a longer one is refused (HTTP 400) in vLLM's words. The
+	// model's context, or less. Default 0: no bound (the workers do not
+	// report their context yet).
+	MaxModelLen int
 	// MaxQueue is the most requests waiting for a batch slot; more are
 	// refused as overloaded. Default 1024.
 	MaxQueue int
@@ -349,6 +354,8 @@ func (c *Config) validateKV() error {
 		return fielderr.New("BlockSize", "must be in [1, 65536], got %d", c.BlockSize)
 	case c.KVBlocks < 0 || c.KVBlocks > 1<<30:
 		return fielderr.New("KVBlocks", "must be in [0, 2^30] (0: memory not scheduled), got %d", c.KVBlocks)
+	case c.MaxModelLen < 0 || c.MaxModelLen > 1<<30:
+		return fielderr.New("MaxModelLen", "must be in [0, 2^30] (0: no bound), got %d", c.MaxModelLen)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
@@ -271,4 +272,20 @@ func TestSchedulerKVRandomNoLeak(t *testing.T) {
 		t.Fatalf("%d blocks held after every request ended", used)
 	}
 	t.Logf("%d requests, %d preemptions, %d steps", len(all), s.sched.Preemptions(), s.k)
+}
+
+// TestSchedulerMaxModelLen: a request longer than the model's context is
+// refused in vLLM's words, naming the limit and both parts; one at the
+// limit is taken.
+func TestSchedulerMaxModelLen(t *testing.T) {
+	s := mustScheduler(t, SchedulerConfig{MaxBatch: 4, MaxQueue: 4, EOS: -1, MaxModelLen: 16})
+	err := s.Submit(&Request{Prompt: make([]int32, 10), MaxTokens: 7})
+	var fe *fielderr.Error
+	if !errors.Is(err, ErrNeverFits) || !errors.As(err, &fe) || fe.Field != "max_tokens" ||
+		!strings.Contains(err.Error(), "max_tokens: This model's maximum context length is 16 tokens. However, you requested 17 tokens (10 in the prompt, 7 in the completion)") {
+		t.Fatalf("17 tokens against a context of 16: %v", err)
+	}
+	if err := s.Submit(&Request{Prompt: make([]int32, 10), MaxTokens: 6}); err != nil {
+		t.Fatalf("16 tokens against a context of 16: %v", err)
+	}
 }

@@ -77,6 +77,10 @@ type SchedulerConfig struct {
 	// waits again at the front of the queue with the tokens it has, to be
 	// recomputed when blocks free up. nil: memory is not scheduled.
 	KV *KVConfig
+	// MaxModelLen is the most tokens, prompt and output, of one sequence:
+	// the model's context, or less. A request asking for more is refused.
+	// 0: no bound.
+	MaxModelLen int
 }
 
 // Scheduler is rank 0's pure scheduling logic: a FIFO queue, the set of
@@ -242,14 +246,19 @@ func (s *Scheduler) preempt(r *Request, st *broadcast.Step) {
 	s.preemptions++
 }
 
-// ErrNeverFits refuses a request whose prompt and output could never be
-// held by the whole KV cache (less its watermark).
+// ErrNeverFits refuses a request that could never run: its prompt and
+// output are longer than the model's context (MaxModelLen), or than the
+// whole KV cache (less its watermark) can hold.
 var ErrNeverFits = errors.New("the request does not fit in the KV cache")
 
 // fits refuses a request that no amount of waiting would admit: its
 // prompt and max_tokens need more blocks than admission can ever give
 // (the pool less its watermark).
 func (s *Scheduler) fits(r *Request) error {
+	if n, limit := len(r.Prompt)+r.MaxTokens, s.cfg.MaxModelLen; limit > 0 && n > limit {
+		return refusal{ErrNeverFits, fielderr.New("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion). Please reduce the length of the prompt or completion.",
+			limit, n, len(r.Prompt), r.MaxTokens)}
+	}
 	if s.blocks == nil {
 		return nil
 	}
@@ -261,6 +270,15 @@ func (s *Scheduler) fits(r *Request) error {
 	}
 	return nil
 }
+
+// refusal is a request's error (what its requester reads) that is also
+// of a kind (errors.Is).
+type refusal struct {
+	kind error
+	error
+}
+
+func (r refusal) Unwrap() []error { return []error{r.kind, r.error} }
 
 // Preemptions counts the requests preempted so far.
 func (s *Scheduler) Preemptions() uint64 { return s.preemptions }

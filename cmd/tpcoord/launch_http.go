@@ -23,6 +23,7 @@ func (o *launchOptions) httpGateway(log *slog.Logger) (*launchGateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.MaxModelLen = o.agent.MaxModelLen // the ranks' bound, which /tokenize reports
 	opts = append(opts, gateway.WithLogger(log), gateway.WithVersion(buildinfo.Get().Version))
 	return &launchGateway{cfg: cfg, opts: opts}, nil
 }

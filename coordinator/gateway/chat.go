@@ -57,12 +57,8 @@ func (m *chatMessageIn) text(i int) (string, *apiError) {
 // chatPlan checks a chat request and renders its prompt with the
 // tokenizer's chat template.
 func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
-	if g.tok == nil || !g.tok.HasChatTemplate() {
-		why := "this gateway has no tokenizer (start it with --tokenizer)"
-		if g.tok != nil {
-			why = "the tokenizer " + g.tok.Name() + " carries no chat template (tokenizer_config.json's chat_template)"
-		}
-		return nil, badRequest("messages", "chat completions need a tokenizer with a chat template: %s; use /v1/completions", why)
+	if e := g.needChatTemplate("use /v1/completions"); e != nil {
+		return nil, e
 	}
 	if req.MaxCompletionTokens != nil {
 		req.MaxTokens = req.MaxCompletionTokens
@@ -74,32 +70,9 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 	if e := req.chatLogprobs(pl); e != nil {
 		return nil, e
 	}
-	if len(req.Messages) == 0 {
-		return nil, badRequest("messages", "must not be empty")
-	}
-	msgs := make([]ChatMessage, len(req.Messages))
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		if m.Role == "" {
-			return nil, badRequest("messages", "message %d has no role", i)
-		}
-		text, e := m.text(i)
-		if e != nil {
-			return nil, e
-		}
-		msgs[i] = ChatMessage{Role: m.Role, Content: text}
-	}
-	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-	total := 0
-	for _, m := range msgs {
-		total += len(m.Content)
-	}
-	if total > MaxPromptBytes {
-		return nil, badRequest("messages", "%d bytes of content, at most %d", total, MaxPromptBytes)
-	}
-	prompt, err := g.tok.ApplyChatTemplate(msgs, addGen)
-	if err != nil {
-		return nil, badRequest("messages", "the chat template refused them: %v", err)
+	prompt, e := g.renderChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	if e != nil {
+		return nil, e
 	}
 	ids, err := g.tok.Encode(prompt, false) // the template writes the special tokens
 	if err != nil || len(ids) == 0 {
@@ -107,6 +80,48 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 	}
 	pl.prompts = [][]int32{ids}
 	return pl, g.checkPlan(pl)
+}
+
+// needChatTemplate refuses a chat when the gateway has no tokenizer with
+// a chat template; instead says what to use.
+func (g *Gateway) needChatTemplate(instead string) *apiError {
+	if g.tok != nil && g.tok.HasChatTemplate() {
+		return nil
+	}
+	why := "this gateway has no tokenizer (start it with --tokenizer)"
+	if g.tok != nil {
+		why = "the tokenizer " + g.tok.Name() + " carries no chat template (tokenizer_config.json's chat_template)"
+	}
+	return badRequest("messages", "chat completions need a tokenizer with a chat template: %s; %s", why, instead)
+}
+
+// renderChat checks messages and renders them with the chat template.
+func (g *Gateway) renderChat(in []chatMessageIn, addGen bool) (string, *apiError) {
+	if len(in) == 0 {
+		return "", badRequest("messages", "must not be empty")
+	}
+	msgs := make([]ChatMessage, len(in))
+	total := 0
+	for i := range in {
+		m := &in[i]
+		if m.Role == "" {
+			return "", badRequest("messages", "message %d has no role", i)
+		}
+		text, e := m.text(i)
+		if e != nil {
+			return "", e
+		}
+		msgs[i] = ChatMessage{Role: m.Role, Content: text}
+		total += len(text)
+	}
+	if total > MaxPromptBytes {
+		return "", badRequest("messages", "%d bytes of content, at most %d", total, MaxPromptBytes)
+	}
+	prompt, err := g.tok.ApplyChatTemplate(msgs, addGen)
+	if err != nil {
+		return "", badRequest("messages", "the chat template refused them: %v", err)
+	}
+	return prompt, nil
 }
 
 func (req *chatRequest) chatLogprobs(pl *plan) *apiError {

@@ -44,6 +44,10 @@ type Config struct {
 	CORSOrigins []string
 	// StatusWait bounds the wait for rank 0's status (/ready, gauges).
 	StatusWait time.Duration
+	// MaxModelLen is the job's bound on a request's tokens, prompt and
+	// output (the agents' --max-model-len), which /tokenize reports as
+	// max_model_len; 0: not known, or no bound.
+	MaxModelLen int
 }
 
 // DefaultConfig is the one place the gateway's defaults live.
@@ -75,6 +79,8 @@ func (c *Config) Validate() error {
 		return fielderr.New("DefaultMaxTokens", "default max_tokens must be > 0")
 	case c.StatusWait <= 0:
 		return fielderr.New("StatusWait", "must be > 0, got %v", c.StatusWait)
+	case c.MaxModelLen < 0:
+		return fielderr.New("MaxModelLen", "must be >= 0 (0: not known), got %d", c.MaxModelLen)
 	}
 	for i, k := range c.APIKeys {
 		if k == "" {
@@ -163,13 +169,19 @@ func New(cfg Config, bus broadcast.Transport, subj broadcast.Subjects, opts ...O
 // Handler is the gateway's HTTP API.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	live := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
+	mux.HandleFunc("GET /health", live)
+	mux.HandleFunc("GET /healthz", live) // the agents' spelling
 	mux.HandleFunc("GET /ready", g.handleReady)
+	mux.HandleFunc("GET /readyz", g.handleReady)
+	mux.HandleFunc("GET /version", g.handleVersion)
 	mux.Handle("GET /metrics", g.metrics.handler())
 	mux.Handle("GET /v1/models", g.api("models", g.handleModels))
 	mux.Handle("POST /v1/completions", g.api("text_completion", g.handleCompletions))
 	mux.Handle("POST /v1/chat/completions", g.api("chat", g.handleChat))
-	return g.cors(mux)
+	mux.Handle("POST /tokenize", g.api("tokenize", g.handleTokenize))
+	mux.Handle("POST /detokenize", g.api("detokenize", g.handleDetokenize))
+	return g.cors(unmatchedAsJSON(mux))
 }
 
 // api wraps an endpoint of /v1: the body limit, the API key, the request

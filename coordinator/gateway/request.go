@@ -346,9 +346,8 @@ func (g *Gateway) completionPlan(req *completionRequest) (*plan, *apiError) {
 // checkPlan applies what every request shares: the model name, the
 // fan-out bound and each NATS request's own check.
 func (g *Gateway) checkPlan(pl *plan) *apiError {
-	if pl.model != g.cfg.Model && pl.model != "" {
-		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("the model `%s` does not exist; this server serves `%s`", pl.model, g.cfg.Model),
-			Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+	if e := g.checkModel(pl.model); e != nil {
+		return e
 	}
 	if len(pl.prompts)*pl.n > MaxChoices {
 		return badRequest("n", "%d prompts × n = %d choices, at most %d", len(pl.prompts), len(pl.prompts)*pl.n, MaxChoices)

@@ -19,7 +19,7 @@ var propagator = propagation.TraceContext{}
 func (g *Gateway) startSpan(r *http.Request, op string) (context.Context, trace.Span) {
 	ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	name := op
-	if op != "models" {
+	if op == "text_completion" || op == "chat" {
 		name = op + " " + g.cfg.Model // GenAI convention: "{operation} {model}"
 	}
 	return g.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(

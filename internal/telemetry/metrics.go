@@ -18,7 +18,8 @@ import (
 	"github.com/tpcoord/tpcoord/internal/fielderr"
 )
 
-// metricsServer serves /metrics, /healthz and /readyz.
+// metricsServer serves /metrics, /healthz and /readyz (and their
+// aliases /health and /ready).
 type metricsServer struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -70,16 +71,21 @@ func startMetricsServer(addr string, reg *prometheus.Registry, ready func() bool
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	live := func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	}
+	readyz := func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
 			http.Error(w, "not ready: rendezvous incomplete or decode loop not running", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
-	})
+	}
+	// /health and /ready are the gateway's spellings (vLLM's), aliases.
+	mux.HandleFunc("/healthz", live)
+	mux.HandleFunc("/health", live)
+	mux.HandleFunc("/readyz", readyz)
+	mux.HandleFunc("/ready", readyz)
 	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
 	go func() { // owned by s: Close waits for it
 		defer close(s.done)

@@ -232,15 +232,22 @@ func TestMetricsServer(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	if code, _ := get("/healthz"); code != 200 {
-		t.Errorf("/healthz: %d, want 200", code)
+	// /health and /ready, the gateway's spellings, are aliases.
+	for _, p := range []string{"/healthz", "/health"} {
+		if code, _ := get(p); code != 200 {
+			t.Errorf("%s: %d, want 200", p, code)
+		}
 	}
-	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz while the rank says not ready: %d, want 503", code)
+	for _, p := range []string{"/readyz", "/ready"} {
+		if code, _ := get(p); code != http.StatusServiceUnavailable {
+			t.Errorf("%s while the rank says not ready: %d, want 503", p, code)
+		}
 	}
 	ready.Store(true)
-	if code, _ := get("/readyz"); code != 200 {
-		t.Errorf("/readyz once the rank says ready: %d, want 200", code)
+	for _, p := range []string{"/readyz", "/ready"} {
+		if code, _ := get(p); code != 200 {
+			t.Errorf("%s once the rank says ready: %d, want 200", p, code)
+		}
 	}
 	code, body := get("/metrics")
 	if code != 200 || !strings.Contains(body, "tpcoord_test_gauge 7") || !strings.Contains(body, "go_goroutines") ||

@@ -48,7 +48,11 @@ func newRootCmd() *cobra.Command {
 		Short:         programShort,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version and -v print what the version command prints.
+		Version: versionLine(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().BoolP("version", "v", false, "print the version, as the version command does")
 	addCommands(root)
 	return root
 }
@@ -114,6 +118,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, configError("log-format: %q is not one of auto, text, json", format)
 }
 
+// versionLine is what `tpcoord version` and `tpcoord --version` print.
+func versionLine() string {
+	return fmt.Sprintf("tpcoord %s, wire protocol %d", buildinfo.Get(), broadcast.Version)
+}
+
 func newVersionCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -129,7 +138,7 @@ func newVersionCmd() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(buildinfo.Report{Info: i, WireProtocol: broadcast.Version})
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "tpcoord %s, wire protocol %d\n", i, broadcast.Version)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return err
 		},
 	}

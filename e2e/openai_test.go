@@ -364,6 +364,16 @@ func testServiceEndpoints(t *testing.T, oj *openaiJob) {
 		code, body, err := get(ctx, oj.root()+"/ready")
 		return err == nil && code == http.StatusOK && strings.Contains(body, `"world_size":2`), fmt.Sprintf("%d %s %v", code, body, err)
 	})
+	if code, body, err := get(ctx, oj.root()+"/version"); err != nil || code != http.StatusOK || !strings.HasPrefix(body, `{"version":"`) {
+		t.Errorf("/version: %d %q %v", code, body, err)
+	}
+	// The client decodes the unmatched paths' and methods' errors.
+	if e := apiError(t, oj.client.Get(ctx, "embeddings", nil, nil)); e.StatusCode != http.StatusNotFound || e.Type != "invalid_request_error" {
+		t.Errorf("GET /v1/embeddings: %d %q %q, want 404 invalid_request_error", e.StatusCode, e.Type, e.Message)
+	}
+	if e := apiError(t, oj.client.Get(ctx, "completions", nil, nil)); e.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(e.Message, "POST") {
+		t.Errorf("GET /v1/completions: %d %q, want 405 naming POST", e.StatusCode, e.Message)
+	}
 	code, body, err := get(ctx, oj.root()+"/metrics")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("/metrics: %d %v", code, err)
@@ -499,11 +509,49 @@ func TestOpenAIText(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The job's vocabulary is the tokenizer's, so every token drawn decodes.
-	oj := launchHTTP(t, "", "--job", "e2e-openai-text", "--forward-time", "1ms", "--tokenizer", dir, "--vocab", strconv.Itoa(tok.VocabSize()))
+	oj := launchHTTP(t, "", "--job", "e2e-openai-text", "--forward-time", "1ms", "--tokenizer", dir, "--vocab", strconv.Itoa(tok.VocabSize()),
+		"--max-model-len", "4096")
 	t.Run("completion", func(t *testing.T) { testTextCompletion(t, oj, tok) })
+	t.Run("tokenize", func(t *testing.T) { testTokenize(t, oj, tok) })
 	t.Run("stop string", func(t *testing.T) { testStopString(t, oj) })
 	t.Run("chat", func(t *testing.T) { testChat(t, oj, tok) })
 	t.Run("chat streamed", func(t *testing.T) { testChatStreamed(t, oj) })
+}
+
+// testTokenize: vLLM's /tokenize and /detokenize, through the client's
+// generic Post at the gateway's root (../ of /v1/), agree with the
+// tokenizer, and /tokenize reports the agents' --max-model-len.
+func testTokenize(t *testing.T, oj *openaiJob, tok *tokenizer.Tokenizer) {
+	ctx := testContext(t, 30*time.Second)
+	const prompt = "Hello world, the quick brown fox"
+	want, err := tok.Encode(prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Count       int     `json:"count"`
+		MaxModelLen int     `json:"max_model_len"`
+		Tokens      []int32 `json:"tokens"`
+	}
+	if err := oj.client.Post(ctx, "../tokenize", map[string]any{"model": oj.info.Job, "prompt": prompt}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Count != len(want) || !slices.Equal(got.Tokens, want) || got.MaxModelLen != 4096 {
+		t.Errorf("/tokenize: %+v, want tokens %v and max_model_len 4096", got, want)
+	}
+	var text struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := oj.client.Post(ctx, "../detokenize", map[string]any{"tokens": want}, &text); err != nil {
+		t.Fatal(err)
+	}
+	if text.Prompt != prompt {
+		t.Errorf("/detokenize: %q, want %q", text.Prompt, prompt)
+	}
+	err = oj.client.Post(ctx, "../detokenize", map[string]any{"tokens": []int{tok.VocabSize()}}, nil)
+	if e := apiError(t, err); e.StatusCode != http.StatusBadRequest || e.Param != "tokens" {
+		t.Errorf("/detokenize out of the vocabulary: %d param %q, want 400 naming tokens", e.StatusCode, e.Param)
+	}
 }
 
 func textPrompt(model, prompt string, seed, maxTokens int64) openai.CompletionNewParams {

@@ -84,6 +84,17 @@ func replyError(rep *api.GenerateReply, err error, timedOut bool) *apiError {
 	return &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
 }
 
+// refuseUnread answers e to a request whose body was not read: the
+// connection closes after the answer, which then goes out at once (net/http
+// would otherwise read what is left of the body first, for as long as the
+// client takes to send it).
+func refuseUnread(w http.ResponseWriter, r *http.Request, e *apiError) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, e)
+}
+
 // writeError answers with e as JSON.
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.RetryAfter > 0 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 
@@ -67,8 +68,14 @@ type completionRequest struct {
 	Suffix   *string         `json:"suffix"`
 }
 
+// tooLarge is the answer to a body larger than limit.
+func tooLarge(limit int64) *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body-bytes)", limit), Type: "invalid_request_error"}
+}
+
 // decodeStrict decodes one JSON object into v, refusing unknown fields by
-// name and trailing data.
+// name and trailing data; a body that stalls past the server's read
+// deadline is a 408.
 func decodeStrict(body io.Reader, v any) *apiError {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -84,7 +91,10 @@ func decodeStrict(body io.Reader, v any) *apiError {
 		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit), Type: "invalid_request_error"}
+			return tooLarge(mbe.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return &apiError{Status: http.StatusRequestTimeout, Message: "the request body did not arrive in time", Type: "invalid_request_error", Code: "request_timeout"}
 		}
 		return badRequest("", "invalid JSON body: %v", err)
 	}

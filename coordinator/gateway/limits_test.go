@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serveOn runs g's Serve on a free loopback port until the test ends and
+// returns its address.
+func serveOn(t *testing.T, g *Gateway) string {
+	t.Helper()
+	ln, err := Listen(g.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// rawRequest sends head (the request line and headers, without the blank
+// line ending them) and then part of a body on a TCP connection it leaves
+// open, and reads the answer, waiting at most within. It returns the
+// answer, and a function reporting whether the server then closes the
+// connection (within the same bound).
+func rawRequest(t *testing.T, addr, head, part string, within time.Duration) (resp *http.Response, body string, closed func() bool) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, strings.ReplaceAll(head, "\n", "\r\n")+"\r\n\r\n"+part); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(within)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer within %v: %v", within, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the answer's body: %v", err)
+	}
+	return resp, string(b), func() bool {
+		_, err := br.ReadByte()
+		return errors.Is(err, io.EOF)
+	}
+}
+
+// Finding 2: a body that stalls (shorter than its Content-Length, or
+// chunked and never ended) is answered 408 within BodyTimeout, and its
+// connection closed.
+func TestStalledBodyIsAnswered408(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	g, _ := newTestGateway(t, "ab", func(c *Config) { c.Listen, c.BodyTimeout = "127.0.0.1:0", bound })
+	addr := serveOn(t, g)
+	for _, tc := range []struct{ name, head, part string }{
+		{"short of its Content-Length", "POST /v1/completions HTTP/1.1\nHost: x\nContent-Type: application/json\nContent-Length: 100", `{"prompt":[1],`},
+		{"chunked, never ended", "POST /v1/completions HTTP/1.1\nHost: x\nContent-Type: application/json\nTransfer-Encoding: chunked", "e\r\n{\"prompt\":[1],\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			resp, body, closed := rawRequest(t, addr, tc.head, tc.part, 10*time.Second)
+			took := time.Since(start)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, "request_timeout") || !strings.Contains(body, "--body-timeout 300ms") {
+				t.Fatalf("answer %d %s, want 408 request_timeout naming --body-timeout 300ms", resp.StatusCode, body)
+			}
+			if took < bound || took > bound+5*time.Second {
+				t.Errorf("answered after %v, want about %v", took, bound)
+			}
+			if !resp.Close || !closed() {
+				t.Error("the connection stayed open after the 408")
+			}
+		})
+	}
+}
+
+// Finding 2: a request refused before its body is read (no API key; a
+// Content-Length above the limit) is answered at once, whatever its body
+// does; the connection closes after the answer.
+func TestRefusedBeforeTheBody(t *testing.T) {
+	g, _ := newTestGateway(t, "ab", func(c *Config) {
+		c.Listen, c.BodyTimeout, c.APIKeys, c.MaxBodyBytes = "127.0.0.1:0", time.Minute, []string{"k"}, 4096
+	})
+	addr := serveOn(t, g)
+	for _, tc := range []struct {
+		name, head, part string
+		status           int
+		want             string
+	}{
+		{"no API key, a body that never ends", "POST /v1/completions HTTP/1.1\nHost: x\nTransfer-Encoding: chunked", "5\r\n{\"pro\r\n", http.StatusUnauthorized, "invalid_api_key"},
+		{"wrong API key, short of its Content-Length", "POST /v1/completions HTTP/1.1\nHost: x\nAuthorization: Bearer nope\nContent-Length: 100", "{", http.StatusUnauthorized, "invalid_api_key"},
+		{"Content-Length above the limit, no body sent", "POST /v1/completions HTTP/1.1\nHost: x\nAuthorization: Bearer k\nContent-Length: 100000000", "", http.StatusRequestEntityTooLarge, "larger than 4096 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			resp, body, _ := rawRequest(t, addr, tc.head, tc.part, 10*time.Second)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("answered after %v, want at once", took)
+			}
+			if resp.StatusCode != tc.status || !strings.Contains(body, tc.want) {
+				t.Fatalf("answer %d %s, want %d with %q", resp.StatusCode, body, tc.status, tc.want)
+			}
+			// The server closes the connection once the body's deadline
+			// passes (a minute here): not waited for.
+			if !resp.Close {
+				t.Error("the answer does not close the connection")
+			}
+		})
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
 )
 
 // serveOn runs g's Serve on a free loopback port until the test ends and
@@ -125,5 +127,36 @@ func TestRefusedBeforeTheBody(t *testing.T) {
 				t.Error("the answer does not close the connection")
 			}
 		})
+	}
+}
+
+// Finding 3: a request larger than the bus's max payload gets 413 naming
+// the limit, without Retry-After (it can never be sent); a small one runs.
+func TestRequestAboveTheMaxPayload(t *testing.T) {
+	hub := broadcast.NewHub()
+	f := startFakeRank0(t, hub, "ab")
+	hub.LimitPayload(2048)
+	cfg := DefaultConfig()
+	cfg.Model = "m"
+	g, err := New(cfg, hub.Connect(), f.subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, g)
+	if resp := post(t, srv, "/v1/completions", `{"prompt":[1],"max_tokens":2}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a small request: status %d", resp.StatusCode)
+	}
+	prompt := "[" + strings.Repeat("100,", 999) + "100]"
+	resp := post(t, srv, "/v1/completions", `{"prompt":`+prompt+`,"max_tokens":2,"n":2}`)
+	e := decode[errorBody](t, resp)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || e.Error.Code == nil || *e.Error.Code != "request_too_large" ||
+		!strings.Contains(e.Error.Message, "max_payload of 2048 bytes") {
+		t.Fatalf("answer %d %+v, want 413 request_too_large naming the max payload", resp.StatusCode, e.Error)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		t.Errorf("Retry-After %q on a request that can never be sent", ra)
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Errorf("rank 0 got %d requests, want only the small one", n)
 	}
 }

@@ -160,3 +160,31 @@ func TestRequestAboveTheMaxPayload(t *testing.T) {
 		t.Errorf("rank 0 got %d requests, want only the small one", n)
 	}
 }
+
+// Finding 4: every NATS request of an HTTP request with several choices
+// carries their number, so rank 0 refuses for good (400 naming n) a group
+// its queue could never hold together.
+func TestChoicesDeclareTheirGroup(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		group int
+	}{
+		{`{"prompt":[1],"max_tokens":1}`, 0},
+		{`{"prompt":[1],"max_tokens":1,"n":3}`, 3},
+		{`{"prompt":[[1],[2]],"max_tokens":1,"n":2}`, 4},
+	} {
+		g, f := newTestGateway(t, "ab", nil)
+		if resp := post(t, serve(t, g), "/v1/completions", tc.body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d", tc.body, resp.StatusCode)
+		}
+		reqs := f.requests()
+		for _, r := range reqs {
+			if r.Group != tc.group {
+				t.Errorf("%s: a NATS request's group %d, want %d", tc.body, r.Group, tc.group)
+			}
+		}
+		if len(reqs) != max(tc.group, 1) {
+			t.Errorf("%s: %d NATS requests, want %d", tc.body, len(reqs), max(tc.group, 1))
+		}
+	}
+}

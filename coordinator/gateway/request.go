@@ -135,13 +135,19 @@ func (p *plan) requestParam(e *apiError) *apiError {
 
 // requests returns the NATS request of every choice, in OpenAI's order
 // (prompt-major). With a seed, choice i of a prompt draws with seed+i, so
-// n seeded choices differ and each is reproducible.
+// n seeded choices differ and each is reproducible. Each of several
+// carries their number as its group, so rank 0 refuses, for good, more
+// than its queue could hold.
 func (p *plan) requests() []api.GenerateRequest {
 	out := make([]api.GenerateRequest, 0, len(p.prompts)*p.n)
+	group := 0
+	if n := len(p.prompts) * p.n; n > 1 {
+		group = n
+	}
 	for _, pr := range p.prompts {
 		for i := range p.n {
 			r := p.base
-			r.PromptTokenIDs = pr
+			r.PromptTokenIDs, r.Group = pr, group
 			if p.base.Seed != nil {
 				s := *p.base.Seed + uint64(i) // wraps: any seed is fine
 				r.Seed = &s

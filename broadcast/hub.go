@@ -34,12 +34,12 @@ type hubSub struct {
 func NewHub() *Hub { return &Hub{subs: map[int]*hubSub{}} }
 
 // LimitPayload makes Publish refuse, with a *TooLargeError, a message whose
-// data is larger than max bytes, as a NATS server refuses one above its
+// data is larger than limit bytes, as a NATS server refuses one above its
 // max_payload (0: no limit, the default).
-func (h *Hub) LimitPayload(max int) {
+func (h *Hub) LimitPayload(limit int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.maxPayload = max
+	h.maxPayload = limit
 }
 
 // Connect returns a new connection to the hub.

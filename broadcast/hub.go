@@ -17,10 +17,11 @@ import (
 // requesting connection's own subscriptions only. It is not a model of
 // NATS's delivery guarantees: tests of those use the real server.
 type Hub struct {
-	mu    sync.Mutex
-	subs  map[int]*hubSub
-	next  int
-	inbox int
+	mu         sync.Mutex
+	maxPayload int // > 0: Publish refuses larger messages, as a NATS server does
+	subs       map[int]*hubSub
+	next       int
+	inbox      int
 }
 
 type hubSub struct {
@@ -31,6 +32,15 @@ type hubSub struct {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub { return &Hub{subs: map[int]*hubSub{}} }
+
+// LimitPayload makes Publish refuse, with a *TooLargeError, a message whose
+// data is larger than limit bytes, as a NATS server refuses one above its
+// max_payload (0: no limit, the default).
+func (h *Hub) LimitPayload(limit int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.maxPayload = limit
+}
 
 // Connect returns a new connection to the hub.
 func (h *Hub) Connect() Transport { return &hubConn{hub: h} }
@@ -55,6 +65,10 @@ func (c *hubConn) Publish(m *Msg) error {
 	}
 	h := c.hub
 	h.mu.Lock()
+	if h.maxPayload > 0 && len(m.Data) > h.maxPayload {
+		h.mu.Unlock()
+		return &TooLargeError{Size: len(m.Data), Max: h.maxPayload}
+	}
 	var fns []func(*Msg)
 	for _, s := range h.subs {
 		if !s.conn.isClosed() && SubjectMatch(s.pattern, m.Subject) {

@@ -18,6 +18,21 @@ var ErrClosed = errors.New("transport closed")
 // the message may or may not have reached anyone.
 var ErrNotSent = errors.New("message not sent while the connection recovers")
 
+// TooLargeError is Publish's error for a message larger than the server
+// accepts (NATS's max_payload: 1 MiB on a server of default settings, 8 MiB
+// on tpcoord's embedded one). Sending it again can never succeed.
+type TooLargeError struct {
+	Size int   // the message's payload, in bytes
+	Max  int   // the server's max payload, in bytes
+	Err  error // the transport's own error, if any
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("message of %d bytes is larger than the server's max payload of %d bytes", e.Size, e.Max)
+}
+
+func (e *TooLargeError) Unwrap() error { return e.Err }
+
 // Msg is one message as a Transport delivers it. Data is owned by the
 // handler only for the duration of the call; copy it to keep it.
 type Msg struct {

@@ -461,11 +461,23 @@ func TestOpenAIAuth(t *testing.T) {
 }
 
 // TestOpenAIOverload: with one batch slot and one queue slot both taken,
-// a request gets 429 rate_limit_error with Retry-After.
+// a request gets 429 rate_limit_error with Retry-After. More choices than
+// the queue holds (n = 4 with --max-queue 1, so more than batch, queue and
+// intake together) are refused at once with 400 naming n and the queue,
+// never 429 (finding 4).
 func TestOpenAIOverload(t *testing.T) {
 	t.Parallel()
 	oj := launchHTTP(t, "", "--job", "e2e-openai-overload", "--forward-time", "20ms", "--max-batch", "1", "--max-queue", "1")
 	ctx := testContext(t, 90*time.Second)
+	group := seeded(oj.info.Job, 1, 2)
+	group.N = openai.Int(4)
+	for range 2 {
+		_, err := oj.client.Completions.New(ctx, group)
+		if e := apiError(t, err); e.StatusCode != http.StatusBadRequest || e.Param != "n" ||
+			!strings.Contains(e.Message, "4 choices") || !strings.Contains(e.Message, "--max-queue 1") {
+			t.Fatalf("n = 4 with --max-queue 1: %d %q (param %q), want 400 naming n, 4 and --max-queue 1", e.StatusCode, e.Message, e.Param)
+		}
+	}
 	long, stopLong := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -166,6 +166,14 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		d.reply(m.Reply, api.FailedReply(err, api.CodeInvalid))
 		return
 	}
+	// A group larger than the queue would fill it and be refused as
+	// overloaded at every try: it is refused for good.
+	if req.Group > d.cfg.MaxQueue {
+		d.reply(m.Reply, api.FailedReply(fielderr.New("n",
+			"the request's %d choices (n × prompts) are more than rank 0's queue holds (--max-queue %d): sent together they could never all be admitted; lower n (or send fewer prompts at once)",
+			req.Group, d.cfg.MaxQueue), api.CodeInvalid))
+		return
+	}
 	// A request may be re-admitted in a new epoch with all its tokens, so
 	// prompt + max_tokens must fit one step message and the decoder's bound.
 	total := len(req.PromptTokenIDs) + req.MaxTokens

@@ -23,6 +23,13 @@ type GenerateRequest struct {
 	// once does not leave its request decoding. Without it a request is
 	// never timed out.
 	Keepalive bool `json:"keepalive,omitempty"`
+	// Group is how many requests its client sends at once with this one,
+	// this one included, and needs all of (the gateway's n choices of
+	// every prompt); 0 or 1: alone. Rank 0 refuses, as invalid and naming
+	// n, a group larger than its queue (MaxQueue): arriving together, its
+	// requests could never all be admitted, and every retry would be
+	// refused as overloaded.
+	Group int `json:"group,omitempty"`
 	Params
 }
 
@@ -67,6 +74,8 @@ func (r *GenerateRequest) Validate(vocab int) error {
 		return fielderr.New("prompt_token_ids", "%d tokens, at most %d allowed", len(r.PromptTokenIDs), MaxPromptTokens)
 	case r.MaxTokens <= 0:
 		return fielderr.New("max_tokens", "must be > 0, got %d", r.MaxTokens)
+	case r.Group < 0:
+		return fielderr.New("group", "must be >= 0, got %d", r.Group)
 	case r.MaxTokens > MaxSequenceTokens-len(r.PromptTokenIDs): // both bounded: no overflow
 		return fielderr.New("max_tokens", "%d, but the prompt (%d tokens) and its output may hold at most %d tokens", r.MaxTokens, len(r.PromptTokenIDs), MaxSequenceTokens)
 	}

@@ -180,7 +180,8 @@ func Connect(cfg Config) (*Conn, error) {
 func (c *Conn) NATS() *nats.Conn { return c.nc }
 
 // Publish sends m without waiting for the server; once the connection is
-// closed for good its error wraps broadcast.ErrClosed.
+// closed for good its error wraps broadcast.ErrClosed; a message over the
+// server's max payload gets a *broadcast.TooLargeError.
 func (c *Conn) Publish(m *broadcast.Msg) error {
 	nm := &nats.Msg{Subject: m.Subject, Reply: m.Reply, Data: m.Data}
 	if len(m.Header) > 0 {
@@ -189,7 +190,11 @@ func (c *Conn) Publish(m *broadcast.Msg) error {
 			nm.Header.Set(k, v)
 		}
 	}
-	return sendErr(c.nc.PublishMsg(nm))
+	err := c.nc.PublishMsg(nm)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return &broadcast.TooLargeError{Size: len(m.Data), Max: c.MaxPayload(), Err: err}
+	}
+	return sendErr(err)
 }
 
 // Subscribe calls fn for every message on subject. A subscriber that falls

@@ -260,6 +260,11 @@ func TestNATSPublishErrors(t *testing.T) {
 	if err == nil || errors.Is(err, broadcast.ErrNotSent) || errors.Is(err, broadcast.ErrClosed) {
 		t.Errorf("publish over the max payload: %v, want an error that is neither ErrNotSent nor ErrClosed", err)
 	}
+	// It names the sizes, so a client is told the request can never be sent.
+	var tl *broadcast.TooLargeError
+	if !errors.As(err, &tl) || tl.Size != 2<<20 || tl.Max != 1<<20 || !errors.Is(err, nats.ErrMaxPayload) {
+		t.Errorf("publish over the max payload: %#v, want a TooLargeError of 2 MiB above 1 MiB wrapping nats.ErrMaxPayload", err)
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
 	data := make([]byte, 64<<10)

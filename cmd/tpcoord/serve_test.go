@@ -33,6 +33,8 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{"serve", "--tls-cert", "/x.pem"}, "tls-cert: TLS needs both"},
 		{[]string{"serve", "--tokenizer", filepath.Join(dir, "nothing")}, "tokenizer: "},
 		{[]string{"serve", "--request-timeout", "0s"}, "request-timeout: must be > 0"},
+		{[]string{"serve", "--body-timeout", "0s"}, "body-timeout: must be > 0"},
+		{[]string{"launch", "--http", "0", "--body-timeout", "-1s"}, "body-timeout: must be > 0"},
 		{[]string{"serve", "--log-format", "xml"}, "log-format:"},
 		{[]string{"launch", "--http", "10.1.2.3:8000"}, "http: 10.1.2.3:8000 is reachable beyond this host"},
 	} {
@@ -40,5 +42,11 @@ func TestServeRefusals(t *testing.T) {
 		if code := run(c.args, &stdout, &stderr); code != exitConfig || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d naming %q", c.args, code, stderr.String(), exitConfig, c.want)
 		}
+	}
+	// The bound's environment variable, as every flag has one.
+	t.Setenv("TPC_BODY_TIMEOUT", "0s")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"serve"}, &stdout, &stderr); code != exitConfig || !strings.Contains(stderr.String(), "body-timeout: must be > 0") {
+		t.Errorf("TPC_BODY_TIMEOUT=0s: exit %d, stderr %q", code, stderr.String())
 	}
 }

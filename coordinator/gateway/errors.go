@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
@@ -72,16 +73,33 @@ func replyError(rep *api.GenerateReply, err error, timedOut bool) *apiError {
 			return &apiError{Status: http.StatusServiceUnavailable, Message: rep.Error, Type: "service_unavailable", Code: "reforming", RetryAfter: retryAfter}
 		}
 	}
+	var tooLarge *broadcast.TooLargeError
 	switch {
 	case timedOut:
 		return &apiError{Status: http.StatusGatewayTimeout, Message: "the request ran past the gateway's request timeout", Type: "timeout", Code: "timeout"}
 	case err == nil:
 		return nil
+	case errors.As(err, &tooLarge):
+		// Sending it again can never succeed: no Retry-After.
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("the request is %d bytes as a NATS message, more than the NATS server's max_payload of %d bytes: shorten the prompt, logit_bias or stop_token_ids",
+				tooLarge.Size, tooLarge.Max)}
 	case rep == nil || errors.Is(err, client.ErrRequestLost):
 		// rank 0 unreachable, gone or restarted: the job may come back.
 		return &apiError{Status: http.StatusServiceUnavailable, Message: err.Error(), Type: "service_unavailable", Code: "job_unavailable", RetryAfter: retryAfter}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
+}
+
+// refuseUnread answers e to a request whose body was not read: the
+// connection closes after the answer, which then goes out at once (net/http
+// would otherwise read what is left of the body first, for as long as the
+// client takes to send it).
+func refuseUnread(w http.ResponseWriter, r *http.Request, e *apiError) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, e)
 }
 
 // writeError answers with e as JSON.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -32,8 +33,16 @@ type Config struct {
 	APIKeys []string
 	// TLSCert and TLSKey, both or neither, serve HTTPS.
 	TLSCert, TLSKey string
-	// MaxBodyBytes bounds a request body.
+	// MaxBodyBytes bounds a request body: a Content-Length above it is
+	// answered 413 before any of the body is read.
 	MaxBodyBytes int64
+	// BodyTimeout bounds receiving a request, headers and body, from its
+	// first byte (the headers alone get at most HeaderTimeout). A body
+	// that stalls, never ends or falls short of its Content-Length is
+	// answered 408 and its connection closed; the same bound frees the
+	// connection of a request refused before its body was read (401,
+	// 413). Default 30 s.
+	BodyTimeout time.Duration
 	// RequestTimeout bounds one HTTP request from arrival to last token.
 	RequestTimeout time.Duration
 	// DefaultMaxTokens is max_tokens when a request leaves it out
@@ -53,7 +62,7 @@ type Config struct {
 // DefaultConfig is the one place the gateway's defaults live.
 func DefaultConfig() Config {
 	return Config{
-		Listen: "127.0.0.1:8000", MaxBodyBytes: 4 << 20, RequestTimeout: 10 * time.Minute,
+		Listen: "127.0.0.1:8000", MaxBodyBytes: 4 << 20, BodyTimeout: 30 * time.Second, RequestTimeout: 10 * time.Minute,
 		DefaultMaxTokens: 16, ChatMaxTokens: 512, StatusWait: 2 * time.Second,
 	}
 }
@@ -73,6 +82,8 @@ func (c *Config) Validate() error {
 		return fielderr.New("TLSCert", "TLS needs both a certificate and a key")
 	case c.MaxBodyBytes < 1024:
 		return fielderr.New("MaxBodyBytes", "must be >= 1024, got %d", c.MaxBodyBytes)
+	case c.BodyTimeout <= 0:
+		return fielderr.New("BodyTimeout", "must be > 0, got %v", c.BodyTimeout)
 	case c.RequestTimeout <= 0:
 		return fielderr.New("RequestTimeout", "must be > 0, got %v", c.RequestTimeout)
 	case c.DefaultMaxTokens < 1 || c.ChatMaxTokens < 1:
@@ -198,8 +209,12 @@ func (g *Gateway) api(op string, h http.HandlerFunc) http.Handler {
 			g.metrics.httpRequests.WithLabelValues(r.Pattern, statusClass(sw.status)).Inc()
 		}()
 		if !g.authorized(r) {
-			writeError(sw, &apiError{Status: http.StatusUnauthorized, Message: "a valid API key is required (Authorization: Bearer <key>)",
+			refuseUnread(sw, r, &apiError{Status: http.StatusUnauthorized, Message: "a valid API key is required (Authorization: Bearer <key>)",
 				Type: "authentication_error", Code: "invalid_api_key"})
+			return
+		}
+		if r.ContentLength > g.cfg.MaxBodyBytes {
+			refuseUnread(sw, r, tooLarge(g.cfg.MaxBodyBytes))
 			return
 		}
 		r.Body = http.MaxBytesReader(sw, r.Body, g.cfg.MaxBodyBytes)
@@ -219,6 +234,10 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 func handle[Req any](g *Gateway, w http.ResponseWriter, r *http.Request, check func(*Req) (*plan, *apiError), f func(*plan) format) {
 	var req Req
 	if e := decodeStrict(r.Body, &req); e != nil {
+		if e.Status == http.StatusRequestTimeout {
+			e.Message += fmt.Sprintf(" (--body-timeout %v)", g.cfg.BodyTimeout)
+			w.Header().Set("Connection", "close")
+		}
 		g.refuse(w, r, e)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 
@@ -67,8 +68,14 @@ type completionRequest struct {
 	Suffix   *string         `json:"suffix"`
 }
 
+// tooLarge is the answer to a body larger than limit.
+func tooLarge(limit int64) *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body-bytes)", limit), Type: "invalid_request_error"}
+}
+
 // decodeStrict decodes one JSON object into v, refusing unknown fields by
-// name and trailing data.
+// name and trailing data; a body that stalls past the server's read
+// deadline is a 408.
 func decodeStrict(body io.Reader, v any) *apiError {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -84,7 +91,10 @@ func decodeStrict(body io.Reader, v any) *apiError {
 		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit), Type: "invalid_request_error"}
+			return tooLarge(mbe.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return &apiError{Status: http.StatusRequestTimeout, Message: "the request body did not arrive in time", Type: "invalid_request_error", Code: "request_timeout"}
 		}
 		return badRequest("", "invalid JSON body: %v", err)
 	}
@@ -125,13 +135,19 @@ func (p *plan) requestParam(e *apiError) *apiError {
 
 // requests returns the NATS request of every choice, in OpenAI's order
 // (prompt-major). With a seed, choice i of a prompt draws with seed+i, so
-// n seeded choices differ and each is reproducible.
+// n seeded choices differ and each is reproducible. Each of several
+// carries their number as its group, so rank 0 refuses, for good, more
+// than its queue could hold.
 func (p *plan) requests() []api.GenerateRequest {
 	out := make([]api.GenerateRequest, 0, len(p.prompts)*p.n)
+	group := 0
+	if n := len(p.prompts) * p.n; n > 1 {
+		group = n
+	}
 	for _, pr := range p.prompts {
 		for i := range p.n {
 			r := p.base
-			r.PromptTokenIDs = pr
+			r.PromptTokenIDs, r.Group = pr, group
 			if p.base.Seed != nil {
 				s := *p.base.Seed + uint64(i) // wraps: any seed is fine
 				r.Seed = &s

@@ -10,6 +10,10 @@ import (
 	"time"
 )
 
+// HeaderTimeout bounds receiving a request's headers (Config.BodyTimeout,
+// if shorter, bounds them too).
+const HeaderTimeout = 10 * time.Second
+
 // ShutdownGrace is how long Serve lets requests in flight finish once its
 // context ends, before it closes their connections.
 const ShutdownGrace = 10 * time.Second
@@ -38,9 +42,13 @@ func URL(cfg Config, ln net.Listener) string {
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ReadHeaderTimeout: min(HeaderTimeout, g.cfg.BodyTimeout),
+		// The whole request, from its first byte: a body that stalls gets
+		// an error at its next read (408). Once the body is read net/http
+		// lifts the deadline, so a long answer is not cut.
+		ReadTimeout: g.cfg.BodyTimeout,
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		// The server's own complaints (a client's failed TLS handshake)
 		// are about one connection: debug, not the operator's business.
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),

@@ -44,7 +44,10 @@ type flightEntry struct {
 	start int64 // unix ns
 	end   int64
 	rows  int32
-	dur   [numLoopPhases]int64
+	// preempted counts the requests the step preempted (rank 0 with a KV
+	// cache).
+	preempted int32
+	dur       [numLoopPhases]int64
 }
 
 // FlightRecorder keeps the phase timings of a rank's last steps and the
@@ -60,6 +63,8 @@ type FlightRecorder struct {
 	phase   LoopPhase
 	since   time.Time
 	metrics *Metrics
+	// preempting counts the preemptions of the step about to start.
+	preempting int32
 }
 
 // NewFlightRecorder keeps the last steps steps (DefaultFlightSteps if
@@ -84,7 +89,8 @@ func (f *FlightRecorder) enter(p LoopPhase, now time.Time) {
 		f.phase, f.since = p, now
 		if p != PhaseIdle && !f.inStep {
 			f.inStep = true
-			f.cur = flightEntry{start: now.UnixNano()}
+			f.cur = flightEntry{start: now.UnixNano(), preempted: f.preempting}
+			f.preempting = 0
 		}
 	}
 	f.mu.Unlock()
@@ -121,6 +127,17 @@ func (f *FlightRecorder) stepDone(k uint64, rows int, now time.Time) {
 	m.observeStep(&e)
 }
 
+// notePreempted records that the step about to start (decided at the
+// boundary, before its first phase) preempts n requests.
+func (f *FlightRecorder) notePreempted(n int) {
+	if f == nil || n == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.preempting += int32(n)
+	f.mu.Unlock()
+}
+
 func nsMs(ns int64) float64 { return float64(ns/1000) / 1000 }
 
 func (e *flightEntry) timing() api.StepTiming {
@@ -128,6 +145,7 @@ func (e *flightEntry) timing() api.StepTiming {
 		Step: e.step, Start: time.Unix(0, e.start), Rows: int(e.rows),
 		AwaitMs: nsMs(e.dur[PhaseAwait]), PublishMs: nsMs(e.dur[PhasePublish]), ForwardMs: nsMs(e.dur[PhaseForward]),
 		SampleMs: nsMs(e.dur[PhaseSample]), ReplyMs: nsMs(e.dur[PhaseReply]), TotalMs: nsMs(e.end - e.start),
+		Preempted: int(e.preempted),
 	}
 }
 
@@ -173,9 +191,13 @@ func (f *FlightRecorder) Dump(w io.Writer, label string, now time.Time) error {
 		return err
 	}
 	for _, t := range s.Steps {
-		if _, err := fmt.Fprintf(w, "%10d %-26s %5d %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n",
+		note := ""
+		if t.Preempted > 0 {
+			note = fmt.Sprintf(" preempted %d", t.Preempted)
+		}
+		if _, err := fmt.Fprintf(w, "%10d %-26s %5d %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f%s\n",
 			t.Step, t.Start.UTC().Format("2006-01-02T15:04:05.000000"), t.Rows,
-			t.AwaitMs, t.PublishMs, t.ForwardMs, t.SampleMs, t.ReplyMs, t.TotalMs); err != nil {
+			t.AwaitMs, t.PublishMs, t.ForwardMs, t.SampleMs, t.ReplyMs, t.TotalMs, note); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,16 @@ func TestDriverKVPreemptionSameTokens(t *testing.T) {
 	if st[0].Digest != st[1].Digest && st[0].Step == st[1].Step {
 		t.Fatalf("ranks diverged: %+v", st)
 	}
-	t.Logf("%d preemptions", kv.Preemptions)
+	var noted int
+	var dump strings.Builder
+	if err := r0.d.cfg.Flight.Dump(&dump, "rank 0", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range r0.d.cfg.Flight.Snapshot(0, time.Now()).Steps {
+		noted += st.Preempted
+	}
+	if noted == 0 || !strings.Contains(dump.String(), " preempted ") {
+		t.Errorf("the flight recorder noted %d preemptions of %d (its ring holds the last %d steps):\n%s", noted, kv.Preemptions, DefaultFlightSteps, dump.String())
+	}
+	t.Logf("%d preemptions, %d in the flight recorder's steps", kv.Preemptions, noted)
 }

@@ -199,6 +199,10 @@ func (d *Driver) boundary(k uint64) *broadcast.Step {
 	d.gather()
 	rd := d.l.core.Step(d.cfg.Clock(), d.cfg.Epoch, k, d.l.in)
 	d.act(rd)
+	if n := len(rd.Preempted); n > 0 {
+		d.cfg.Flight.notePreempted(n)
+		d.log.Debug("preempted for want of KV blocks", "step", k, "requests", n, "first_seq", rd.Preempted[0].Seq)
+	}
 	now := time.Now()
 	for _, r := range rd.Admitted {
 		if t := &state(r).times; t.scheduled.IsZero() { // one resumed keeps its first stamp

@@ -205,6 +205,9 @@ type StepTiming struct {
 	SampleMs  float64   `json:"sample_ms,omitempty"`
 	ReplyMs   float64   `json:"reply_ms,omitempty"`
 	TotalMs   float64   `json:"total_ms"`
+	// Preempted counts the requests the step preempted (rank 0 with a KV
+	// cache): freed, to be recomputed.
+	Preempted int `json:"preempted,omitempty"`
 }
 
 // Finish reasons, as vLLM names them.

@@ -66,6 +66,9 @@ type Ready struct {
 	Ended     []*Request
 	Step      *broadcast.Step
 	Admitted  []*Request
+	// Preempted are the requests Step preempts: their rows leave the
+	// batch and they wait, first in the queue, to be recomputed.
+	Preempted []*Request
 }
 
 // Leader is rank 0's decisions, without I/O and without a clock of its
@@ -107,6 +110,7 @@ func NewLeader(cfg LeaderConfig, resume []*Request, now time.Time) (*Leader, err
 func (l *Leader) Step(now time.Time, epoch uint32, k uint64, in Input) *Ready {
 	rd := l.Take(now, in)
 	rd.Step = l.sched.Next(epoch, k)
+	rd.Preempted = l.sched.Preempted()
 	if rd.Step != nil {
 		for _, a := range rd.Step.Admitted {
 			if r := l.sched.Request(a.Seq); r != nil {

@@ -99,6 +99,7 @@ type Scheduler struct {
 	blocks      *Blocks
 	running     []*Request
 	preemptions uint64
+	preempted   []*Request // by the last Next
 }
 
 // NewScheduler returns an empty scheduler.
@@ -154,6 +155,8 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	}
 	st := &broadcast.Step{Epoch: epoch, Step: k, Tokens: s.tokens, Removed: s.removals}
 	s.tokens, s.removals = nil, nil
+	clear(s.preempted)
+	s.preempted = s.preempted[:0]
 	for _, id := range st.Removed {
 		if r := s.active[id]; r != nil && s.byTag[r.Tag] == r {
 			delete(s.byTag, r.Tag)
@@ -244,7 +247,12 @@ func (s *Scheduler) preempt(r *Request, st *broadcast.Step) {
 	st.Removed = append(st.Removed, r.Seq)
 	s.waiting = slices.Insert(s.waiting, 0, r)
 	s.preemptions++
+	s.preempted = append(s.preempted, r)
 }
+
+// Preempted are the requests the last Next preempted (valid until the
+// next call).
+func (s *Scheduler) Preempted() []*Request { return s.preempted }
 
 // ErrNeverFits refuses a request that could never run: its prompt and
 // output are longer than the model's context (MaxModelLen), or than the

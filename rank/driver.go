@@ -48,7 +48,8 @@ type Driver struct {
 	mu       sync.Mutex
 	pos      position
 	peerTab  *core.Peers
-	deafAt   time.Time // the last time this rank's own connection was seen down
+	deafAt   time.Time // the last time this rank heard nobody: its connection down, or the process frozen
+	lastTick time.Time // the heartbeat loop's last tick, on the wall clock (core.Frozen)
 	rejected map[string]uint64
 	lastWarn map[string]time.Time
 	initErr  error // a configuration NewDriver could not take: Run returns it

@@ -185,6 +185,7 @@ func (d *Driver) gather() {
 			d.l.in.Ops = append(d.l.in.Ops, op)
 		default:
 			d.mu.Lock()
+			d.thawed()
 			d.l.in.Deaf = d.deafAt // nobody could be heard then: silence counts from it
 			d.mu.Unlock()
 			return

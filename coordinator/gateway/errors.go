@@ -79,6 +79,8 @@ func replyError(rep *api.GenerateReply, err error, timedOut bool) *apiError {
 		return &apiError{Status: http.StatusGatewayTimeout, Message: "the request ran past the gateway's request timeout", Type: "timeout", Code: "timeout"}
 	case err == nil:
 		return nil
+	case errors.Is(err, errShuttingDown):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: err.Error(), Type: "service_unavailable", Code: "shutting_down", RetryAfter: retryAfter}
 	case errors.As(err, &tooLarge):
 		// Sending it again can never succeed: no Retry-After.
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",

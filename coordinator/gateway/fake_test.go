@@ -80,6 +80,10 @@ type fakeRank0 struct {
 	text string
 	fail *api.GenerateReply
 	hold chan struct{} // if set, each token waits for a receive
+	// lost, once closed, makes rank 0 forget every request: it sends
+	// nothing more, and answers keepalives "not known" (as a rank 0
+	// restarted without them would).
+	lost chan struct{}
 
 	mu        sync.Mutex
 	reqs      []api.GenerateRequest
@@ -90,7 +94,7 @@ type fakeRank0 struct {
 
 func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	f := &fakeRank0{t: t, tr: hub.Connect(), subj: broadcast.Subjects{Prefix: "tpc", Job: "j"}, text: text,
-		cancelled: map[string]bool{}, stop: make(chan struct{})}
+		cancelled: map[string]bool{}, stop: make(chan struct{}), lost: make(chan struct{})}
 	sub := func(s string, fn func(*broadcast.Msg)) {
 		if _, err := f.tr.Subscribe(s, fn); err != nil {
 			t.Fatal(err)
@@ -134,6 +138,8 @@ func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
 			case <-f.hold:
 			case <-f.stop:
 				return
+			case <-f.lost:
+				return
 			}
 		}
 		if f.isCancelled(reply) {
@@ -162,7 +168,13 @@ func (f *fakeRank0) onClient(m *broadcast.Msg) {
 	}
 	f.mu.Unlock()
 	if m.Reply != "" {
-		b, _ := json.Marshal(api.KeepaliveAck{Known: true})
+		known := true
+		select {
+		case <-f.lost:
+			known = false
+		default:
+		}
+		b, _ := json.Marshal(api.KeepaliveAck{Known: known})
 		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
 	}
 }

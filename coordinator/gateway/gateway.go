@@ -116,6 +116,7 @@ type Gateway struct {
 	// handlers counts the /v1 requests being answered: Serve waits for
 	// them, since closing a connection does not wait for its handler.
 	handlers sync.WaitGroup
+	grace    time.Duration // ShutdownGrace (shorter in tests)
 
 	muxMu sync.Mutex
 	mux   *client.Mux // every request's replies, on one subscription; made at first use
@@ -166,7 +167,8 @@ func New(cfg Config, bus broadcast.Transport, subj broadcast.Subjects, opts ...O
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, bus: bus, subj: subj, log: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider().Tracer(""), created: time.Now().Unix()}
+	g := &Gateway{cfg: cfg, bus: bus, subj: subj, log: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider().Tracer(""), created: time.Now().Unix(),
+		grace: ShutdownGrace}
 	for _, o := range opts {
 		o(g)
 	}

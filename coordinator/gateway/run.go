@@ -108,6 +108,9 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 	} else {
 		c.rep, c.err = mux.Stream(withTraceHeader(ctx), x.g.subj, &c.req, cb)
 	}
+	if shutDown(ctx, c) {
+		c.err = errShuttingDown
+	}
 	c.finish()
 	x.g.metrics.observe(c, time.Now())
 	if c.failed() {
@@ -115,6 +118,13 @@ func (x *execution) runChoice(ctx context.Context, c *choice) {
 		return
 	}
 	x.emit(c, true)
+}
+
+// shutDown reports whether c was cut short by the gateway's shutdown
+// (rather than finishing, or reaching a stop string, as it was ended): it
+// then fails, so that its client hears why.
+func shutDown(ctx context.Context, c *choice) bool {
+	return errors.Is(context.Cause(ctx), errShuttingDown) && !c.stopped && (c.rep == nil || c.rep.FinishReason == api.FinishCancelled)
 }
 
 // failed reports whether c ended in an error of its own (not a stop

@@ -3,18 +3,24 @@ package core
 import "time"
 
 // StallTicks is how many of its intervals a process's heartbeat ticker
-// may fall behind before the process counts as having been frozen.
-const StallTicks = 4
+// may fall behind before the process counts as having been frozen, and
+// StallFloor the shortest stall that counts: a loaded host delays a
+// ticker of a few milliseconds (the tests' heartbeats) by more than four
+// of them without anything being frozen.
+const (
+	StallTicks = 4
+	StallFloor = time.Second
+)
 
 // Frozen reports whether the process whose heartbeat ticker ticks every
 // interval, and last ticked at last, has been frozen until now (SIGSTOP, a
 // suspended VM or container, a machine that slept): its last tick is more
-// than StallTicks intervals old. The ticker runs on a goroutine of its
+// than StallTicks intervals, and StallFloor, old. The ticker runs on a goroutine of its
 // own, which a long forward pass or a busy decode loop does not hold up;
 // only the whole process stopping does. While it was frozen this rank
 // heard nobody, so nobody's silence may be held against them: the driver
 // then counts clients' and peers' silence from now, as after its own
 // connection came back. A zero last (no tick yet) is not frozen.
 func Frozen(last, now time.Time, interval time.Duration) bool {
-	return !last.IsZero() && interval > 0 && now.Sub(last) > StallTicks*interval
+	return !last.IsZero() && interval > 0 && now.Sub(last) > max(StallTicks*interval, StallFloor)
 }

@@ -18,10 +18,26 @@ func TestFrozen(t *testing.T) {
 		{time.Time{}, time.Hour, false}, // no tick yet
 		{t0, hb, false},
 		{t0, StallTicks * hb, false}, // late, not frozen
-		{t0, StallTicks*hb + time.Millisecond, true},
+		{t0, StallTicks*hb + time.Millisecond, true}, // StallTicks×250 ms = the floor, 1 s
 		{t0, 3 * time.Second, true}, // SIGSTOPped for 3 s
 	} {
 		if got := Frozen(c.last, t0.Add(c.now), hb); got != c.want {
+			t.Errorf("last tick %v, now t0+%v: frozen %v, want %v", c.last, c.now, got, c.want)
+		}
+	}
+	// A short heartbeat (the tests' 20 ms) late by a loaded host's 500 ms
+	// is not a freeze: the floor holds.
+	const short = 20 * time.Millisecond
+	for _, c := range []struct {
+		last time.Time
+		now  time.Duration
+		want bool
+	}{
+		{t0, 500 * time.Millisecond, false},
+		{t0, StallFloor, false},
+		{t0, StallFloor + time.Millisecond, true},
+	} {
+		if got := Frozen(c.last, t0.Add(c.now), short); got != c.want {
 			t.Errorf("last tick %v, now t0+%v: frozen %v, want %v", c.last, c.now, got, c.want)
 		}
 	}

@@ -17,9 +17,9 @@ func TestFrozen(t *testing.T) {
 	}{
 		{time.Time{}, time.Hour, false}, // no tick yet
 		{t0, hb, false},
-		{t0, StallTicks * hb, false}, // late, not frozen
+		{t0, StallTicks * hb, false},                 // late, not frozen
 		{t0, StallTicks*hb + time.Millisecond, true}, // StallTicks×250 ms = the floor, 1 s
-		{t0, 3 * time.Second, true}, // SIGSTOPped for 3 s
+		{t0, 3 * time.Second, true},                  // SIGSTOPped for 3 s
 	} {
 		if got := Frozen(c.last, t0.Add(c.now), hb); got != c.want {
 			t.Errorf("last tick %v, now t0+%v: frozen %v, want %v", c.last, c.now, got, c.want)

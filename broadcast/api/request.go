@@ -45,6 +45,9 @@ const MaxSequenceTokens = 1 << 20
 // ParseGenerateRequest decodes and validates a request. Errors name the
 // offending JSON field.
 func ParseGenerateRequest(data []byte, vocab int) (*GenerateRequest, error) {
+	if err := exactFields(data); err != nil {
+		return nil, err
+	}
 	// Omitted sampling fields take vLLM's defaults (temperature 1).
 	r := GenerateRequest{Params: DefaultParams()}
 	dec := json.NewDecoder(bytes.NewReader(data))

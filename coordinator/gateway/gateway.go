@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,7 +236,8 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
 // checked into a plan, run and answered in the format made for it.
 func handle[Req any](g *Gateway, w http.ResponseWriter, r *http.Request, check func(*Req) (*plan, *apiError), f func(*plan) format) {
 	var req Req
-	if e := decodeStrict(r.Body, &req); e != nil {
+	ignored, e := decodeStrict(r.Body, &req)
+	if e != nil {
 		if e.Status == http.StatusRequestTimeout {
 			e.Message += fmt.Sprintf(" (--body-timeout %v)", g.cfg.BodyTimeout)
 			w.Header().Set("Connection", "close")
@@ -243,12 +245,23 @@ func handle[Req any](g *Gateway, w http.ResponseWriter, r *http.Request, check f
 		g.refuse(w, r, e)
 		return
 	}
+	g.noteIgnored(w, r, ignored)
 	pl, e := check(&req)
 	if e != nil {
 		g.refuse(w, r, e)
 		return
 	}
 	g.answer(w, r, pl, f(pl))
+}
+
+// noteIgnored names, in the answer's Warning header and in the log, the
+// fields of the request that were ignored.
+func (g *Gateway) noteIgnored(w http.ResponseWriter, r *http.Request, ignored []string) {
+	if len(ignored) == 0 {
+		return
+	}
+	w.Header().Add("Warning", warnIgnored(ignored))
+	g.log.Warn("request fields ignored", "path", r.URL.Path, "fields", strings.Join(ignored, ","))
 }
 
 // answer runs a checked plan and answers: all at once, or as a stream.

@@ -54,6 +54,9 @@ type samplingFields struct {
 	Stream            bool               `json:"stream"`
 	StreamOptions     *struct {
 		IncludeUsage bool `json:"include_usage"`
+		// ContinuousUsageStats is vLLM's (usage in every chunk): accepted,
+		// not done.
+		ContinuousUsageStats bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
 	User string `json:"user"` // accepted, unused
 }
@@ -73,11 +76,39 @@ func tooLarge(limit int64) *apiError {
 	return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body-bytes)", limit), Type: "invalid_request_error"}
 }
 
-// decodeStrict decodes one JSON object into v, refusing unknown fields by
-// name and trailing data; a body that stalls past the server's read
-// deadline is a 408.
-func decodeStrict(body io.Reader, v any) *apiError {
-	dec := json.NewDecoder(body)
+// decodeStrict decodes one JSON object into v under the field policy
+// (fields.go): it returns the top-level fields it ignored, or the refusal
+// of an unknown nested field, a typo, an unsupported or repeated field, or
+// trailing data. A body that stalls past the server's read deadline is a
+// 408.
+func decodeStrict(body io.Reader, v any) ([]string, *apiError) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, readError(err)
+	}
+	data, ignored, e := topLevel(data, v)
+	if e != nil {
+		return nil, e
+	}
+	return ignored, decodeKnown(data, v)
+}
+
+// readError is the answer to a body that could not be read.
+func readError(err error) *apiError {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooLarge(mbe.Limit)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &apiError{Status: http.StatusRequestTimeout, Message: "the request body did not arrive in time", Type: "invalid_request_error", Code: "request_timeout"}
+	}
+	return badRequest("", "cannot read the body: %v", err)
+}
+
+// decodeKnown decodes the JSON object data into v, refusing unknown
+// fields (nested ones: the top level's are sorted out) and trailing data.
+func decodeKnown(data []byte, v any) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -88,13 +119,6 @@ func decodeStrict(body io.Reader, v any) *apiError {
 		if errors.As(err, &te) && te.Field != "" {
 			f := strings.TrimPrefix(te.Field, "samplingFields.") // the embedded struct's name is no field of the API
 			return badRequest(f, "expected %s, got %s", te.Type, te.Value)
-		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return tooLarge(mbe.Limit)
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return &apiError{Status: http.StatusRequestTimeout, Message: "the request body did not arrive in time", Type: "invalid_request_error", Code: "request_timeout"}
 		}
 		return badRequest("", "invalid JSON body: %v", err)
 	}

@@ -61,7 +61,8 @@ func (g *Gateway) checkModel(model string) *apiError {
 
 func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	var req tokenizeRequest
-	e := decodeStrict(r.Body, &req)
+	ignored, e := decodeStrict(r.Body, &req)
+	g.noteIgnored(w, r, ignored)
 	var ids []int32
 	if e == nil {
 		ids, e = g.tokenize(&req)
@@ -117,7 +118,8 @@ func (g *Gateway) tokenize(req *tokenizeRequest) ([]int32, *apiError) {
 
 func (g *Gateway) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	var req detokenizeRequest
-	e := decodeStrict(r.Body, &req)
+	ignored, e := decodeStrict(r.Body, &req)
+	g.noteIgnored(w, r, ignored)
 	if e == nil {
 		e = g.checkModel(req.Model)
 	}

@@ -80,7 +80,7 @@ func TestTokenizeRefusals(t *testing.T) {
 		{"/tokenize", `{}`, 400, "prompt", "required"},
 		{"/tokenize", `{"prompt":"a","messages":[]}`, 400, "messages", "not both"},
 		{"/tokenize", `{"prompt":"a","add_generation_prompt":true}`, 400, "add_generation_prompt", "only with messages"},
-		{"/tokenize", `{"prompt":"a","return_token_strs":true}`, 400, "return_token_strs", "unknown field"},
+		{"/tokenize", `{"prompt":"a","return_token_strs":true}`, 400, "return_token_strs", "not supported"},
 		{"/tokenize", `{"model":"other","prompt":"a"}`, 404, "model", "does not exist"},
 		{"/tokenize", `{"messages":[{"role":"user","content":"a"}]}`, 400, "messages", "chat template"},
 		{"/tokenize", `{"prompt":"` + strings.Repeat("a", MaxPromptBytes+1) + `"}`, 400, "prompt", "at most"},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tpcoord/tpcoord/coordinator/agent"
 	"github.com/tpcoord/tpcoord/coordinator/gateway"
@@ -80,6 +81,7 @@ the ready file as http_url.`,
 	}
 	fs := cmd.Flags()
 	o.agent.flags(fs)
+	hide(fs, "world-size", "rank", "join", "bind") // launch decides them: refused (refuseAgentOnly)
 	o.agent.fields["NProc"] = "nproc"
 	o.agent.fields["NATSInRank0"] = "nats-in-rank0"
 	fs.IntVar(&o.NProc, "nproc", 2, "number of ranks (agent processes) to start")
@@ -103,7 +105,10 @@ var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "n
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	fs := cmd.Flags()
-	if err := layerConfig(fs); err != nil {
+	if err := layerConfigQuiet(fs); err != nil {
+		return err
+	}
+	if err := refuseAgentOnly(fs); err != nil {
 		return err
 	}
 	a := &o.agent
@@ -133,6 +138,8 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		}
 		rankproc.TuneSelf(launch.SelfShare(o.NProc, gw != nil), again && reexec, log)
 	}
+	// Once: this process is the one that stays (TuneSelf re-executes).
+	flaglayer.WarnStrays(fs)
 	if cfg.Binary == "" && (o.NProc > 1 || !o.NATSInRank0) { // a lone rank 0 hosting NATS runs Self
 		cfg.Binary = agentBinary(cfg.Self, log)
 	}
@@ -190,6 +197,26 @@ func agentBinary(self string, log *slog.Logger) string {
 
 // checkLaunchKeys refuses what launch decides itself, and checks the
 // gossip keyring once rather than in every rank.
+// agentOnlyFlags are the agent's flags launch decides for every rank: set
+// by hand (flag, TPC_* or file), they would be overridden silently.
+var agentOnlyFlags = map[string]string{
+	"world-size": "launch starts --nproc ranks",
+	"rank":       "launch gives each rank its own",
+	"join":       "launch's ranks join each other",
+	"bind":       "launch binds every rank on loopback",
+}
+
+// refuseAgentOnly refuses an agent-only flag given to launch.
+func refuseAgentOnly(fs *pflag.FlagSet) error {
+	for _, name := range []string{"world-size", "rank", "join", "bind"} {
+		f := fs.Lookup(name)
+		if f != nil && (f.Changed || f.Value.String() != f.DefValue) {
+			return configError("%s: an agent's flag, not launch's: %s", name, agentOnlyFlags[name])
+		}
+	}
+	return nil
+}
+
 func checkLaunchKeys(a *agentOptions) error {
 	switch {
 	case a.NATSServe:

@@ -52,6 +52,7 @@ func newRootCmd() *cobra.Command {
 		Version: versionLine(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(suggestFlag)
 	root.Flags().BoolP("version", "v", false, "print the version, as the version command does")
 	addCommands(root)
 	return root

@@ -1,0 +1,50 @@
+//go:build !agentonly
+
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestUnknownFlagSuggests: a mistyped flag is refused (exit 2) with the
+// flag it resembles.
+func TestUnknownFlagSuggests(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"launch", "--nprocs", "2"}, "unknown flag: --nprocs; did you mean --nproc?"},
+		{[]string{"agent", "--max-batchs", "2"}, "did you mean --max-batch?"},
+		{[]string{"launch", "--zzzz"}, "unknown flag: --zzzz\n"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := run(c.args, &stdout, &stderr); code != exitConfig || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, stderr.String(), exitConfig, c.want)
+		}
+	}
+}
+
+// TestLaunchRefusesAgentOnlyFlags: launch decides the world size, the
+// ranks, the join addresses and the binds; one of them given by flag or
+// TPC_* is refused instead of overridden silently.
+func TestLaunchRefusesAgentOnlyFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"launch", "--nproc", "2", "--world-size", "4"}, "", "world-size: an agent's flag, not launch's"},
+		{[]string{"launch", "--rank", "1"}, "", "rank: an agent's flag"},
+		{[]string{"launch", "--join", "127.0.0.1:7946"}, "", "join: an agent's flag"},
+		{[]string{"launch", "--nproc", "2"}, "TPC_WORLD_SIZE", "world-size: an agent's flag"},
+	} {
+		if c.env != "" {
+			t.Setenv(c.env, "4")
+		}
+		var stdout, stderr strings.Builder
+		if code := run(c.args, &stdout, &stderr); code != exitConfig || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v %s: exit %d, stderr %q; want %d and %q", c.args, c.env, code, stderr.String(), exitConfig, c.want)
+		}
+	}
+}

@@ -5,6 +5,6 @@
 // parameters (Params, as vLLM's SamplingParams) and the logprobs it gets
 // back, with their validation.
 //
-// It is a leaf: it imports nothing of tpcoord but internal/fielderr, so a
+// It is a leaf: it imports nothing of tpcoord but internal/ leaves, so a
 // client links neither the decode loop, the sampler nor the noise pool.
 package api

@@ -7,10 +7,17 @@ import (
 	"strings"
 
 	"github.com/tpcoord/tpcoord/internal/fielderr"
+	"github.com/tpcoord/tpcoord/internal/suggest"
 )
 
 // requestFields are the JSON names of a GenerateRequest's fields.
-var requestFields = jsonFields(reflect.TypeFor[GenerateRequest]())
+var requestFields = func() map[string]bool {
+	out := map[string]bool{}
+	for _, n := range suggest.JSONNames(reflect.TypeFor[GenerateRequest]()) {
+		out[n] = true
+	}
+	return out
+}()
 
 // exactFields refuses what encoding/json would take quietly: a field
 // named in another case than its own ("Max_Tokens" decodes into
@@ -46,23 +53,4 @@ func exactFields(data []byte) error {
 		}
 	}
 	return nil
-}
-
-// jsonFields returns the JSON names of struct type t's fields, those of
-// embedded structs included.
-func jsonFields(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch {
-		case f.Anonymous && f.Type.Kind() == reflect.Struct && name == "":
-			for k := range jsonFields(f.Type) {
-				out[k] = true
-			}
-		case name != "" && name != "-":
-			out[name] = true
-		}
-	}
-	return out
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/tpcoord/tpcoord/internal/suggest"
 )
 
 // The field policy for a request's top-level fields (docs/http-api.md,
@@ -51,7 +53,7 @@ var unsupportedFields = map[string]string{
 // the request type of v: it returns the object with the ignored fields
 // left out, and their names, or the refusal of a field.
 func topLevel(body []byte, v any) (kept []byte, ignored []string, e *apiError) {
-	known := jsonNames(reflect.TypeOf(v).Elem())
+	known := suggest.JSONNames(reflect.TypeOf(v).Elem())
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return body, nil, nil // not an object: the strict decoder says why
@@ -119,72 +121,10 @@ func classify(key string, known []string) (fieldUse, *apiError) {
 	if what, ok := unsupportedFields[key]; ok {
 		return 0, badRequest(key, "not supported: this server does not do %s", what)
 	}
-	if like := resembles(key, known); like != "" {
+	if like := suggest.Closest(key, known); like != "" {
 		return 0, badRequest(key, "unknown field; did you mean %q?", like)
 	}
 	return fieldIgnored, nil
-}
-
-// resembles returns the known field that key is probably a typo of: the
-// same but for case, or at most one edit away (two for names of six
-// letters or more); "" if none. Short names need the closer match, or
-// "id" would be a typo of "n".
-func resembles(key string, known []string) string {
-	for _, k := range known {
-		if strings.EqualFold(k, key) {
-			return k
-		}
-	}
-	for _, k := range known {
-		limit := 1
-		if min(len(k), len(key)) >= 6 {
-			limit = 2
-		}
-		if min(len(k), len(key)) >= 3 && editDistance(strings.ToLower(key), k) <= limit {
-			return k
-		}
-	}
-	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b, bytewise.
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// jsonNames lists the JSON names of struct type t's fields, those of
-// embedded structs included.
-func jsonNames(t reflect.Type) []string {
-	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch {
-		case f.Anonymous && f.Type.Kind() == reflect.Struct && name == "":
-			out = append(out, jsonNames(f.Type)...)
-		case name == "-" || !f.IsExported():
-		case name != "":
-			out = append(out, name)
-		default:
-			out = append(out, f.Name)
-		}
-	}
-	return out
 }
 
 // warnIgnored is the Warning header naming the fields a request's answer

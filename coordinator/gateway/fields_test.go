@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/internal/suggest"
 )
 
 // TestFieldPolicy: fields that do not change the output are taken
@@ -55,8 +57,8 @@ func TestResembles(t *testing.T) {
 		"Max_Tokens": "max_tokens", "maxtokens": "max_tokens", "max_tokns": "max_tokens", "N": "n",
 		"seeds": "seed", "top_q": "top_p", "id": "", "x": "", "prompt_cache": "", "temperatures": "temperature",
 	} {
-		if got := resembles(key, known); got != want {
-			t.Errorf("resembles(%q) = %q, want %q", key, got, want)
+		if got := suggest.Closest(key, known); got != want {
+			t.Errorf("suggest.Closest(%q) = %q, want %q", key, got, want)
 		}
 	}
 }

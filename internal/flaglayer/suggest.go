@@ -7,27 +7,21 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tpcoord/tpcoord/internal/suggest"
 )
 
-// Suggest returns the flag of fs that name (given without dashes) is
-// probably a typo of: the same but for case, or at most one edit away
-// (two for names of six letters or more); "" if none.
+// Suggest returns the flag of fs that name (given with or without
+// dashes) is probably a typo of (suggest.Closest); "" if none. Hidden flags
+// are not suggested.
 func Suggest(fs *pflag.FlagSet, name string) string {
-	name = strings.ToLower(strings.TrimLeft(name, "-"))
-	best, bestD := "", 3
+	var known []string
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Hidden {
-			return
-		}
-		limit := 1
-		if min(len(f.Name), len(name)) >= 6 {
-			limit = 2
-		}
-		if d := editDistance(name, f.Name); d <= limit && d < bestD {
-			best, bestD = f.Name, d
+		if !f.Hidden {
+			known = append(known, f.Name)
 		}
 	})
-	return best
+	return suggest.Closest(strings.TrimLeft(name, "-"), known)
 }
 
 // Strays returns, sorted, a line for each TPC_* variable of environ (as
@@ -59,24 +53,4 @@ func WarnStrays(fs *pflag.FlagSet) {
 	for _, s := range Strays(fs, os.Environ()) {
 		fmt.Fprintln(os.Stderr, "tpcoord: warning:", s)
 	}
-}
-
-// editDistance is the Levenshtein distance of a and b, bytewise.
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

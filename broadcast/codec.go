@@ -82,6 +82,33 @@ type Step struct {
 	Tokens   []Token
 	Removed  []uint64
 	Admitted []Admission
+	// Grants are the KV blocks rank 0 gave rows of this step's batch:
+	// each named row's block table grows by them, in order.
+	Grants []Grant
+	// Chunks name the rows this step's forward pass feeds only part of
+	// (they are prefilling): the row's Fed. Every other row is fed whole.
+	Chunks []Chunk
+}
+
+// Grant is blocks appended to one sequence's KV block table.
+type Grant struct {
+	Seq    uint64
+	Blocks []uint32
+}
+
+// Chunk says that after this step's forward pass the workers hold only
+// the first Fed tokens of sequence Seq: it is still prefilling.
+type Chunk struct {
+	Seq uint64
+	Fed uint32
+}
+
+// KVCapacity is a rank's KV cache as its executor reported it (all zero:
+// none). Every rank's must be the same.
+type KVCapacity struct {
+	BlockSize   uint32 // tokens per block
+	Blocks      uint32 // blocks in the pool
+	MaxModelLen uint32 // the model's context, 0: none
 }
 
 // JobHash is the 64-bit FNV-1a hash of the job ID that every message
@@ -284,6 +311,9 @@ type Heartbeat struct {
 	// last step it applied (0 before the first). A receiver that follows
 	// another leader refuses the heartbeat.
 	Leader uint32
+	// KV is the sender's KV capacity; rank 0 refuses a follower's that
+	// differs from its own.
+	KV KVCapacity
 }
 
 // AppendHeartbeat appends the encoding of h to dst, sealed.

@@ -18,6 +18,20 @@ type Batch struct {
 	Rows  []*Seq
 }
 
+// KVCapacity is an executor's KV cache: what a worker's handshake
+// reported, or what the synthetic executor models. Zero: none.
+type KVCapacity struct {
+	BlockSize   int // tokens per block
+	Blocks      int // blocks in the pool
+	MaxModelLen int // the model's context, 0: none
+}
+
+// CapacityReporter is implemented by executors that know their KV
+// capacity.
+type CapacityReporter interface {
+	KVCapacity() KVCapacity
+}
+
 // Executor runs the model's forward pass for one rank. On a card the TP
 // collectives happen inside Forward; only rank 0 gets logits back.
 type Executor interface {

@@ -32,7 +32,22 @@ type Seq struct {
 	ID     uint64
 	Prompt []int32
 	Output []int32
+	// Fed is how many of the sequence's first tokens the workers' caches
+	// hold once this step's forward pass has run: its length, or fewer
+	// while its prompt is prefilled in chunks (its logits are then not
+	// sampled).
+	Fed int
+	// Blocks is its KV block table (empty when memory is not scheduled):
+	// block j holds its tokens [j×BlockSize, (j+1)×BlockSize).
+	Blocks []BlockID
 }
+
+// Len is the sequence's length: prompt and output.
+func (s *Seq) Len() int { return len(s.Prompt) + len(s.Output) }
+
+// Prefilling reports whether the step's forward pass feeds only part of
+// the sequence, so its logits are not sampled.
+func (s *Seq) Prefilling() bool { return s.Fed < s.Len() }
 
 // Last returns the last token of the sequence (prompt or output), or -1.
 func (s *Seq) Last() int32 {
@@ -152,6 +167,7 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 	clear(m.index)
 	for i, r := range m.rows {
 		m.index[r.ID] = i
+		r.Fed = r.Len()
 	}
 	m.applied = s.Step
 	m.digest = m.fold(s)

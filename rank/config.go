@@ -93,6 +93,10 @@ type DriverConfig struct {
 	KV *core.KVConfig
 	// MaxModelLen is core.SchedulerConfig.MaxModelLen (0: no bound).
 	MaxModelLen int
+	// Capacity is the KV cache this rank's executor reported. Heartbeats
+	// carry it, and rank 0 stops the job when a follower's differs from
+	// its own: the ranks' workers would page different pools.
+	Capacity KVCapacity
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.

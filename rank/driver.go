@@ -200,7 +200,7 @@ func (d *Driver) Status() api.RankStatus {
 		Rejected: rejected,
 	}
 	if d.cfg.Rank == 0 {
-		st.Vocab = d.ex.Vocab()
+		st.Vocab, st.MaxModelLen = d.ex.Vocab(), d.cfg.MaxModelLen
 		if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok {
 			st.Sampler = sp.Stats()
 		}

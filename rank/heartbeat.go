@@ -5,6 +5,9 @@ package rank
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -37,7 +40,7 @@ func (d *Driver) sendHeartbeat() {
 	d.mu.Lock()
 	p := d.pos
 	d.mu.Unlock()
-	hb := broadcast.Heartbeat{Epoch: d.cfg.Epoch, Rank: uint32(d.cfg.Rank), Phase: p.phase, Applied: p.applied, Digest: p.digest, UnixNs: time.Now().UnixNano(), Leader: p.leader}
+	hb := broadcast.Heartbeat{Epoch: d.cfg.Epoch, Rank: uint32(d.cfg.Rank), Phase: p.phase, Applied: p.applied, Digest: p.digest, UnixNs: time.Now().UnixNano(), Leader: p.leader, KV: d.cfg.Capacity.wire()}
 	if d.cfg.Rank == 0 {
 		hb.Leader = d.cfg.Leader
 	}
@@ -93,4 +96,34 @@ func (d *Driver) thawed() {
 	if core.Frozen(d.lastTick, time.Now(), d.cfg.Heartbeat) {
 		d.deafAt = d.cfg.Clock()
 	}
+}
+
+// wire is c as heartbeats carry it (each figure saturates at 2^32-1,
+// far past any real pool).
+func (c KVCapacity) wire() broadcast.KVCapacity {
+	u := func(n int) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) }
+	return broadcast.KVCapacity{BlockSize: u(c.BlockSize), Blocks: u(c.Blocks), MaxModelLen: u(c.MaxModelLen)}
+}
+
+// ErrCapacityMismatch stops a job whose ranks' workers report different
+// KV caches.
+var ErrCapacityMismatch = errors.New("the ranks' workers report different KV caches")
+
+// checkCapacity, on rank 0, stops the job when follower rank's KV
+// capacity differs from its own, naming every differing figure.
+func (d *Driver) checkCapacity(rank uint32, kv broadcast.KVCapacity) {
+	own := d.cfg.Capacity.wire()
+	if kv == own {
+		return
+	}
+	var diffs []string
+	for _, f := range []struct {
+		name        string
+		mine, their uint32
+	}{{"block size", own.BlockSize, kv.BlockSize}, {"blocks", own.Blocks, kv.Blocks}, {"max model len", own.MaxModelLen, kv.MaxModelLen}} {
+		if f.mine != f.their {
+			diffs = append(diffs, fmt.Sprintf("%s: rank 0 has %d, rank %d has %d", f.name, f.mine, rank, f.their))
+		}
+	}
+	d.Abort(fmt.Errorf("%w (%s): every rank's worker must run the same model with the same --block-size and KV pool size", ErrCapacityMismatch, strings.Join(diffs, "; ")))
 }

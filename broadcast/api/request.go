@@ -177,6 +177,9 @@ type RankStatus struct {
 	Sampler map[string]uint64 `json:"sampler,omitempty"`
 	// KV is rank 0's KV cache, when it schedules one.
 	KV *KVStatus `json:"kv,omitempty"`
+	// MaxModelLen is rank 0's bound on a request's tokens, prompt and
+	// output (0: none).
+	MaxModelLen int `json:"max_model_len,omitempty"`
 	// Phase is where the decode loop is now (idle, await, publish,
 	// forward, sample, reply) and PhaseMs how long it has been there, so
 	// a stuck rank is named at a glance.

@@ -82,17 +82,24 @@ type Config struct {
 	// (beside a watermark of 1% of them), and when a running sequence
 	// needs a block and none is free, the most recently admitted request
 	// is preempted and recomputed later, with the same tokens. Default 0:
-	// memory is not scheduled. The executors do not report a capacity
-	// yet, so this is the operator's figure (for a PyTorch worker: its
-	// cache's tokens ÷ BlockSize).
+	// the blocks the worker reports at its handshake (none for the
+	// synthetic executor, or a worker without a paged cache: memory is
+	// then not scheduled). With a worker that reports blocks it may only
+	// lower them.
 	KVBlocks int
-	// BlockSize is the tokens one KV block holds. Default 16.
+	// BlockSize is the tokens one KV block holds. A worker that reports
+	// blocks must use the same. Default 16.
 	BlockSize int
 	// MaxModelLen is the most tokens, prompt and output, one request may
-	// ask for: a longer one is refused (HTTP 400) in vLLM's words. The
-	// model's context, or less. Default 0: no bound (the workers do not
-	// report their context yet).
+	// ask for: a longer one is refused (HTTP 400) in vLLM's words. Default
+	// 0: the model's context as the worker reports it (no bound when it
+	// reports none); it may only lower it.
 	MaxModelLen int
+	// MaxNumBatchedTokens is the most tokens one forward pass feeds,
+	// summed over its rows: a longer prompt is prefilled over several
+	// steps while the other rows go on decoding (chunked prefill). At
+	// least MaxBatch; 0: no bound. Default 2048.
+	MaxNumBatchedTokens int
 	// MaxQueue is the most requests waiting for a batch slot; more are
 	// refused as overloaded. Default 1024.
 	MaxQueue int
@@ -246,7 +253,7 @@ func DefaultConfig() Config {
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
 		Executor: ExecutorSynthetic, ForwardTime: 20 * time.Millisecond,
 		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
-		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2, BlockSize: 16,
+		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2, BlockSize: 16, MaxNumBatchedTokens: 2048,
 		RendezvousTimeout: 60 * time.Second,
 		HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second, LivenessGrace: rank.DefaultLivenessGrace,
 		OnPeerLoss: OnPeerLossFail, ClientTimeout: rank.DefaultClientTimeout, RankClaimWait: membership.DefaultClaimWait,
@@ -355,20 +362,41 @@ func (c *Config) validateKV() error {
 	case c.KVBlocks < 0 || c.KVBlocks > 1<<30:
 		return fielderr.New("KVBlocks", "must be in [0, 2^30] (0: memory not scheduled), got %d", c.KVBlocks)
 	case c.MaxModelLen < 0 || c.MaxModelLen > 1<<30:
-		return fielderr.New("MaxModelLen", "must be in [0, 2^30] (0: no bound), got %d", c.MaxModelLen)
+		return fielderr.New("MaxModelLen", "must be in [0, 2^30] (0: the model's context), got %d", c.MaxModelLen)
+	case c.MaxNumBatchedTokens != 0 && (c.MaxNumBatchedTokens < c.MaxBatch || c.MaxNumBatchedTokens > 1<<30):
+		return fielderr.New("MaxNumBatchedTokens", "must be 0 (no bound) or in [max batch, 2^30] = [%d, 2^30]: every decoding row feeds a token each step, got %d", c.MaxBatch, c.MaxNumBatchedTokens)
 	}
 	return nil
 }
 
-// KV is the KV cache rank 0 schedules (nil: none): KVBlocks blocks of
-// BlockSize tokens, 1% of them (at least one, when there are two or
-// more) kept free by admission.
-func (c *Config) KV() *core.KVConfig {
-	if c.KVBlocks == 0 {
-		return nil
+// Memory is what rank 0 schedules of the KV cache, from the executor's
+// capacity (zero for the synthetic executor and a worker without a paged
+// cache) and the operator's flags, which may only lower it: the pool (nil:
+// memory not scheduled), with 1% of its blocks (at least one, when there
+// are two or more) kept free by admission, and the context.
+func (c *Config) Memory(capacity rank.KVCapacity) (*core.KVConfig, int, error) {
+	blocks, blockSize := capacity.Blocks, c.BlockSize
+	if blocks > 0 {
+		blockSize = capacity.BlockSize
 	}
-	watermark := min(max(c.KVBlocks/100, 1), c.KVBlocks-1)
-	return &core.KVConfig{BlockSize: c.BlockSize, Blocks: c.KVBlocks, Watermark: watermark}
+	switch {
+	case c.KVBlocks > 0 && blocks > 0 && c.KVBlocks > blocks:
+		return nil, 0, fielderr.New("KVBlocks", "--kv-blocks %d is more than the worker's KV cache holds (%d blocks of %d tokens); it may only lower it", c.KVBlocks, blocks, blockSize)
+	case c.KVBlocks > 0:
+		blocks = c.KVBlocks
+	}
+	maxLen := capacity.MaxModelLen
+	switch {
+	case c.MaxModelLen > 0 && maxLen > 0 && c.MaxModelLen > maxLen:
+		return nil, 0, fielderr.New("MaxModelLen", "User-specified max_model_len (%d) is greater than the derived max_model_len (%d, the model's context as its worker reports it)", c.MaxModelLen, maxLen)
+	case c.MaxModelLen > 0:
+		maxLen = c.MaxModelLen
+	}
+	if blocks == 0 {
+		return nil, maxLen, nil
+	}
+	watermark := min(max(blocks/100, 1), blocks-1)
+	return &core.KVConfig{BlockSize: blockSize, Blocks: blocks, Watermark: watermark}, maxLen, nil
 }
 
 func (c *Config) validateTiming() error {

@@ -100,7 +100,11 @@ func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (peerLeft boo
 			w.r.log.Warn("executor close", "err", cerr)
 		}
 	}()
-	d := rank.NewDriver(w.driverConfig(), w.r.bus.Main, ex, w.picker)
+	dcfg, err := w.driverConfig(ex)
+	if err != nil {
+		return false, err
+	}
+	d := rank.NewDriver(dcfg, w.r.bus.Main, ex, w.picker)
 	a.setDriver(d)
 	defer a.setDriver(nil)
 	peerLeft, err = w.watch(ctx, d)
@@ -113,11 +117,24 @@ func (w *world) runExecutor(ctx context.Context, ex rank.Executor) (peerLeft boo
 	return peerLeft, err
 }
 
-func (w *world) driverConfig() rank.DriverConfig {
+// driverConfig is the epoch's decode loop configuration, with the KV
+// cache ex reports.
+func (w *world) driverConfig(ex rank.Executor) (rank.DriverConfig, error) {
 	cfg, r := &w.r.a.cfg, w.r
+	var capacity rank.KVCapacity
+	if cr, ok := ex.(rank.CapacityReporter); ok {
+		capacity = cr.KVCapacity()
+	}
+	kv, maxLen, err := cfg.Memory(capacity)
+	if err != nil {
+		return rank.DriverConfig{}, err
+	}
+	if kv != nil && cfg.Rank == 0 {
+		r.log.Info("KV cache", "blocks", kv.Blocks, "block_size", kv.BlockSize, "tokens", kv.Blocks*kv.BlockSize, "max_model_len", maxLen)
+	}
 	dcfg := rank.DriverConfig{
 		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize, Epoch: w.epoch, Leader: w.leader, Key: r.key,
-		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag, MaxBatchTokens: cfg.MaxBatchTokens, KV: cfg.KV(), MaxModelLen: cfg.MaxModelLen,
+		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag, MaxBatchTokens: cfg.MaxBatchTokens, KV: kv, MaxModelLen: maxLen, Capacity: capacity,
 		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, LivenessGrace: cfg.LivenessGrace,
 		ClientTimeout: cfg.ClientTimeout, ReplayTimeout: cfg.ReplayTimeout,
 		EOS: int32(cfg.EOS), Version: r.a.o.version, Member: r.cl.Name(), Logger: r.log,
@@ -132,7 +149,7 @@ func (w *world) driverConfig() rank.DriverConfig {
 	if cfg.Rank != 0 && cfg.SamplingRanks == SamplingRanksAll {
 		dcfg.FollowerPick = w.picker
 	}
-	return dcfg
+	return dcfg, nil
 }
 
 // watch runs one epoch's decode loop and turns membership events into its

@@ -84,6 +84,9 @@ type fakeRank0 struct {
 	// nothing more, and answers keepalives "not known" (as a rank 0
 	// restarted without them would).
 	lost chan struct{}
+	// kv is what its status reports of its KV cache.
+	kv          *api.KVStatus
+	maxModelLen int
 
 	mu        sync.Mutex
 	reqs      []api.GenerateRequest
@@ -103,7 +106,7 @@ func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	sub(f.subj.Generate(), f.onGenerate)
 	sub(f.subj.Client(), f.onClient)
 	sub(f.subj.Status(), func(m *broadcast.Msg) {
-		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257})
+		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257, KV: f.kv, MaxModelLen: f.maxModelLen})
 		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
 	})
 	t.Cleanup(func() { close(f.stop); f.wg.Wait() })

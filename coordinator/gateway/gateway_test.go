@@ -412,6 +412,28 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 	}
 }
 
+// TestMetricsKVCache: rank 0's KV cache, from its status, on the
+// gateway's /metrics under vLLM's names.
+func TestMetricsKVCache(t *testing.T) {
+	g, f := newTestGateway(t, "ab", nil)
+	f.kv = &api.KVStatus{BlockSize: 16, Blocks: 400, Used: 100, Preemptions: 3}
+	srv := serve(t, g)
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`tpcoord_kv_cache_usage_perc{model_name="m"} 0.25`,
+		`tpcoord_num_preemptions_total{model_name="m"} 3`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, b)
+		}
+	}
+}
+
 func TestPromptTextBounded(t *testing.T) {
 	g, f := newTestGateway(t, "a", nil, WithTokenizer(byteTokenizer{template: true}))
 	srv := serve(t, g)

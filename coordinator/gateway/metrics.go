@@ -27,6 +27,7 @@ type metrics struct {
 	finished     *prometheus.CounterVec
 	running      prometheus.Gauge // this gateway's requests in flight
 	httpRequests *prometheus.CounterVec
+	job          *jobGauges
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -56,8 +57,9 @@ func newMetrics(g *Gateway) *metrics {
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tpcoord_http_requests_total",
 			Help: "HTTP requests to /v1, by route and status class."}, []string{"route", "status"}),
 	}
+	m.job = newJobGauges(g, model)
 	m.reg.MustRegister(ttft, itl, e2e, queue, m.prompt, m.gen, m.finished, m.running, m.httpRequests,
-		telemetry.BuildInfoGauge(buildinfo.Get()), newJobGauges(g, model))
+		telemetry.BuildInfoGauge(buildinfo.Get()), m.job)
 	return m
 }
 
@@ -85,44 +87,60 @@ func (m *metrics) observe(c *choice, end time.Time) {
 	m.finished.WithLabelValues(reason).Inc()
 }
 
-// jobGauges reports rank 0's running and waiting requests, asked at
-// scrape time (at most once a second).
+// jobGauges reports rank 0's running and waiting requests, and its KV
+// cache when it schedules one, asked at scrape time (at most once a
+// second). The same snapshot tells /tokenize the job's context.
 type jobGauges struct {
-	g                        *Gateway
-	runningDesc, waitingDesc *prometheus.Desc
+	g                            *Gateway
+	runningDesc, waitingDesc     *prometheus.Desc
+	kvUsageDesc, preemptionsDesc *prometheus.Desc
 
-	mu           sync.Mutex
-	at           time.Time
-	rows, queued float64
-	ok           bool
+	mu   sync.Mutex
+	at   time.Time
+	last *api.RankStatus // nil: rank 0 did not answer
 }
 
 func newJobGauges(g *Gateway, labels prometheus.Labels) *jobGauges {
 	return &jobGauges{g: g,
-		runningDesc: prometheus.NewDesc("tpcoord_num_requests_running", "Requests rank 0 is decoding (rows of the batch).", nil, labels),
-		waitingDesc: prometheus.NewDesc("tpcoord_num_requests_waiting", "Requests waiting in rank 0's queue.", nil, labels)}
+		runningDesc:     prometheus.NewDesc("tpcoord_num_requests_running", "Requests rank 0 is decoding (rows of the batch).", nil, labels),
+		waitingDesc:     prometheus.NewDesc("tpcoord_num_requests_waiting", "Requests waiting in rank 0's queue.", nil, labels),
+		kvUsageDesc:     prometheus.NewDesc("tpcoord_kv_cache_usage_perc", "Fraction of rank 0's KV cache blocks held by sequences (1 is all), when it schedules one.", nil, labels),
+		preemptionsDesc: prometheus.NewDesc("tpcoord_num_preemptions_total", "Requests rank 0 preempted (blocks freed, recomputed later) in its epoch, when it schedules a KV cache.", nil, labels)}
 }
 
-func (j *jobGauges) Describe(ch chan<- *prometheus.Desc) {
-	ch <- j.runningDesc
-	ch <- j.waitingDesc
-}
-
-func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
+// rank0 is rank 0's status as last asked (at most once a second), or nil
+// when it did not answer then.
+func (j *jobGauges) rank0() *api.RankStatus {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if time.Since(j.at) > time.Second {
 		ctx, cancel := context.WithTimeout(context.Background(), j.g.cfg.StatusWait)
 		st, err := j.g.rank0Status(ctx)
 		cancel()
-		j.at, j.ok = time.Now(), err == nil
-		if err == nil {
-			j.rows, j.queued = float64(st.Rows), float64(st.Waiting)
+		j.at, j.last = time.Now(), st
+		if err != nil {
+			j.last = nil // no figure rather than a stale one
 		}
 	}
-	if !j.ok {
-		return // rank 0 unreachable: no figure rather than a stale one
+	return j.last
+}
+
+func (j *jobGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- j.runningDesc
+	ch <- j.waitingDesc
+	ch <- j.kvUsageDesc
+	ch <- j.preemptionsDesc
+}
+
+func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
+	st := j.rank0()
+	if st == nil {
+		return
 	}
-	ch <- prometheus.MustNewConstMetric(j.runningDesc, prometheus.GaugeValue, j.rows)
-	ch <- prometheus.MustNewConstMetric(j.waitingDesc, prometheus.GaugeValue, j.queued)
+	ch <- prometheus.MustNewConstMetric(j.runningDesc, prometheus.GaugeValue, float64(st.Rows))
+	ch <- prometheus.MustNewConstMetric(j.waitingDesc, prometheus.GaugeValue, float64(st.Waiting))
+	if kv := st.KV; kv != nil && kv.Blocks > 0 {
+		ch <- prometheus.MustNewConstMetric(j.kvUsageDesc, prometheus.GaugeValue, float64(kv.Used)/float64(kv.Blocks))
+		ch <- prometheus.MustNewConstMetric(j.preemptionsDesc, prometheus.CounterValue, float64(kv.Preemptions))
+	}
 }

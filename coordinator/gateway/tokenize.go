@@ -23,7 +23,7 @@ type tokenizeRequest struct {
 }
 
 // tokenizeResponse is vLLM's answer to /tokenize. MaxModelLen is
-// Config.MaxModelLen: 0 when the gateway does not know the job's bound.
+// Gateway.maxModelLen: 0 when the gateway does not know the job's bound.
 type tokenizeResponse struct {
 	Count       int     `json:"count"`
 	MaxModelLen int     `json:"max_model_len"`
@@ -71,7 +71,19 @@ func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(ids), MaxModelLen: g.cfg.MaxModelLen, Tokens: ids})
+	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(ids), MaxModelLen: g.maxModelLen(), Tokens: ids})
+}
+
+// maxModelLen is the job's bound on a request's tokens: the configured
+// one, else what rank 0 last reported (0: not known, or no bound).
+func (g *Gateway) maxModelLen() int {
+	if g.cfg.MaxModelLen > 0 {
+		return g.cfg.MaxModelLen
+	}
+	if st := g.metrics.job.rank0(); st != nil {
+		return st.MaxModelLen
+	}
+	return 0
 }
 
 // tokenize checks a /tokenize request and encodes its text.

@@ -54,6 +54,17 @@ func TestTokenize(t *testing.T) {
 	}
 }
 
+// TestTokenizeMaxModelLenFromRank0: a gateway not told the job's bound
+// reports rank 0's (the model's context, as its worker reported it).
+func TestTokenizeMaxModelLenFromRank0(t *testing.T) {
+	g, f := newTestGateway(t, "", nil, WithTokenizer(byteTokenizer{}))
+	f.maxModelLen = 4096
+	resp := post(t, serve(t, g), "/tokenize", `{"prompt":"hi"}`)
+	if r := decode[tokenizeResponse](t, resp); resp.StatusCode != 200 || r.MaxModelLen != 4096 {
+		t.Fatalf("status %d %+v, want max_model_len 4096 from rank 0", resp.StatusCode, r)
+	}
+}
+
 func TestDetokenize(t *testing.T) {
 	g, _ := newTestGateway(t, "", nil, WithTokenizer(byteTokenizer{}))
 	srv := serve(t, g)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -343,4 +344,141 @@ func launchFails(t *testing.T, py string, ck *checkpoint, nproc int, extra ...st
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// torchJobPool launches a TP job of nproc ranks on ck whose PyTorch
+// workers page a KV pool of gib GiB (blocks of 16 tokens).
+func torchJobPool(t *testing.T, py string, ck *checkpoint, nproc int, gib string, extra ...string) *job {
+	t.Helper()
+	worker, err := filepath.Abs("../examples/torch-worker/worker.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--nproc", strconv.Itoa(nproc), "--job", fmt.Sprintf("torch-pool-%d", nproc),
+		"--vocab", strconv.Itoa(ck.vocab), "--eos", strconv.Itoa(ck.eos), "--executor", "worker",
+		"--worker-cmd", fmt.Sprintf("%s %s --socket {socket} --model %s --threads 1 --kv-cache-gib %s", py, worker, ck.dir, gib)}, extra...)
+	return launch(t, args...)
+}
+
+// workerRSS is the resident memory, in KiB, of every worker process of j
+// (the agents' children), by pid.
+func workerRSS(t *testing.T, j *job) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	for _, agent := range j.info.PIDs {
+		for _, pid := range children(agent) {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+					out[pid], _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("found no worker process")
+	}
+	return out
+}
+
+// TestTorchKVPoolUnderPressure: a TP 2 job whose workers page a KV pool
+// of 100 blocks of 16 tokens (1,600 tokens; the load's 32 requests need
+// about 6,000, its 16 rows at once about 3,000) runs 32 concurrent requests, greedy and seeded: all finish,
+// rank 0 preempted some, every request's tokens equal the same request
+// run alone, no forward pass fed more than the step's budget, and each
+// worker's memory stayed flat from the first request to the last.
+func TestTorchKVPoolUnderPressure(t *testing.T) {
+	py := torchPython(t)
+	ck := makeCheckpoint(t, py, llamaF32...)
+	// llamaF32 at TP 2: 2 layers × K and V × 2 KV heads × 16 tokens × head
+	// dim 16 × 4 bytes = 8 KiB a block.
+	gib := strconv.FormatFloat(100*8192/float64(1<<30), 'g', -1, 64)
+	j := torchJobPool(t, py, ck, 2, gib, "--max-batch", "16", "--max-num-batched-tokens", "256", "--forward-timeout", "120s")
+	reqs := kvRequests(32, ck.vocab)
+	before := workerRSS(t, j)
+	got, errs := generateJob(t, j, reqs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	after := workerRSS(t, j)
+	for pid, kib := range before {
+		t.Logf("worker %d: VmRSS %d KiB at the first request, %d KiB after the last", pid, kib, after[pid])
+		if grew := after[pid] - kib; grew > 32<<10 {
+			t.Errorf("worker %d grew by %d KiB under load, want a flat pool (under 32 MiB of Python churn)", pid, grew)
+		}
+	}
+	var sts []kvStatus
+	if err := statusInto(j, &sts); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.MaxStepTokens > 256 {
+			t.Errorf("rank %d: a forward pass fed %d tokens, over the budget of 256", st.Rank, st.MaxStepTokens)
+		}
+		if st.Rank == 0 && (st.KV == nil || st.KV.Blocks != 100 || st.KV.Preemptions == 0 || st.MaxModelLen != 4096) {
+			t.Errorf("rank 0: KV %+v, max_model_len %d; want the workers' 100 blocks, some preemptions and the model's 4096", st.KV, st.MaxModelLen)
+		}
+	}
+	for i, r := range reqs {
+		alone, errs := generateJob(t, j, []*api.GenerateRequest{r})
+		if errs[0] != nil {
+			t.Fatalf("request %d alone: %v", i, errs[0])
+		}
+		if !slices.Equal(got[i], alone[0]) {
+			t.Errorf("request %d (prompt %d, max_tokens %d): under pressure %v, alone %v", i, len(r.PromptTokenIDs), r.MaxTokens, got[i], alone[0])
+		}
+	}
+	stopAndCheckDigests(t, j, 2)
+}
+
+// TestTorchLongPrompts: the cases that used to stop the job. Prompts
+// past the model's context of 4,096 tokens (12,000 and 20,000) are
+// refused naming the limit; 64 concurrent requests of 3,000 + 50 tokens
+// all finish under the default forward timeout (30s), prefilled in
+// chunks that never exceed the step's budget of 2,048 tokens.
+func TestTorchLongPrompts(t *testing.T) {
+	py := torchPython(t)
+	ck := makeCheckpoint(t, py, llamaF32...)
+	j := torchJobPool(t, py, ck, 2, "0.25", "--max-batch", "8")
+	prompt := func(n, salt int) []int32 {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32((i*7 + salt*13 + 3) % ck.vocab)
+		}
+		return p
+	}
+	for _, n := range []int{12000, 20000} {
+		_, errs := generateJob(t, j, []*api.GenerateRequest{{PromptTokenIDs: prompt(n, 0), MaxTokens: 50, Params: api.DefaultParams()}})
+		if errs[0] == nil || !strings.Contains(errs[0].Error(), "maximum context length is 4096 tokens") || !strings.Contains(errs[0].Error(), fmt.Sprintf("%d in the prompt", n)) {
+			t.Errorf("a %d-token prompt: %v, want a refusal naming the context of 4096 and the prompt's length", n, errs[0])
+		}
+	}
+	reqs := make([]*api.GenerateRequest, 64)
+	for i := range reqs {
+		p := api.DefaultParams()
+		p.IgnoreEOS = true
+		reqs[i] = &api.GenerateRequest{PromptTokenIDs: prompt(3000, i), MaxTokens: 50, Params: p}
+	}
+	got, errs := generateJob(t, j, reqs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, toks := range got {
+		if len(toks) != 50 {
+			t.Errorf("request %d: %d tokens, want 50", i, len(toks))
+		}
+	}
+	var sts []kvStatus
+	if err := statusInto(j, &sts); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.MaxStepTokens < 1024 || st.MaxStepTokens > 2048 {
+			t.Errorf("rank %d: largest forward pass fed %d tokens, want chunks up to the budget of 2048", st.Rank, st.MaxStepTokens)
+		}
+	}
+	stopAndCheckDigests(t, j, 2)
 }

@@ -21,8 +21,8 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 		edit  func(h *hello)
 		want  string
 	}{
-		{"version", func(h *hello) { h.Version = 9 }, "protocol version: agent has 1 to 2, worker has 9"},
-		{"version 0", func(h *hello) { h.Version = 0 }, "protocol version: agent has 1 to 2, worker has 0"},
+		{"version", func(h *hello) { h.Version = 9 }, "protocol version: agent has 1 to 3, worker has 9"},
+		{"version 0", func(h *hello) { h.Version = 0 }, "protocol version: agent has 1 to 3, worker has 0"},
 		{"rank", func(h *hello) { h.Rank = 2 }, "rank: agent has 3, worker has 2"},
 		{"world", func(h *hello) { h.World = 8 }, "world size: agent has 4, worker has 8"},
 		{"vocab", func(h *hello) { h.Vocab = 100352 }, "vocab: agent has 64, worker has 100352"},
@@ -283,7 +283,7 @@ func TestWorkerPython(t *testing.T) {
 			b := testBatch(1, 32)
 			for i, r := range b.Rows { // long, varied histories
 				for j := range 40 * i {
-					r.Output = append(r.Output, int32((j*7919+i*104729)%vocab))
+					grow(r, int32((j*7919+i*104729)%vocab))
 				}
 			}
 			for step := range 2 {
@@ -295,7 +295,7 @@ func TestWorkerPython(t *testing.T) {
 				// The next step: five rows go on with one token each.
 				b = rank.Batch{Step: uint64(step + 2), Rows: b.Rows[:5]}
 				for i, r := range b.Rows {
-					r.Output = append(r.Output, int32(i*11+step))
+					grow(r, int32(i*11+step))
 				}
 			}
 			if dt != BFloat16 {
@@ -318,7 +318,7 @@ func benchBatch() rank.Batch {
 	b := testBatch(1, 32)
 	for i, r := range b.Rows {
 		for j := range 64 {
-			r.Output = append(r.Output, int32((j*31+i)%1000))
+			grow(r, int32((j*31+i)%1000))
 		}
 	}
 	return b
@@ -369,7 +369,7 @@ func benchWorker(b *testing.B, cfg Config) {
 		batch.Step++
 		if cfg.MaxVersion == ProtocolV2 {
 			for _, r := range batch.Rows {
-				r.Output = append(r.Output, int32(batch.Step%1000))
+				grow(r, int32(batch.Step%1000))
 			}
 		}
 		if _, err := w.Forward(context.Background(), batch); err != nil {

@@ -107,6 +107,7 @@ func testBatch(step uint64, n int) rank.Batch {
 		for j := range i * 5 {
 			s.Output = append(s.Output, int32((11*j+i)%60))
 		}
+		s.Fed = s.Len()
 		b.Rows = append(b.Rows, s)
 	}
 	return b
@@ -204,6 +205,9 @@ func (s *session) advance(join, leave int) rank.Batch {
 }
 
 func (s *session) batch() rank.Batch {
+	for _, r := range s.rows {
+		r.Fed = r.Len()
+	}
 	return rank.Batch{Epoch: s.epoch, Step: s.step, Rows: slices.Clone(s.rows)}
 }
 

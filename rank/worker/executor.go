@@ -128,7 +128,7 @@ type Executor struct {
 	exited  chan struct{} // closed when the process has been reaped
 	waitErr error         // valid after exited is closed
 	pid     int
-	name    string // worker identity reported in HELLO_OK
+	name    string          // worker identity reported in HELLO_OK
 	version uint32          // protocol version of the connection
 	kv      rank.KVCapacity // what a version 3 worker reported
 	delta   delta           // versions 2 and 3: what the worker holds

@@ -172,7 +172,7 @@ func TestWorkerCancel(t *testing.T) {
 // version 1 worker is the Go worker capped at 1), over steps where rows
 // join and leave and the epoch changes.
 func TestWorkerLogits(t *testing.T) {
-	for _, version := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, version := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		for _, dt := range []DType{Float32, Float16, BFloat16} {
 			t.Run(fmt.Sprintf("v%d/%v", version, dt), func(t *testing.T) {
 				const vocab = 5000
@@ -262,7 +262,7 @@ func TestWorkerPython(t *testing.T) {
 	cases := []struct {
 		version uint32
 		dt      DType
-	}{{2, Float32}, {2, Float16}, {2, BFloat16}, {1, Float16}}
+	}{{3, Float32}, {2, Float32}, {2, Float16}, {2, BFloat16}, {1, Float16}}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("v%d/%v", tc.version, tc.dt), func(t *testing.T) {
 			dt := tc.dt

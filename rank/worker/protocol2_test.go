@@ -262,7 +262,7 @@ func TestProtocolErrorsPython(t *testing.T) {
 // capped at version 1, gives the synthetic logits over the script of steps
 // where rows join and leave and the epoch changes.
 func TestWorkerPythonSession(t *testing.T) {
-	for _, version := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, version := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			const vocab = 4099
 			cfg := Config{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: BFloat16, Logits: true,

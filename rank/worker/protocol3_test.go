@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -372,5 +373,165 @@ func TestRules3Python(t *testing.T) {
 			t.Fatal(err)
 		}
 		return c
+	})
+}
+
+// TestWorkerSessionChunked: over a script of steps with prompts prefilled
+// in chunks (3 tokens a step), tables growing from a pool of 4-token
+// blocks that rows leaving give back, and an epoch change, every worker
+// gives the synthetic executor's logits for the rows fed whole. Version 3
+// workers get every row, with its blocks, and check every table; version
+// 1 and 2 workers (the Go worker capped) get no prefilling row, and its
+// logits row is zero.
+func TestWorkerSessionChunked(t *testing.T) {
+	const vocab = 3001
+	for _, version := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
+		for _, dt := range []DType{Float32, BFloat16} {
+			t.Run(fmt.Sprintf("v%d/%v", version, dt), func(t *testing.T) {
+				sock := goWorker(t, ServeConfig{MaxVersion: version, KVBlocks: 64, BlockSize: 4})
+				cfg := Config{Rank: 0, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: dt, Logits: true, Socket: sock, ShmDir: shortDir(t), BlockSize: 4}
+				playChunked(t, cfg, version)
+			})
+		}
+	}
+}
+
+// TestWorkerPythonSessionChunked: the same with the Python worker.
+func TestWorkerPythonSessionChunked(t *testing.T) {
+	const vocab = 3001
+	for _, version := range []uint32{ProtocolV2, ProtocolV3} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			cfg := Config{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: Float16, Logits: true, BlockSize: 4,
+				Command: pythonWorker(t, "--max-version", fmt.Sprint(version), "--kv-blocks", "64", "--block-size", "4"),
+				Stderr:  os.Stderr, StartTimeout: time.Minute, ForwardTimeout: time.Minute}
+			playChunked(t, cfg, version)
+		})
+	}
+}
+
+func playChunked(t *testing.T, cfg Config, version uint32) {
+	t.Helper()
+	w, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := w.ProtocolVersion(); got != version {
+		t.Fatalf("negotiated version %d, want %d", got, version)
+	}
+	prefilled := 0
+	kvSession(cfg.Vocab, 3, 4, 64).play(func(b rank.Batch) {
+		for _, r := range b.Rows {
+			if r.Prefilling() {
+				prefilled++
+			}
+		}
+		got, err := w.Forward(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareSampled(t, got, wantLogits(t, cfg.Vocab, cfg.EOS, cfg.DType, b), b, cfg.Vocab, version < ProtocolV3)
+	})
+	if prefilled < 5 {
+		t.Errorf("the script prefilled %d rows in part", prefilled)
+	}
+}
+
+// TestLegacyForwards: what a version 1 or 2 worker is sent for a batch
+// with a prefilling row: not that row, until the step where it is fed
+// whole (then NEW, or its whole history); FORWARD_OK counts the rows sent.
+func TestLegacyForwards(t *testing.T) {
+	for _, version := range []uint32{ProtocolV1, ProtocolV2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			got := make(chan []uint64, 4)
+			sock := fakeWorker(t, func(c net.Conn) {
+				if _, ok := handshakeOK(t, c, func(h *hello) { h.Version = version }); !ok {
+					return
+				}
+				for {
+					typ, b, err := readFrame(c, nil, maxRequestBody)
+					if err != nil || typ != frameForward {
+						return
+					}
+					step, ids := legacyRows(t, version, b)
+					got <- ids
+					c.Write(appendForwardOK(nil, step, 0))
+				}
+			})
+			w, err := Start(context.Background(), testWorkerConfig(sock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			a, p, c := seq(1, 3, 0), seq(2, 9, 0), seq(3, 2, 0)
+			p.Fed, p.Blocks = 4, []core.BlockID{0}
+			steps := []struct {
+				rows []*rank.Seq
+				want []uint64 // ids sent; nil: no FORWARD
+			}{
+				{[]*rank.Seq{a, p, c}, []uint64{1, 3}},
+				{[]*rank.Seq{p}, nil},
+				{[]*rank.Seq{a, p}, []uint64{1, 2}},
+			}
+			for i, st := range steps {
+				if i == 2 {
+					p.Fed = p.Len()
+				}
+				if _, err := w.Forward(context.Background(), rank.Batch{Epoch: 1, Step: uint64(i + 1), Rows: st.rows}); err != nil {
+					t.Fatal(err)
+				}
+				if st.want == nil {
+					continue
+				}
+				if ids := <-got; !slices.Equal(ids, st.want) {
+					t.Errorf("step %d: rows %v, want %v", i+1, ids, st.want)
+				}
+			}
+		})
+	}
+}
+
+// legacyRows decodes a version 1 or 2 FORWARD body into its row ids; a
+// version 2 row must be NEW with the whole sequence (the script sends no
+// sequence twice but after a gap, which starts the deltas over).
+func legacyRows(t *testing.T, version uint32, b []byte) (uint64, []uint64) {
+	var ids []uint64
+	if version == ProtocolV1 {
+		step, rows, err := decodeForward(b, 8, nil)
+		if err != nil {
+			t.Errorf("fake worker: %v", err)
+		}
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return step, ids
+	}
+	var f forward2
+	if err := decodeForward2(b, 8, &f); err != nil {
+		t.Errorf("fake worker: %v", err)
+	}
+	for _, r := range f.Rows {
+		if !r.New {
+			t.Errorf("fake worker: row of sequence %d not NEW", r.ID)
+		}
+		ids = append(ids, r.ID)
+	}
+	return f.Step, ids
+}
+
+// TestWorkerSessionV3Follower: a follower (no logits) with a pool over
+// the chunked script: the Go worker checks every row and table.
+func TestWorkerSessionV3Follower(t *testing.T) {
+	const vocab = 300
+	sock := goWorker(t, ServeConfig{KVBlocks: 64, BlockSize: 4})
+	w, err := Start(context.Background(), Config{Rank: 1, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, Socket: sock, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	kvSession(vocab, 3, 4, 64).play(func(b rank.Batch) {
+		if logits, err := w.Forward(context.Background(), b); err != nil || logits != nil {
+			t.Fatalf("epoch %d step %d: %v, %v", b.Epoch, b.Step, logits, err)
+		}
 	})
 }

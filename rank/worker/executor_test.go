@@ -338,9 +338,9 @@ func BenchmarkSyntheticForward(b *testing.B) {
 }
 
 // BenchmarkWorkerForward: rank 0, logits through shared memory. v1 sends
-// the same 32 histories every step; v2 sends each row's one new token.
+// the same 32 histories every step; v2 and v3 each row's one new token.
 func BenchmarkWorkerForward(b *testing.B) {
-	for _, v := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, v := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
 			benchWorker(b, Config{Rank: 0, World: 1, Vocab: 100352, MaxBatch: 32, EOS: 0, Logits: true, MaxVersion: v})
 		})
@@ -350,7 +350,7 @@ func BenchmarkWorkerForward(b *testing.B) {
 // BenchmarkWorkerRoundTrip is the protocol alone: a follower rank (no
 // logits) with the same batches.
 func BenchmarkWorkerRoundTrip(b *testing.B) {
-	for _, v := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, v := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
 			benchWorker(b, Config{Rank: 1, World: 2, Vocab: 100352, MaxBatch: 32, EOS: 0, MaxVersion: v})
 		})
@@ -367,7 +367,7 @@ func benchWorker(b *testing.B, cfg Config) {
 	batch := benchBatch()
 	for b.Loop() {
 		batch.Step++
-		if cfg.MaxVersion == ProtocolV2 {
+		if cfg.MaxVersion >= ProtocolV2 {
 			for _, r := range batch.Rows {
 				grow(r, int32(batch.Step%1000))
 			}

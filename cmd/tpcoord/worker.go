@@ -26,6 +26,9 @@ type workerCmdConfig struct {
 	DType       string
 	ForwardTime time.Duration
 	MaxVersion  uint32
+	KVBlocks    int
+	BlockSize   int
+	MaxModelLen int
 	LogLevel    string
 	LogFormat   string
 }
@@ -43,7 +46,10 @@ connects to the agent that started it (--worker-cmd "tpcoord worker --socket
 
 --vocab, --max-batch, --eos and --dtype, when given, are what the worker
 reports in the handshake (the agent refuses a mismatch); by default it
-takes the agent's values.`,
+takes the agent's values. --kv-blocks, --block-size and --max-model-len are
+the paged KV cache it reports in protocol version 3 and checks every
+FORWARD's block tables against (it keeps no KV: the synthetic model needs
+none).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, err := cfg.serveConfig(cmd.Flags().Changed("eos"))
@@ -67,7 +73,10 @@ takes the agent's values.`,
 	fs.IntVar(&cfg.EOS, "eos", 0, "report this EOS token, -1 for none (default: the agent's)")
 	fs.StringVar(&cfg.DType, "dtype", "", "report this logits dtype: float32, float16, bfloat16 (default: the agent's)")
 	fs.DurationVar(&cfg.ForwardTime, "forward-time", 0, "wall time of one forward pass")
-	fs.Uint32Var(&cfg.MaxVersion, "max-version", 0, "speak worker protocol versions up to this one (default: the highest, 2; 1 stands in for a version 1 worker)")
+	fs.Uint32Var(&cfg.MaxVersion, "max-version", 0, "speak worker protocol versions up to this one (default: the highest, 3; 1 or 2 stands in for a worker of that version)")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "KV cache blocks reported in the handshake (protocol 3; 0: no paged cache)")
+	fs.IntVar(&cfg.BlockSize, "block-size", worker.DefaultBlockSize, "tokens per KV block reported in the handshake (protocol 3)")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "the model's context reported in the handshake (protocol 3; 0: none)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&cfg.LogFormat, "log-format", logFormatAuto, logFormatUsage)
 	return cmd
@@ -84,9 +93,15 @@ func (cfg *workerCmdConfig) serveConfig(eosSet bool) (worker.ServeConfig, error)
 			return worker.ServeConfig{}, configError("socket: give --socket or --listen (one of them)")
 		}
 	}
-	sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion, Name: "tpcoord worker " + buildinfo.Get().Version + " (synthetic model)"}
+	sc := worker.ServeConfig{Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, ForwardTime: cfg.ForwardTime, MaxVersion: cfg.MaxVersion,
+		KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize, MaxModelLen: cfg.MaxModelLen,
+		Name: "tpcoord worker " + buildinfo.Get().Version + " (synthetic model)"}
+	if cfg.BlockSize < 1 {
+		return worker.ServeConfig{}, configError("block-size: must be at least 1, got %d", cfg.BlockSize)
+	}
 	if err := sc.Validate(); err != nil {
-		return worker.ServeConfig{}, fieldFlags{"MaxVersion": "max-version"}.configErr(err)
+		flags := fieldFlags{"MaxVersion": "max-version", "KVBlocks": "kv-blocks", "BlockSize": "block-size", "MaxModelLen": "max-model-len"}
+		return worker.ServeConfig{}, flags.configErr(err)
 	}
 	if eosSet {
 		eos := int32(cfg.EOS)

@@ -10,10 +10,11 @@ run with --executor synthetic.
     python3 worker.py --listen PATH   # wait for agents (--worker-socket)
 
 Without --socket or --listen it connects to $TPCOORD_WORKER_SOCKET.
-It speaks protocol versions 1 and 2 (--max-version 1 stands in for a
-version 1 worker). A real model runner replaces Model with its runtime and
-Held with its KV caches: keep the framing, the handshake, the version 2
-bookkeeping (StepsV2) and the shared-memory layout.
+It speaks protocol versions 1 to 3 (--max-version 1 or 2 stands in for a
+worker of that version). A real model runner replaces Model with its
+runtime and Held with its KV caches: keep the framing, the handshake, the
+delta bookkeeping (StepsV2; StepsV3 with block tables) and the
+shared-memory layout.
 """
 
 import argparse
@@ -26,7 +27,7 @@ import struct
 import sys
 import time
 
-VERSION = 2  # the highest protocol version spoken; 1 is spoken too
+VERSION = 3  # the highest protocol version spoken; 1 and 2 are spoken too
 
 HELLO, HELLO_OK, FORWARD, FORWARD_OK, ERROR, SHUTDOWN = 1, 2, 3, 4, 5, 6
 
@@ -41,11 +42,14 @@ NATIVE_ORDER = LITTLE if sys.byteorder == "little" else BIG
 HEADER = struct.Struct("<IHH")          # body length, type, reserved (0)
 HELLO_FIXED = struct.Struct("<IIIIIiBBBBQH")  # 38 bytes, then the shm path
 HELLO_OK_FIXED = struct.Struct("<IIIIIiBBHIH")  # 34 bytes, then the name
+HELLO_OK_KV = struct.Struct("<III")     # v3, after the name: block size, blocks, max model len
 FORWARD_HEAD = struct.Struct("<QI")     # v1: step, rows
 ROW_HEAD = struct.Struct("<QII")        # v1: seq id, prompt length, output length
 FORWARD2_HEAD = struct.Struct("<QII")   # v2: step, rows, finished ids
 ROW2_HEAD = struct.Struct("<QIIII")     # v2: seq id, flags, position, prompt length, tokens
-FLAG_NEW = 1
+ROW3_HEAD = struct.Struct("<QIIIII")    # v3: the same, then new blocks
+FLAG_NEW, FLAG_SAMPLE = 1, 2
+U32LE = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FORWARD_OK_BODY = struct.Struct("<QI")  # step, rows written
 TOKEN = struct.Struct("<i")
@@ -175,9 +179,10 @@ class Steps:
     """What a connection does with FORWARD bodies: decode the rows, write
     their logits (on the rank with logits) and return (step, rows)."""
 
-    def __init__(self, model, mm, max_batch, row_bytes):
+    def __init__(self, model, mm, max_batch, row_bytes, block_size=0, blocks=0):
         self.model, self.mm = model, mm
         self.max_batch, self.row_bytes = max_batch, row_bytes
+        self.block_size, self.blocks = block_size, blocks  # version 3
 
 
 class StepsV1(Steps):
@@ -294,6 +299,117 @@ class StepsV2(Steps):
         return off + 4 * nt
 
 
+class Paged:
+    """A sequence a version 3 worker holds: as Held, plus its block table
+    (a real runtime writes token i's K and V at slot
+    table[i // block_size] * block_size + i % block_size of its pool)."""
+    __slots__ = ("prompt_len", "length", "last", "ph", "table")
+
+    def __init__(self, prompt_len):
+        self.prompt_len, self.length, self.last, self.ph, self.table = prompt_len, 0, -1, 0, []
+
+
+class StepsV3(Steps):
+    """Version 3: deltas with block tables and chunked prefill. A row may
+    feed only part of its prompt (no SAMPLE flag: no logits wanted); its B
+    new blocks join its table, which must then cover every token it has.
+    A block is in at most one live table; finished ids free theirs first,
+    so a block may pass to another sequence within one FORWARD."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.held = {}   # seq id -> Paged
+        self.owner = {}  # block id -> seq id whose table has it
+
+    def free(self, seq_id):
+        seq = self.held.pop(seq_id, None)
+        if seq is not None:
+            for b in seq.table:
+                del self.owner[b]
+
+    def forward(self, body):
+        if len(body) < FORWARD2_HEAD.size:
+            raise ProtocolError("FORWARD of %d bytes" % len(body))
+        step, n, nf = FORWARD2_HEAD.unpack_from(body, 0)
+        if n == 0 or n > self.max_batch:
+            raise ProtocolError("step %d has %d rows, max batch is %d (and at least 1)" % (step, n, self.max_batch))
+        off = FORWARD2_HEAD.size
+        if off + 8 * nf + (ROW3_HEAD.size + 4) * n > len(body):
+            raise ProtocolError("FORWARD claims %d finished ids and %d rows in %d bytes" % (nf, n, len(body)))
+        for k in range(nf):
+            self.free(U64.unpack_from(body, off + 8 * k)[0])
+        off += 8 * nf
+        for i in range(n):
+            off = self.row(body, off, step, i)
+        if off != len(body):
+            raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
+        if len(self.held) > n:
+            raise ProtocolError("step %d: this worker holds %d sequences, the batch has %d rows: "
+                                "the FORWARD does not finish the sequences that left" % (step, len(self.held), n))
+        return step, n
+
+    def row(self, body, off, step, i):
+        """Apply row i at off, write its logits if sampled, return the
+        offset after it."""
+        if off + ROW3_HEAD.size > len(body):
+            raise ProtocolError("row %d of step %d is truncated" % (i, step))
+        seq_id, flags, pos, np_, nt, nb = ROW3_HEAD.unpack_from(body, off)
+        off += ROW3_HEAD.size
+        where = "step %d: row %d: sequence %d" % (step, i, seq_id)
+        if flags & ~(FLAG_NEW | FLAG_SAMPLE):
+            raise ProtocolError("%s: unknown flag bits %#x" % (where, flags & ~(FLAG_NEW | FLAG_SAMPLE)))
+        if nt == 0:
+            raise ProtocolError("%s: no tokens (T = 0)" % where)
+        if off + 4 * (nt + nb) > len(body):
+            raise ProtocolError("%s: %d tokens and %d blocks in %d bytes" % (where, nt, nb, len(body) - off))
+        sample = flags & FLAG_SAMPLE
+        if sample and np_ > pos + nt:
+            raise ProtocolError("%s: sampled with a %d-token prompt in %d tokens" % (where, np_, pos + nt))
+        seq = self.held.get(seq_id)
+        if flags & FLAG_NEW:
+            if seq is not None:
+                raise ProtocolError("%s is flagged NEW but this worker already holds it" % where)
+            if pos != 0:
+                raise ProtocolError("%s: NEW at position %d, not 0" % (where, pos))
+            seq = self.held[seq_id] = Paged(np_)
+        elif seq is None:
+            raise ProtocolError("%s is not flagged NEW but this worker does not hold it" % where)
+        elif pos != seq.length:
+            raise ProtocolError("%s continues at position %d, this worker holds %d of its tokens" % (where, pos, seq.length))
+        self.grow(seq, seq_id, struct.unpack_from("<%dI" % nb, body, off + 4 * nt), pos + nt, where)
+        self.feed(seq, body, off, nt)
+        if sample and self.model is not None:
+            self.model.write_row(self.mm, i * self.row_bytes, seq.ph, seq.last, seq.length - seq.prompt_len)
+        return off + 4 * (nt + nb)
+
+    def grow(self, seq, seq_id, new_blocks, end, where):
+        """Append new_blocks to seq's table; it must then cover end tokens."""
+        if not self.blocks:
+            if new_blocks:
+                raise ProtocolError("%s brings %d blocks, this worker keeps no paged cache (0 blocks)" % (where, len(new_blocks)))
+            return
+        for b in new_blocks:
+            if b >= self.blocks:
+                raise ProtocolError("%s: block %d is not below this worker's %d blocks" % (where, b, self.blocks))
+            if b in self.owner:
+                raise ProtocolError("%s: block %d is already in the table of sequence %d" % (where, b, self.owner[b]))
+            self.owner[b] = seq_id
+            seq.table.append(b)
+        if -(-end // self.block_size) > len(seq.table):
+            raise ProtocolError("%s: a table of %d blocks of %d tokens does not cover its %d tokens"
+                                % (where, len(seq.table), self.block_size, end))
+
+    def feed(self, seq, body, off, nt):
+        """Take the row's nt tokens at off: the prompt's go into its hash
+        (the synthetic model's stand-in for a KV cache)."""
+        in_prompt = max(0, min(nt, seq.prompt_len - seq.length))
+        if in_prompt and self.model is not None and self.model.eos >= 0:
+            for t in struct.unpack_from("<%di" % in_prompt, body, off):
+                seq.ph = mix(seq.ph ^ (t & 0xFFFFFFFF))
+        seq.last = TOKEN.unpack_from(body, off + 4 * (nt - 1))[0]
+        seq.length += nt
+
+
 def handshake(conn, body, args):
     """Answer HELLO. Returns (hello values, mapped shm or None, Steps) when
     this worker serves the agent, None when it does not."""
@@ -339,15 +455,18 @@ def handshake(conn, body, args):
             t0 = time.monotonic()
             model = Model(vocab, eos, dtype)
             log("rank %d: base row of %d built in %.2fs" % (rank, vocab, time.monotonic() - t0))
-    conn.send(HELLO_OK, HELLO_OK_FIXED.pack(*mine, 0, os.getpid(), len(name)) + name)
+    reply = HELLO_OK_FIXED.pack(*mine, 0, os.getpid(), len(name)) + name
+    if mine[0] >= 3:
+        reply += HELLO_OK_KV.pack(args.block_size, args.kv_blocks, args.max_model_len)
+    conn.send(HELLO_OK, reply)
     if not matches:
         log("handshake mismatch; the agent will refuse: agent %r, worker %r" % (agent, tuple(mine[1:])))
         if mm is not None:
             mm.close()
         return None
     log("rank %d of %d ready (protocol %d, vocab %d, max batch %d, dtype %d)" % (rank, world, mine[0], vocab, max_batch, dtype))
-    steps = (StepsV2 if mine[0] == 2 else StepsV1)(model, mm, max_batch, vocab * DTYPE_SIZE[dtype])
-    return steps
+    steps_class = {1: StepsV1, 2: StepsV2, 3: StepsV3}[mine[0]]
+    return steps_class(model, mm, max_batch, vocab * DTYPE_SIZE[dtype], args.block_size, args.kv_blocks)
 
 
 def serve(sock, args):
@@ -398,7 +517,17 @@ def main():
     ap.add_argument("--forward-time", type=float, default=0, help="milliseconds one forward pass takes at least")
     ap.add_argument("--name", default="", help="appended to the name reported in HELLO_OK")
     ap.add_argument("--max-version", type=int, default=0, help="speak protocol versions up to this one (default %d)" % VERSION)
+    ap.add_argument("--kv-blocks", type=int, default=0, help="KV blocks reported in HELLO_OK (version 3; 0: no paged cache)")
+    ap.add_argument("--block-size", type=int, default=16, help="tokens per KV block reported in HELLO_OK (version 3)")
+    ap.add_argument("--max-model-len", type=int, default=0, help="the model's context reported in HELLO_OK (version 3; 0: none)")
     args = ap.parse_args()
+    if not 1 <= args.block_size < 1 << 32:
+        ap.error("--block-size must be 1 to %d, got %d" % ((1 << 32) - 1, args.block_size))
+    for flag, value in (("--kv-blocks", args.kv_blocks), ("--max-model-len", args.max_model_len)):
+        if not 0 <= value < 1 << 32:
+            ap.error("%s must be 0 to %d, got %d" % (flag, (1 << 32) - 1, value))
+    if not 0 <= args.max_version <= VERSION:
+        ap.error("--max-version must be 1 to %d (0: %d), got %d" % (VERSION, VERSION, args.max_version))
 
     if args.listen:
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

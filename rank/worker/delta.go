@@ -9,16 +9,23 @@ import (
 	"github.com/tpcoord/tpcoord/rank"
 )
 
-// delta is the agent's record of what a version 2 worker holds: for each
-// sequence it was sent and not yet told finished, how many tokens it has.
-// It lives as long as the connection and starts over when the epoch
-// changes. Its slices are reused, so a steady batch costs no allocation.
+// delta is the agent's record of what a version 2 or 3 worker holds: for
+// each sequence it was sent and not yet told finished, how many tokens
+// (and, version 3, how many blocks of its table) it has. It lives as long
+// as the connection and starts over when the epoch changes. Its slices are
+// reused, so a steady batch costs no allocation.
 type delta struct {
+	// chunked: a row feeds up to its Fed, not its whole length (version
+	// 3). paged: rows carry their new blocks (version 3, a worker with a
+	// block pool).
+	chunked, paged bool
+
 	started bool
 	epoch   uint32
+	step    uint64    // of the last FORWARD
 	held    []heldSeq // sorted by id
 	next    []heldSeq // the batch being planned, becomes held
-	// The plan of the last advance, for appendForward2.
+	// The plan of the last advance, for appendForwardDelta.
 	plan     []rowPlan
 	finished []uint64
 }
@@ -26,32 +33,40 @@ type delta struct {
 type heldSeq struct {
 	id     uint64
 	tokens uint32
-	seen   bool // in the batch being planned
+	blocks uint32 // blocks of its table sent so far (paged only)
+	seen   bool   // in the batch being planned
 }
 
 func cmpHeld(h heldSeq, id uint64) int { return cmp.Compare(h.id, id) }
 
-// advance plans the FORWARD of b (d.plan, d.finished) and records b's rows
-// as what the worker will hold. A new epoch finishes every held id and
-// sends every row whole. An error (a duplicate id, an empty sequence, a
-// sequence with no token the worker lacks) leaves d unusable: the
-// connection is then out of sync and the executor fails.
-func (d *delta) advance(b rank.Batch) error {
+// advance plans the FORWARD of step (d.plan, d.finished) for rows and
+// records them as what the worker will hold.
+//
+// Every held id is finished and every row sent NEW when the epoch changes,
+// and also when the step does not follow the last FORWARD's: steps are
+// numbered one by one, so a gap means a step ran with no rows (none sent),
+// where every sequence left the batch; one that is back was admitted
+// again, with a new table, and rank 0 prefills it again from its start.
+//
+// An error (a duplicate id, an empty sequence, a row with nothing to feed,
+// a table that shrank) leaves d unusable: the connection is then out of
+// sync and the executor fails.
+func (d *delta) advance(epoch uint32, step uint64, rows []*rank.Seq) error {
 	d.finished, d.plan, d.next = d.finished[:0], d.plan[:0], d.next[:0]
-	if d.started && b.Epoch != d.epoch {
+	if d.started && (epoch != d.epoch || step != d.step+1) {
 		for _, h := range d.held {
 			d.finished = append(d.finished, h.id)
 		}
 		d.held = d.held[:0]
 	}
-	d.started, d.epoch = true, b.Epoch
-	for _, r := range b.Rows {
-		p, err := d.planRow(r)
+	d.started, d.epoch, d.step = true, epoch, step
+	for _, r := range rows {
+		p, sent, err := d.planRow(r)
 		if err != nil {
 			return err
 		}
 		d.plan = append(d.plan, p)
-		d.next = append(d.next, heldSeq{id: r.ID, tokens: uint32(len(r.Prompt) + len(r.Output))})
+		d.next = append(d.next, heldSeq{id: r.ID, tokens: p.to, blocks: sent + uint32(len(p.blocks))})
 	}
 	for _, h := range d.held {
 		if !h.seen {
@@ -68,23 +83,40 @@ func (d *delta) advance(b rank.Batch) error {
 	return nil
 }
 
-// planRow decides how r is sent: whole if the worker does not hold it,
-// else the tokens from the count it holds on.
-func (d *delta) planRow(r *rank.Seq) (rowPlan, error) {
-	n := len(r.Prompt) + len(r.Output)
-	if n == 0 || n > math.MaxUint32 {
-		return rowPlan{}, fmt.Errorf("sequence %d has %d tokens (1 to %d can be sent)", r.ID, n, uint32(math.MaxUint32))
+// planRow decides how r is sent: from token 0 (NEW) if the worker does not
+// hold it, else from the count it holds; up to its Fed (chunked) or its
+// length. sent is how many blocks of its table the worker has.
+func (d *delta) planRow(r *rank.Seq) (p rowPlan, sent uint32, err error) {
+	n := r.Len()
+	to := n
+	if d.chunked {
+		to = r.Fed
 	}
-	i, ok := slices.BinarySearchFunc(d.held, r.ID, cmpHeld)
-	if !ok {
-		return rowPlan{}, nil
+	switch {
+	case n == 0 || n > math.MaxUint32:
+		return p, 0, fmt.Errorf("sequence %d has %d tokens (1 to %d can be sent)", r.ID, n, uint32(math.MaxUint32))
+	case to > n:
+		return p, 0, fmt.Errorf("sequence %d: Fed %d is beyond its %d tokens", r.ID, to, n)
 	}
-	h := &d.held[i]
-	h.seen = true
-	if n <= int(h.tokens) {
-		// The mirror appends a token to every row at every step (a row
-		// without one leaves the batch), so this is a driver bug.
-		return rowPlan{}, fmt.Errorf("sequence %d has %d tokens and the worker holds %d: no new token to send", r.ID, n, h.tokens)
+	p.to = uint32(max(to, 0))
+	if i, ok := slices.BinarySearchFunc(d.held, r.ID, cmpHeld); ok {
+		h := &d.held[i]
+		h.seen = true
+		p.known, p.from, sent = true, h.tokens, h.blocks
 	}
-	return rowPlan{known: true, from: h.tokens}, nil
+	if p.to <= p.from {
+		// The mirror feeds every row something at every step (a row
+		// without a token leaves the batch), so this is a driver bug.
+		if d.chunked {
+			return p, 0, fmt.Errorf("sequence %d: Fed %d and the worker holds %d of its tokens: nothing to feed", r.ID, to, p.from)
+		}
+		return p, 0, fmt.Errorf("sequence %d has %d tokens and the worker holds %d: no new token to send", r.ID, n, p.from)
+	}
+	if d.paged {
+		if len(r.Blocks) < int(sent) {
+			return p, 0, fmt.Errorf("sequence %d: table of %d blocks, the worker was sent %d", r.ID, len(r.Blocks), sent)
+		}
+		p.blocks = r.Blocks[sent:]
+	}
+	return p, sent, nil
 }

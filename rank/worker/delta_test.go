@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -9,12 +10,23 @@ import (
 )
 
 func seq(id uint64, prompt, output int) *rank.Seq {
-	return &rank.Seq{ID: id, Prompt: make([]int32, prompt), Output: make([]int32, output)}
+	return &rank.Seq{ID: id, Prompt: make([]int32, prompt), Output: make([]int32, output), Fed: prompt + output}
 }
 
+// grow appends token t to r, fed whole, as the mirror applies a step.
+func grow(r *rank.Seq, t int32) {
+	r.Output = append(r.Output, t)
+	r.Fed = r.Len()
+}
+
+func advance(d *delta, b rank.Batch) error { return d.advance(b.Epoch, b.Step, b.Rows) }
+
+func whole(from, to uint32) rowPlan { return rowPlan{known: from > 0, from: from, to: to} }
+
 // TestDeltaPlans: rows join (NEW, whole), go on (from the count sent),
-// leave (finished next time), and a new epoch finishes every held id and
-// sends every row whole.
+// leave (finished next time), and a new epoch, or a gap in the steps (a
+// step with no rows ran between), finishes every held id and sends every
+// row whole.
 func TestDeltaPlans(t *testing.T) {
 	var d delta
 	a, b, c := seq(30, 3, 0), seq(10, 2, 4), seq(20, 5, 0)
@@ -24,25 +36,26 @@ func TestDeltaPlans(t *testing.T) {
 		finished []uint64
 		plan     []rowPlan
 	}{
-		{rank.Batch{Epoch: 1, Step: 1, Rows: []*rank.Seq{a, b}}, nil, nil, []rowPlan{{}, {}}},
+		{rank.Batch{Epoch: 1, Step: 1, Rows: []*rank.Seq{a, b}}, nil, nil, []rowPlan{whole(0, 3), whole(0, 6)}},
 		{rank.Batch{Epoch: 1, Step: 2, Rows: []*rank.Seq{a, b, c}}, []*rank.Seq{a, b}, nil,
-			[]rowPlan{{known: true, from: 3}, {known: true, from: 6}, {}}},
+			[]rowPlan{whole(3, 4), whole(6, 7), whole(0, 5)}},
 		{rank.Batch{Epoch: 1, Step: 3, Rows: []*rank.Seq{c, a}}, []*rank.Seq{a, b, c}, []uint64{10},
-			[]rowPlan{{known: true, from: 5}, {known: true, from: 4}}},
-		{rank.Batch{Epoch: 1, Step: 5, Rows: []*rank.Seq{c}}, []*rank.Seq{c}, []uint64{30},
-			[]rowPlan{{known: true, from: 6}}},
-		{rank.Batch{Epoch: 2, Step: 1, Rows: []*rank.Seq{b, c}}, []*rank.Seq{c}, []uint64{20}, []rowPlan{{}, {}}},
+			[]rowPlan{whole(5, 6), whole(4, 5)}},
+		{rank.Batch{Epoch: 1, Step: 4, Rows: []*rank.Seq{c}}, []*rank.Seq{c}, []uint64{30},
+			[]rowPlan{whole(6, 7)}},
+		{rank.Batch{Epoch: 1, Step: 6, Rows: []*rank.Seq{c}}, []*rank.Seq{c}, []uint64{20}, []rowPlan{whole(0, 8)}},
+		{rank.Batch{Epoch: 2, Step: 1, Rows: []*rank.Seq{b, c}}, []*rank.Seq{c}, []uint64{20}, []rowPlan{whole(0, 8), whole(0, 9)}},
 		{rank.Batch{Epoch: 2, Step: 2, Rows: []*rank.Seq{b, c}}, []*rank.Seq{b, c}, nil,
-			[]rowPlan{{known: true, from: 8}, {known: true, from: 8}}},
+			[]rowPlan{whole(8, 9), whole(9, 10)}},
 	}
 	for i, st := range steps {
 		for _, r := range st.grow {
-			r.Output = append(r.Output, int32(i))
+			grow(r, int32(i))
 		}
-		if err := d.advance(st.batch); err != nil {
+		if err := advance(&d, st.batch); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		if !slices.Equal(d.finished, st.finished) || !slices.Equal(d.plan, st.plan) {
+		if !slices.Equal(d.finished, st.finished) || !reflect.DeepEqual(d.plan, st.plan) {
 			t.Errorf("step %d: finished %v plan %+v, want %v %+v", i, d.finished, d.plan, st.finished, st.plan)
 		}
 	}
@@ -61,10 +74,10 @@ func TestDeltaRefuses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var d delta
-		if err := d.advance(rank.Batch{Epoch: 1, Step: 1, Rows: []*rank.Seq{seq(7, 2, 1)}}); err != nil {
+		if err := d.advance(1, 1, []*rank.Seq{seq(7, 2, 1)}); err != nil {
 			t.Fatal(err)
 		}
-		err := d.advance(rank.Batch{Epoch: 1, Step: 2, Rows: tc.rows})
+		err := d.advance(1, 2, tc.rows)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
@@ -86,13 +99,13 @@ func TestEncodeForwardAllocatesNothing(t *testing.T) {
 	run := func() {
 		step++
 		for _, r := range rows {
-			r.Output = append(r.Output, 1)
+			grow(r, 1)
 		}
 		// Swap a row out for the spare: one leaves, one joins.
 		i := int(step % 32)
 		rows[i], spare = spare, rows[i]
 		spare.Output = spare.Output[:0]
-		if _, err := w.encodeForward(rank.Batch{Epoch: 1, Step: step, Rows: rows}); err != nil {
+		if _, err := w.encodeForward(1, step, rows); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -47,6 +48,9 @@ type Config struct {
 	ForwardTimeout time.Duration // one step's deadline (default 30s)
 	StartTimeout   time.Duration // start, connect and handshake (default 5m)
 	StopTimeout    time.Duration // Close: time for the worker to exit before SIGKILL (default 5s)
+	// BlockSize is the agent's KV block size (--block-size): a version 3
+	// worker with a block pool must report the same. 0: not checked.
+	BlockSize int
 	// MaxVersion is the protocol version HELLO offers (default and at
 	// most ProtocolVersion); the worker may answer a lower one.
 	MaxVersion uint32
@@ -93,6 +97,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("vocab: must be >= 1, got %d", c.Vocab)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("max-batch: must be >= 1, got %d", c.MaxBatch)
+	case c.BlockSize < 0 || c.BlockSize > math.MaxUint32:
+		return fmt.Errorf("block-size: must be 0 to %d, got %d", uint32(math.MaxUint32), c.BlockSize)
 	case c.DType != 0 && c.DType.Size() == 0:
 		return fmt.Errorf("worker-dtype: unknown %v", c.DType)
 	case c.MaxVersion > ProtocolVersion:
@@ -122,9 +128,15 @@ type Executor struct {
 	exited  chan struct{} // closed when the process has been reaped
 	waitErr error         // valid after exited is closed
 	pid     int
-	name    string // worker identity reported in HELLO_OK
-	version uint32 // protocol version of the connection
-	delta   delta  // version 2: what the worker holds
+	name    string          // worker identity reported in HELLO_OK
+	version uint32          // protocol version of the connection
+	kv      rank.KVCapacity // what a version 3 worker reported
+	delta   delta           // versions 2 and 3: what the worker holds
+
+	// Versions 1 and 2 get no prefilling row: sent is the rows a FORWARD
+	// carries and index the batch row of each (empty: all, in order).
+	sent  []*rank.Seq
+	index []int
 
 	out    []byte
 	in     []byte
@@ -135,7 +147,10 @@ type Executor struct {
 	closeErr  error
 }
 
-var _ rank.Executor = (*Executor)(nil)
+var (
+	_ rank.Executor         = (*Executor)(nil)
+	_ rank.CapacityReporter = (*Executor)(nil)
+)
 
 // errHung marks a step that hit its deadline.
 var errHung = errors.New("worker did not answer in time")
@@ -190,7 +205,8 @@ func Start(ctx context.Context, cfg Config) (_ *Executor, err error) {
 		}
 		w.shm.path = ""
 	}
-	w.log.Info("worker connected", "protocol", w.version, "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch)
+	w.log.Info("worker connected", "protocol", w.version, "pid", w.pid, "name", w.name, "dtype", cfg.DType.String(), "vocab", cfg.Vocab, "max_batch", cfg.MaxBatch,
+		"kv_blocks", w.kv.Blocks, "block_size", w.kv.BlockSize, "max_model_len", w.kv.MaxModelLen)
 	return w, nil
 }
 
@@ -250,7 +266,7 @@ func (w *Executor) handshake(ctx context.Context) error {
 	want := hello{
 		Version: w.cfg.MaxVersion, Rank: uint32(w.cfg.Rank), World: uint32(w.cfg.World),
 		Vocab: uint32(w.cfg.Vocab), MaxBatch: uint32(w.cfg.MaxBatch), EOS: w.cfg.EOS,
-		DType: w.cfg.DType, Order: nativeOrder, Logits: w.cfg.Logits,
+		DType: w.cfg.DType, Order: nativeOrder, Logits: w.cfg.Logits, BlockSize: uint32(w.cfg.BlockSize),
 	}
 	if w.shm != nil {
 		want.ShmPath, want.ShmSize = w.shm.path, uint64(len(w.shm.mem))
@@ -286,6 +302,10 @@ func (w *Executor) handshake(ctx context.Context) error {
 		w.pid = int(got.PID)
 	}
 	w.name, w.version = got.Name, got.Version
+	if got.Version >= ProtocolV3 {
+		w.kv = rank.KVCapacity{BlockSize: int(got.BlockSize), Blocks: int(got.Blocks), MaxModelLen: int(got.MaxModelLen)}
+		w.delta.chunked, w.delta.paged = true, got.Blocks > 0
+	}
 	_ = w.conn.SetDeadline(time.Time{})
 	return nil
 }
@@ -351,6 +371,10 @@ func (w *Executor) PID() int { return w.pid }
 // worker answered HELLO.
 func (w *Executor) ProtocolVersion() uint32 { return w.version }
 
+// KVCapacity is the KV cache a version 3 worker reported in HELLO_OK;
+// zero for a worker that answered version 1 or 2.
+func (w *Executor) KVCapacity() rank.KVCapacity { return w.kv }
+
 // Forward runs one step on the worker. Any failure (an ERROR reply, garbage,
 // a closed connection, no answer within ForwardTimeout) names the rank and
 // leaves the worker broken: every later Forward fails the same way.
@@ -378,10 +402,21 @@ func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error)
 	if len(b.Rows) > w.cfg.MaxBatch {
 		return nil, fmt.Errorf("%d rows, the worker was set up for at most %d", len(b.Rows), w.cfg.MaxBatch)
 	}
+	rows, err := w.sendRows(b.Rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		// Every row is prefilling and the worker takes none: nothing to
+		// run; rank 0 samples none of these rows.
+		out := w.buffer(len(b.Rows))
+		clear(out)
+		return out, nil
+	}
 	_ = w.conn.SetDeadline(time.Now().Add(w.cfg.ForwardTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	frame, err := w.encodeForward(b)
+	frame, err := w.encodeForward(b.Epoch, b.Step, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -393,52 +428,120 @@ func (w *Executor) forward(ctx context.Context, b rank.Batch) ([]float32, error)
 		}
 		return nil, err
 	}
+	if err := w.checkForwardOK(typ, body, b.Step, len(rows)); err != nil {
+		return nil, err
+	}
+	return w.logits(len(b.Rows), len(rows)), nil
+}
+
+// checkForwardOK checks the reply to a FORWARD of step with rows rows.
+func (w *Executor) checkForwardOK(typ uint16, body []byte, step uint64, rows int) error {
 	switch typ {
 	case frameError:
-		return nil, fmt.Errorf("worker reported an error: %s", workerMessage(body))
+		return fmt.Errorf("worker reported an error: %s", workerMessage(body))
 	case frameForwardOK:
 	default:
-		return nil, fmt.Errorf("%w: %s in reply to FORWARD", errGarbage, frameName(typ))
+		return fmt.Errorf("%w: %s in reply to FORWARD", errGarbage, frameName(typ))
 	}
 	if len(body) != forwardOKSize {
-		return nil, fmt.Errorf("%w: FORWARD_OK of %d bytes (want %d)", errGarbage, len(body), forwardOKSize)
+		return fmt.Errorf("%w: FORWARD_OK of %d bytes (want %d)", errGarbage, len(body), forwardOKSize)
 	}
-	step, rows := leUint64(body), leUint32(body[8:])
+	gotStep, gotRows := leUint64(body), leUint32(body[8:])
 	want := uint32(0)
 	if w.cfg.Logits {
-		want = uint32(len(b.Rows))
+		want = uint32(rows)
 	}
-	if step != b.Step || rows != want {
-		return nil, fmt.Errorf("%w: FORWARD_OK for step %d with %d rows, want step %d with %d rows", errGarbage, step, rows, b.Step, want)
+	if gotStep != step || gotRows != want {
+		return fmt.Errorf("%w: FORWARD_OK for step %d with %d rows, want step %d with %d rows", errGarbage, gotStep, gotRows, step, want)
 	}
+	return nil
+}
+
+// sendRows is the rows of the batch the FORWARD carries: all of them in
+// version 3; versions 1 and 2 cannot take part of a sequence, so a
+// prefilling row is left out until the step where it is fed whole (then
+// w.index maps the FORWARD's rows to the batch's).
+func (w *Executor) sendRows(rows []*rank.Seq) ([]*rank.Seq, error) {
+	w.index = w.index[:0]
+	if w.version >= ProtocolV3 {
+		return rows, nil // planRow checks each row's Fed
+	}
+	w.sent = w.sent[:0]
+	for i, r := range rows {
+		if r.Fed > r.Len() {
+			return nil, fmt.Errorf("sequence %d: Fed %d is beyond its %d tokens", r.ID, r.Fed, r.Len())
+		}
+		if !r.Prefilling() {
+			w.sent = append(w.sent, r)
+			w.index = append(w.index, i)
+		}
+	}
+	if len(w.sent) == len(rows) {
+		w.index = w.index[:0]
+		return rows, nil
+	}
+	return w.sent, nil
+}
+
+// logits returns the batch's logits rows (rank 0) from the shared memory,
+// where the worker wrote sent rows: in place (float32, every row sent) or
+// in a buffer of ours, widened (float16, bfloat16) and, when rows were
+// left out, moved to their batch rows, the others zero.
+func (w *Executor) logits(rows, sent int) []float32 {
 	if !w.cfg.Logits {
-		return nil, nil
+		return nil
 	}
-	n := len(b.Rows) * w.cfg.Vocab
-	if w.cfg.DType == Float32 {
-		return w.shm.float32s(n), nil
+	v := w.cfg.Vocab
+	if len(w.index) == 0 && w.cfg.DType == Float32 {
+		return w.shm.float32s(rows * v)
 	}
-	// The sampler takes float32 rows: widen the 16-bit logits into a
-	// buffer of ours (one pass; exact).
+	out := w.buffer(rows)
+	if len(w.index) == 0 {
+		widen(out, w.shm.uint16s(rows*v), w.cfg.DType)
+		return out
+	}
+	j := 0 // the FORWARD row of batch row i, if it was sent
+	for i := range rows {
+		dst := out[i*v : (i+1)*v]
+		switch {
+		case j == len(w.index) || w.index[j] != i:
+			clear(dst)
+			continue
+		case w.cfg.DType == Float32:
+			copy(dst, w.shm.float32s(sent * v)[j*v:])
+		default:
+			widen(dst, w.shm.uint16s(sent * v)[j*v:(j+1)*v], w.cfg.DType)
+		}
+		j++
+	}
+	return out
+}
+
+// buffer is rows logits rows of ours (nil on a rank without logits),
+// reused from step to step; the caller fills them.
+func (w *Executor) buffer(rows int) []float32 {
+	if !w.cfg.Logits {
+		return nil
+	}
+	n := rows * w.cfg.Vocab
 	if cap(w.wide) < n {
 		w.wide = make([]float32, n)
 	}
 	w.wide = w.wide[:n]
-	widen(w.wide, w.shm.uint16s(n), w.cfg.DType)
-	return w.wide, nil
+	return w.wide
 }
 
-// encodeForward encodes b's FORWARD in the connection's version into w.out
-// (reused), advancing the version 2 delta state.
-func (w *Executor) encodeForward(b rank.Batch) ([]byte, error) {
-	if w.version != ProtocolV2 {
-		w.out = appendForward(w.out[:0], b.Step, b.Rows)
+// encodeForward encodes the FORWARD of rows in the connection's version
+// into w.out (reused), advancing the delta state (versions 2 and 3).
+func (w *Executor) encodeForward(epoch uint32, step uint64, rows []*rank.Seq) ([]byte, error) {
+	if w.version == ProtocolV1 {
+		w.out = appendForward(w.out[:0], step, rows)
 		return w.out, nil
 	}
-	if err := w.delta.advance(b); err != nil {
+	if err := w.delta.advance(epoch, step, rows); err != nil {
 		return nil, err
 	}
-	w.out = appendForward2(w.out[:0], b.Step, w.delta.finished, b.Rows, w.delta.plan)
+	w.out = appendForwardDelta(w.out[:0], w.version, step, w.delta.finished, rows, w.delta.plan)
 	return w.out, nil
 }
 

@@ -21,8 +21,8 @@ func TestWorkerHandshakeMismatch(t *testing.T) {
 		edit  func(h *hello)
 		want  string
 	}{
-		{"version", func(h *hello) { h.Version = 9 }, "protocol version: agent has 1 to 2, worker has 9"},
-		{"version 0", func(h *hello) { h.Version = 0 }, "protocol version: agent has 1 to 2, worker has 0"},
+		{"version", func(h *hello) { h.Version = 9 }, "protocol version: agent has 1 to 3, worker has 9"},
+		{"version 0", func(h *hello) { h.Version = 0 }, "protocol version: agent has 1 to 3, worker has 0"},
 		{"rank", func(h *hello) { h.Rank = 2 }, "rank: agent has 3, worker has 2"},
 		{"world", func(h *hello) { h.World = 8 }, "world size: agent has 4, worker has 8"},
 		{"vocab", func(h *hello) { h.Vocab = 100352 }, "vocab: agent has 64, worker has 100352"},
@@ -172,7 +172,7 @@ func TestWorkerCancel(t *testing.T) {
 // version 1 worker is the Go worker capped at 1), over steps where rows
 // join and leave and the epoch changes.
 func TestWorkerLogits(t *testing.T) {
-	for _, version := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, version := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		for _, dt := range []DType{Float32, Float16, BFloat16} {
 			t.Run(fmt.Sprintf("v%d/%v", version, dt), func(t *testing.T) {
 				const vocab = 5000
@@ -262,7 +262,7 @@ func TestWorkerPython(t *testing.T) {
 	cases := []struct {
 		version uint32
 		dt      DType
-	}{{2, Float32}, {2, Float16}, {2, BFloat16}, {1, Float16}}
+	}{{3, Float32}, {2, Float32}, {2, Float16}, {2, BFloat16}, {1, Float16}}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("v%d/%v", tc.version, tc.dt), func(t *testing.T) {
 			dt := tc.dt
@@ -283,7 +283,7 @@ func TestWorkerPython(t *testing.T) {
 			b := testBatch(1, 32)
 			for i, r := range b.Rows { // long, varied histories
 				for j := range 40 * i {
-					r.Output = append(r.Output, int32((j*7919+i*104729)%vocab))
+					grow(r, int32((j*7919+i*104729)%vocab))
 				}
 			}
 			for step := range 2 {
@@ -295,7 +295,7 @@ func TestWorkerPython(t *testing.T) {
 				// The next step: five rows go on with one token each.
 				b = rank.Batch{Step: uint64(step + 2), Rows: b.Rows[:5]}
 				for i, r := range b.Rows {
-					r.Output = append(r.Output, int32(i*11+step))
+					grow(r, int32(i*11+step))
 				}
 			}
 			if dt != BFloat16 {
@@ -318,7 +318,7 @@ func benchBatch() rank.Batch {
 	b := testBatch(1, 32)
 	for i, r := range b.Rows {
 		for j := range 64 {
-			r.Output = append(r.Output, int32((j*31+i)%1000))
+			grow(r, int32((j*31+i)%1000))
 		}
 	}
 	return b
@@ -338,9 +338,9 @@ func BenchmarkSyntheticForward(b *testing.B) {
 }
 
 // BenchmarkWorkerForward: rank 0, logits through shared memory. v1 sends
-// the same 32 histories every step; v2 sends each row's one new token.
+// the same 32 histories every step; v2 and v3 each row's one new token.
 func BenchmarkWorkerForward(b *testing.B) {
-	for _, v := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, v := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
 			benchWorker(b, Config{Rank: 0, World: 1, Vocab: 100352, MaxBatch: 32, EOS: 0, Logits: true, MaxVersion: v})
 		})
@@ -350,7 +350,7 @@ func BenchmarkWorkerForward(b *testing.B) {
 // BenchmarkWorkerRoundTrip is the protocol alone: a follower rank (no
 // logits) with the same batches.
 func BenchmarkWorkerRoundTrip(b *testing.B) {
-	for _, v := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, v := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		b.Run(fmt.Sprintf("v%d", v), func(b *testing.B) {
 			benchWorker(b, Config{Rank: 1, World: 2, Vocab: 100352, MaxBatch: 32, EOS: 0, MaxVersion: v})
 		})
@@ -367,9 +367,9 @@ func benchWorker(b *testing.B, cfg Config) {
 	batch := benchBatch()
 	for b.Loop() {
 		batch.Step++
-		if cfg.MaxVersion == ProtocolV2 {
+		if cfg.MaxVersion >= ProtocolV2 {
 			for _, r := range batch.Rows {
-				r.Output = append(r.Output, int32(batch.Step%1000))
+				grow(r, int32(batch.Step%1000))
 			}
 		}
 		if _, err := w.Forward(context.Background(), batch); err != nil {

@@ -40,7 +40,7 @@ func TestForward2RoundTrip(t *testing.T) {
 		{ID: 2, Prompt: []int32{9}, Output: []int32{10, 11}},      // NEW, resumed with output
 		{ID: 3, Prompt: []int32{1, 2, 3, 4}, Output: []int32{5}},  // known, 2 held: from inside the prompt
 	}
-	plan := []rowPlan{{}, {known: true, from: 4}, {}, {known: true, from: 2}}
+	plan := []rowPlan{whole(0, 3), whole(4, 5), whole(0, 3), whole(2, 5)}
 	frame := appendForward2(nil, 41, []uint64{77, 1 << 60}, rows, plan)
 	var f forward2
 	if err := decodeForward2(body(t, frame, frameForward), 4, &f); err != nil {
@@ -110,7 +110,7 @@ func TestForward2Bounds(t *testing.T) {
 		{"f overflows by one id", forward2Body(1, 1, 2, []uint64{1}, ok), "claims 2 finished ids and 1 rows"},
 		{"row truncated", forward2Body(1, 2, 0, nil, []uint32{7, flagNew, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8}), "row 1 truncated"},
 		{"T huge", forward2Body(1, 1, 0, nil, []uint32{7, flagNew, 0, 1, huge, 1}), "claims 4294967295 tokens"},
-		{"T over the body", forward2Body(1, 1, 0, nil, []uint32{7, flagNew, 0, 1, 2, 1}), "claims 2 tokens in 4 bytes"},
+		{"T over the body", forward2Body(1, 1, 0, nil, []uint32{7, flagNew, 0, 1, 2, 1}), "claims 2 tokens and 0 blocks in 4 bytes"},
 		{"T zero", forward2Body(1, 1, 0, nil, []uint32{7, 0, 3, 1, 0, 1}), "no tokens (T = 0)"},
 		{"unknown flags", forward2Body(1, 1, 0, nil, []uint32{7, 6, 0, 1, 1, 1}), "unknown flag bits 0x6"},
 		{"NEW not at 0", forward2Body(1, 1, 0, nil, []uint32{7, flagNew, 4, 1, 1, 1}), "NEW at position 4"},
@@ -188,19 +188,19 @@ func TestForward1Bounds(t *testing.T) {
 func forwardSizes(t testing.TB, batch, hist int) (v1, v2first, v2next int) {
 	rows := make([]*rank.Seq, batch)
 	for i := range rows {
-		rows[i] = &rank.Seq{ID: uint64(i), Prompt: make([]int32, hist/2), Output: make([]int32, hist-hist/2)}
+		rows[i] = seq(uint64(i), hist/2, hist-hist/2)
 	}
 	var d delta
 	first := rank.Batch{Epoch: 1, Step: 1, Rows: rows}
-	if err := d.advance(first); err != nil {
+	if err := advance(&d, first); err != nil {
 		t.Fatal(err)
 	}
 	v2first = len(appendForward2(nil, 1, d.finished, rows, d.plan)) - frameHeaderSize
 	v1 = len(appendForward(nil, 1, rows)) - frameHeaderSize
 	for _, r := range rows {
-		r.Output = append(r.Output, 1)
+		grow(r, 1)
 	}
-	if err := d.advance(rank.Batch{Epoch: 1, Step: 2, Rows: rows}); err != nil {
+	if err := d.advance(1, 2, rows); err != nil {
 		t.Fatal(err)
 	}
 	v2next = len(appendForward2(nil, 2, d.finished, rows, d.plan)) - frameHeaderSize
@@ -255,7 +255,7 @@ func rebuild(f *forward2) ([]*rank.Seq, []rowPlan, bool) {
 		}
 		all := append(make([]int32, r.Pos, int(r.Pos)+len(r.Tokens)), r.Tokens...)
 		rows = append(rows, &rank.Seq{ID: r.ID, Prompt: all[:r.Prompt], Output: all[r.Prompt:]})
-		plan = append(plan, rowPlan{known: !r.New, from: r.Pos})
+		plan = append(plan, rowPlan{known: !r.New, from: r.Pos, to: r.Pos + uint32(len(r.Tokens))})
 	}
 	return rows, plan, true
 }

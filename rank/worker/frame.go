@@ -32,6 +32,7 @@ const (
 	maxRequestBody   = 256 << 20
 	helloFixedSize   = 38
 	helloOKFixedSize = 34
+	helloOKKVSize    = 12 // version 3: block size, blocks, max model len
 	forwardOKSize    = 12
 )
 

@@ -15,8 +15,12 @@ const (
 	// ProtocolV2: FORWARD carries deltas: finished ids, new sequences
 	// whole, known ones only the tokens appended since the last FORWARD.
 	ProtocolV2 uint32 = 2
+	// ProtocolV3: a paged KV cache. HELLO_OK reports the worker's block
+	// pool; FORWARD rows carry block tables and may feed part of a
+	// sequence (chunked prefill), with a flag for the rows to sample.
+	ProtocolV3 uint32 = 3
 	// ProtocolVersion is the highest version this package speaks.
-	ProtocolVersion = ProtocolV2
+	ProtocolVersion = ProtocolV3
 )
 
 // negotiate picks the version a worker speaking up to highest (1 or more)
@@ -52,6 +56,11 @@ type hello struct {
 	ShmPath  string // HELLO only
 	PID      uint32 // HELLO_OK only
 	Name     string // HELLO_OK only
+	// HELLO_OK version 3 only: the worker's KV cache. In the agent's own
+	// record BlockSize is its --block-size (0: not checked).
+	BlockSize   uint32 // tokens per block
+	Blocks      uint32 // blocks in the pool, 0: no paged cache
+	MaxModelLen uint32 // the model's context, 0: none
 }
 
 func appendHello(dst []byte, h *hello) []byte {
@@ -79,6 +88,12 @@ func appendHelloOK(dst []byte, h *hello) []byte {
 	}
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(name)))
 	dst = append(dst, name...)
+	if h.Version >= ProtocolV3 {
+		// 34+q: block size, blocks, max model len.
+		for _, v := range [...]uint32{h.BlockSize, h.Blocks, h.MaxModelLen} {
+			dst = binary.LittleEndian.AppendUint32(dst, v)
+		}
+	}
 	return endFrame(dst, at)
 }
 
@@ -118,10 +133,19 @@ func decodeHelloOK(b []byte, h *hello) error {
 	decodeHelloFixed(b, h)
 	h.PID = binary.LittleEndian.Uint32(b[28:])
 	n := int(binary.LittleEndian.Uint16(b[32:]))
-	if len(b) != helloOKFixedSize+n {
-		return fmt.Errorf("%w: HELLO_OK of %d bytes with a %d-byte name", errGarbage, len(b), n)
+	kv := 0
+	if h.Version >= ProtocolV3 {
+		kv = helloOKKVSize
 	}
-	h.Name = string(b[helloOKFixedSize:])
+	if len(b) != helloOKFixedSize+n+kv {
+		return fmt.Errorf("%w: HELLO_OK of version %d of %d bytes with a %d-byte name (want %d)", errGarbage, h.Version, len(b), n, helloOKFixedSize+n+kv)
+	}
+	h.Name = string(b[helloOKFixedSize : helloOKFixedSize+n])
+	if kv > 0 {
+		k := b[helloOKFixedSize+n:]
+		le := binary.LittleEndian
+		h.BlockSize, h.Blocks, h.MaxModelLen = le.Uint32(k), le.Uint32(k[4:]), le.Uint32(k[8:])
+	}
 	return nil
 }
 
@@ -145,6 +169,15 @@ func helloMismatch(a, b *hello) error {
 	add("eos", a.EOS, b.EOS)
 	add("dtype", a.DType.String(), b.DType.String())
 	add("byte order", orderName(a.Order), orderName(b.Order))
+	if b.Version >= ProtocolV3 && b.Blocks > 0 {
+		// Block size only matters to a worker with a pool: the agent's
+		// tables index it in blocks of the agent's size.
+		if b.BlockSize == 0 {
+			diffs = append(diffs, fmt.Sprintf("block size: worker has 0 with %d blocks", b.Blocks))
+		} else if a.BlockSize != 0 {
+			add("block size", a.BlockSize, b.BlockSize)
+		}
+	}
 	if len(diffs) == 0 {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/rank"
+	"github.com/tpcoord/tpcoord/rank/core"
 )
 
 // shortDir is a fresh directory with a short path: Unix socket paths are
@@ -107,6 +108,7 @@ func testBatch(step uint64, n int) rank.Batch {
 		for j := range i * 5 {
 			s.Output = append(s.Output, int32((11*j+i)%60))
 		}
+		s.Fed = s.Len()
 		b.Rows = append(b.Rows, s)
 	}
 	return b
@@ -161,29 +163,74 @@ func compareLogits(t *testing.T, got, want []float32, vocab int) {
 	}
 }
 
+// compareSampled compares the logits of b's rows that are fed whole (the
+// ones rank 0 samples); zero says the others must be zero (a worker of
+// version 1 or 2, which is not sent them), else they are not looked at.
+func compareSampled(t *testing.T, got, want []float32, b rank.Batch, vocab int, zero bool) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	for i, r := range b.Rows {
+		g, w := got[i*vocab:(i+1)*vocab], want[i*vocab:(i+1)*vocab]
+		switch {
+		case !r.Prefilling():
+			compareLogits(t, g, w, vocab)
+		case zero && slices.ContainsFunc(g, func(x float32) bool { return x != 0 }):
+			t.Fatalf("step %d row %d (sequence %d, prefilling): logits not zero", b.Step, i, r.ID)
+		}
+	}
+}
+
 // session stands in for a rank's mirror over many steps: every step each
 // row gets one token, some rows leave and some join (a few resumed with
 // output tokens already), and newEpoch re-forms the world (steps restart
 // at 1, the kept rows come back as new sequences with all their tokens).
+//
+// With chunk > 0 a joining row is fed chunk tokens a step until it is fed
+// whole (it gets no token meanwhile), as rank 0 prefills long prompts in
+// chunks; with a block pool (kvSession) every row's table grows to cover
+// what it is fed, from a free list that reuses the blocks of rows that left
+// first.
 type session struct {
 	epoch  uint32
 	step   uint64
 	nextID uint64
 	rows   []*rank.Seq
 	vocab  int32
+	chunk  int
+	bs     int
+	free   []core.BlockID
 }
 
 func newSession(vocab int) *session { return &session{epoch: 1, nextID: 1000, vocab: int32(vocab)} }
 
-// advance runs one step: a token for every row, then leave rows go (every
-// other one from the front), then join rows come.
+// kvSession is a session with chunked prefill and a pool of blocks of bs.
+func kvSession(vocab, chunk, bs, blocks int) *session {
+	s := newSession(vocab)
+	s.chunk, s.bs = chunk, bs
+	for b := blocks - 1; b >= 0; b-- {
+		s.free = append(s.free, core.BlockID(b))
+	}
+	return s
+}
+
+// advance runs one step: a token for every row fed whole (the others are
+// fed another chunk), then leave rows go (every other one from the front),
+// then join rows come.
 func (s *session) advance(join, leave int) rank.Batch {
 	s.step++
 	for i, r := range s.rows {
+		if r.Prefilling() {
+			r.Fed = min(r.Len(), r.Fed+s.chunk)
+			continue
+		}
 		r.Output = append(r.Output, int32((uint64(len(r.Output))*7919+r.ID*31+uint64(i))%uint64(s.vocab)))
+		r.Fed = r.Len()
 	}
 	for k := 0; k < leave && len(s.rows) > 0; k++ {
 		at := min(2*k, len(s.rows)-1)
+		s.release(s.rows[at])
 		s.rows = slices.Delete(s.rows, at, at+1)
 	}
 	for range join {
@@ -198,12 +245,36 @@ func (s *session) advance(join, leave int) rank.Batch {
 				r.Output = append(r.Output, int32((id+j)%uint64(s.vocab)))
 			}
 		}
-		s.rows = append(s.rows, r)
+		s.admit(r)
 	}
 	return s.batch()
 }
 
+// admit adds r to the batch, fed its first chunk.
+func (s *session) admit(r *rank.Seq) {
+	r.Fed = r.Len()
+	if s.chunk > 0 {
+		r.Fed = min(r.Len(), s.chunk)
+	}
+	s.rows = append(s.rows, r)
+}
+
+func (s *session) release(r *rank.Seq) {
+	for i := len(r.Blocks) - 1; i >= 0; i-- {
+		s.free = append(s.free, r.Blocks[i])
+	}
+	r.Blocks = nil
+}
+
+// batch grows every row's table to cover what it is fed.
 func (s *session) batch() rank.Batch {
+	for _, r := range s.rows {
+		for s.bs > 0 && len(r.Blocks)*s.bs < r.Fed {
+			n := len(s.free) - 1
+			r.Blocks = append(r.Blocks, s.free[n])
+			s.free = s.free[:n]
+		}
+	}
 	return rank.Batch{Epoch: s.epoch, Step: s.step, Rows: slices.Clone(s.rows)}
 }
 
@@ -212,9 +283,12 @@ func (s *session) newEpoch(keep int) {
 	s.epoch++
 	s.step = 0
 	kept := s.rows[:min(keep, len(s.rows))]
+	for _, r := range s.rows {
+		s.release(r)
+	}
 	s.rows = nil
 	for _, r := range kept {
-		s.rows = append(s.rows, &rank.Seq{ID: r.ID, Prompt: slices.Clone(r.Prompt), Output: slices.Clone(r.Output)})
+		s.admit(&rank.Seq{ID: r.ID, Prompt: slices.Clone(r.Prompt), Output: slices.Clone(r.Output)})
 	}
 }
 

@@ -39,8 +39,8 @@ func (s *syncBuffer) String() string {
 // TestNegotiation: the connection speaks the lower of the agent's offer
 // and the worker's highest version, and the agent logs which at start.
 func TestNegotiation(t *testing.T) {
-	for _, agent := range []uint32{1, 2} {
-		for _, worker := range []uint32{1, 2} {
+	for _, agent := range []uint32{1, 2, 3} {
+		for _, worker := range []uint32{1, 2, 3} {
 			t.Run(fmt.Sprintf("agent%d/worker%d", agent, worker), func(t *testing.T) {
 				var logs syncBuffer
 				cfg := testWorkerConfig(goWorker(t, ServeConfig{MaxVersion: worker}))
@@ -64,8 +64,8 @@ func TestNegotiation(t *testing.T) {
 			})
 		}
 	}
-	if err := (&Config{Rank: 0, World: 1, Vocab: 8, MaxBatch: 1, Socket: "x", MaxVersion: 3}).Validate(); err == nil || !strings.Contains(err.Error(), "max version") {
-		t.Errorf("MaxVersion 3: %v", err)
+	if err := (&Config{Rank: 0, World: 1, Vocab: 8, MaxBatch: 1, Socket: "x", MaxVersion: 4}).Validate(); err == nil || !strings.Contains(err.Error(), "max version") {
+		t.Errorf("MaxVersion 4: %v", err)
 	}
 }
 
@@ -75,7 +75,7 @@ func TestServeRefusesVersion0(t *testing.T) {
 	for _, tc := range []struct {
 		max  uint32
 		want string
-	}{{0, "protocol version 0 offered; this worker speaks 1 to 2"}, {1, "protocol version 0 offered; this worker speaks 1"}} {
+	}{{0, "protocol version 0 offered; this worker speaks 1 to 3"}, {2, "protocol version 0 offered; this worker speaks 1 to 2"}, {1, "protocol version 0 offered; this worker speaks 1"}} {
 		served := make(chan error, 1)
 		sock := fakeWorker(t, func(c net.Conn) { served <- Serve(context.Background(), c, ServeConfig{MaxVersion: tc.max}) })
 		c, err := net.Dial("unix", sock)
@@ -103,7 +103,7 @@ func TestServeRefusesVersion0(t *testing.T) {
 // the agent's deltas fails the step.
 func TestWorkerSessionV2Follower(t *testing.T) {
 	const vocab = 300
-	w, err := Start(context.Background(), Config{Rank: 1, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, Socket: goWorker(t, ServeConfig{})})
+	w, err := Start(context.Background(), Config{Rank: 1, World: 2, Vocab: vocab, MaxBatch: 8, EOS: 3, Socket: goWorker(t, ServeConfig{MaxVersion: 2})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,9 @@ func TestWorkerSessionV2Follower(t *testing.T) {
 }
 
 // TestEmptyBatchSendsNothing: an empty batch sends no FORWARD (rank 0 runs
-// none); the ids that left are finished in the next FORWARD.
+// none); the next FORWARD finishes every id sent and sends its rows NEW:
+// the gap in its steps shows that every row left the batch, so one that is
+// back was admitted again.
 func TestEmptyBatchSendsNothing(t *testing.T) {
 	got := make(chan forward2, 4)
 	sock := fakeWorker(t, func(c net.Conn) {
@@ -145,20 +147,22 @@ func TestEmptyBatchSendsNothing(t *testing.T) {
 			c.Write(appendForwardOK(nil, f.Step, 0))
 		}
 	})
-	w, err := Start(context.Background(), testWorkerConfig(sock))
+	cfg := testWorkerConfig(sock)
+	cfg.MaxVersion = ProtocolV2
+	w, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	a, b := seq(1, 2, 0), seq(2, 2, 0)
 	for _, batch := range []rank.Batch{{Epoch: 1, Step: 1, Rows: []*rank.Seq{a, b}}, {Epoch: 1, Step: 2}, {Epoch: 1, Step: 3, Rows: []*rank.Seq{b}}} {
-		b.Output = append(b.Output, 5)
+		grow(b, 5)
 		if logits, err := w.Forward(context.Background(), batch); err != nil || logits != nil {
 			t.Fatalf("step %d: %v, %v", batch.Step, logits, err)
 		}
 	}
 	first, second := <-got, <-got
-	if first.Step != 1 || second.Step != 3 || !slices.Equal(second.Finished, []uint64{1}) || len(second.Rows) != 1 || second.Rows[0].New {
+	if first.Step != 1 || second.Step != 3 || !slices.Equal(second.Finished, []uint64{1, 2}) || len(second.Rows) != 1 || !second.Rows[0].New {
 		t.Errorf("FORWARDs: step %d, then step %d finishing %v with %+v", first.Step, second.Step, second.Finished, second.Rows)
 	}
 }
@@ -196,10 +200,10 @@ var protocolErrorCases = []struct {
 	{"unknown flag bits", func(w *Executor, _ *rank.Batch) {
 		w.conn = &tamperConn{Conn: w.conn, edit: func(f []byte) {
 			if binary.LittleEndian.Uint16(f[4:]) == frameForward {
-				f[frameHeaderSize+forward2HeadSize+8] |= 2 // row 0's flags (no finished ids)
+				f[frameHeaderSize+forward2HeadSize+8] |= 4 // row 0's flags (no finished ids)
 			}
 		}}
-	}, "unknown flag bits 0x2"},
+	}, "unknown flag bits 0x4"},
 }
 
 // runProtocolErrors plays each case against the worker start gives and
@@ -214,7 +218,7 @@ func runProtocolErrors(t *testing.T, start func(t *testing.T, want string) *Exec
 				t.Fatal(err)
 			}
 			for _, r := range b.Rows {
-				r.Output = append(r.Output, 7)
+				grow(r, 7)
 			}
 			b.Step = 2
 			tc.tamper(w, &b)
@@ -258,7 +262,7 @@ func TestProtocolErrorsPython(t *testing.T) {
 // capped at version 1, gives the synthetic logits over the script of steps
 // where rows join and leave and the epoch changes.
 func TestWorkerPythonSession(t *testing.T) {
-	for _, version := range []uint32{ProtocolV1, ProtocolV2} {
+	for _, version := range []uint32{ProtocolV1, ProtocolV2, ProtocolV3} {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			const vocab = 4099
 			cfg := Config{Rank: 0, World: 1, Vocab: vocab, MaxBatch: 8, EOS: 3, DType: BFloat16, Logits: true,

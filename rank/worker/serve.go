@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"time"
@@ -27,9 +28,18 @@ type ServeConfig struct {
 	// ForwardTime is the wall time of one forward pass, as in Synthetic.
 	ForwardTime time.Duration
 	// MaxVersion caps the protocol versions this worker speaks (default
-	// and at most ProtocolVersion): 1 stands in for a version 1 worker.
+	// and at most ProtocolVersion): 1 and 2 stand in for workers of those
+	// versions.
 	MaxVersion uint32
+	// The paged KV cache HELLO_OK version 3 reports, which FORWARD rows
+	// are checked against: KVBlocks blocks (0: none, rows bring no
+	// blocks) of BlockSize tokens (default 16); MaxModelLen is the
+	// model's context (0: none), reported only.
+	KVBlocks, BlockSize, MaxModelLen int
 }
+
+// DefaultBlockSize is ServeConfig.BlockSize's default (vLLM's).
+const DefaultBlockSize = 16
 
 // SocketEnv and RankEnv give a worker that Config.Command started the
 // socket to connect to and its rank.
@@ -40,8 +50,16 @@ const (
 
 // Validate reports the first invalid field.
 func (c *ServeConfig) Validate() error {
-	if c.MaxVersion > ProtocolVersion {
+	const most = math.MaxUint32
+	switch {
+	case c.MaxVersion > ProtocolVersion:
 		return fielderr.New("MaxVersion", "this worker speaks protocol versions 1 to %d, not %d", ProtocolVersion, c.MaxVersion)
+	case c.KVBlocks < 0 || c.KVBlocks > most:
+		return fielderr.New("KVBlocks", "must be 0 to %d, got %d", uint32(most), c.KVBlocks)
+	case c.BlockSize < 0 || c.BlockSize > most:
+		return fielderr.New("BlockSize", "must be 1 to %d, got %d", uint32(most), c.BlockSize)
+	case c.MaxModelLen < 0 || c.MaxModelLen > most:
+		return fielderr.New("MaxModelLen", "must be 0 to %d, got %d", uint32(most), c.MaxModelLen)
 	}
 	return nil
 }
@@ -75,8 +93,9 @@ type server struct {
 	shm   *shmRegion
 	rows  []rank.Seq  // version 1: the decoded rows
 	batch []*rank.Seq // the rows of the current FORWARD
-	fwd2  forward2    // version 2: the decoded FORWARD
+	fwd2  forward2    // versions 2 and 3: the decoded FORWARD
 	held  seqs        // version 2: the sequences this worker holds
+	paged paged       // version 3: the sequences and blocks it holds
 	row   []float32
 	in    []byte
 	out   []byte
@@ -152,6 +171,7 @@ func (s *server) handshake(body []byte) (ok bool, err error) {
 	if h.DType.Size() == 0 {
 		return false, fmt.Errorf("unknown dtype code %d", h.DType)
 	}
+	s.paged = newPaged(mine.BlockSize, mine.Blocks)
 	if s.model, err = rank.NewSynthetic(rank.SyntheticConfig{Vocab: int(h.Vocab), EOS: h.EOS, Logits: h.Logits}); err != nil {
 		return false, err
 	}
@@ -199,6 +219,10 @@ func (s *server) reply(h *hello) hello {
 	if mine.Name == "" {
 		mine.Name = "tpcoord worker (synthetic model)"
 	}
+	mine.BlockSize, mine.Blocks, mine.MaxModelLen = uint32(s.cfg.BlockSize), uint32(s.cfg.KVBlocks), uint32(s.cfg.MaxModelLen)
+	if mine.BlockSize == 0 {
+		mine.BlockSize = DefaultBlockSize
+	}
 	return mine
 }
 
@@ -208,9 +232,12 @@ func (s *server) forward(body []byte) error {
 	var step uint64
 	var rows []*rank.Seq
 	var err error
-	if s.hello.Version == ProtocolV2 {
+	switch s.hello.Version {
+	case ProtocolV3:
+		step, rows, err = s.apply3(body)
+	case ProtocolV2:
 		step, rows, err = s.apply2(body)
-	} else {
+	default:
 		step, rows, err = s.apply1(body)
 	}
 	if err != nil {
@@ -244,13 +271,16 @@ func (s *server) apply1(body []byte) (uint64, []*rank.Seq, error) {
 }
 
 // logits writes the rows' logits into the shared memory: straight in
-// (float32) or through one row of scratch (16-bit types).
+// (float32) or through one row of scratch (16-bit types). A nil row (a
+// version 3 row without SAMPLE) is left unwritten.
 func (s *server) logits(rows []*rank.Seq) {
 	v := int(s.hello.Vocab)
 	if s.hello.DType == Float32 {
 		out := s.shm.float32s(len(rows) * v)
 		for i, r := range rows {
-			s.model.Row(r, out[i*v:(i+1)*v])
+			if r != nil {
+				s.model.Row(r, out[i*v:(i+1)*v])
+			}
 		}
 		return
 	}
@@ -259,6 +289,9 @@ func (s *server) logits(rows []*rank.Seq) {
 	}
 	out := s.shm.uint16s(len(rows) * v)
 	for i, r := range rows {
+		if r == nil {
+			continue
+		}
 		s.model.Row(r, s.row)
 		narrow(out[i*v:(i+1)*v], s.row, s.hello.DType)
 	}

@@ -87,7 +87,7 @@ func defaultExecutors(cfg *Config, log *slog.Logger) ExecutorFactory {
 			return nil, fielderr.Within("Worker", fielderr.New("DType", "%w", err))
 		}
 		wc := worker.Config{
-			Rank: e.Rank, World: e.World, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS),
+			Rank: e.Rank, World: e.World, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS), BlockSize: cfg.BlockSize,
 			DType: dt, Logits: cfg.Samples(), ForwardTimeout: cfg.Worker.ForwardTimeout,
 			Stdout: os.Stderr, Stderr: os.Stderr, Logger: log, Env: e.Env(),
 		}

@@ -93,6 +93,11 @@ type DriverConfig struct {
 	KV *core.KVConfig
 	// MaxModelLen is core.SchedulerConfig.MaxModelLen (0: no bound).
 	MaxModelLen int
+	// MaxNumBatchedTokens is core.SchedulerConfig.MaxNumBatchedTokens,
+	// the tokens one forward pass feeds: longer prompts are prefilled in
+	// chunks over several steps (0: no bound; else at least MaxBatch, or
+	// Run refuses to start).
+	MaxNumBatchedTokens int
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.

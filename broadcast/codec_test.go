@@ -142,7 +142,7 @@ func TestStepEmptyPromptRoundTrip(t *testing.T) {
 
 func sampleHeartbeats() map[string]*Heartbeat {
 	return map[string]*Heartbeat{
-		"zero":    {},
+		"zero": {},
 		"typical": {
 			Epoch: 2, Rank: 3, Phase: PhaseRunning, Applied: 1234, Digest: 0xdeadbeefcafef00d, UnixNs: 1_700_000_000_000_000_000, Leader: 0x5eed1e55,
 			KV: KVCapacity{BlockSize: 16, Blocks: 5000, MaxModelLen: 32768},

@@ -12,8 +12,10 @@ import (
 // rejected, never guessed at. It changes with any layout change; members
 // advertise it, so ranks of different versions refuse each other at
 // rendezvous. Version 2 added the leader ID to heartbeats and replay
-// replies; version 3 the MAC before the checksum of every message.
-const Version = 3
+// replies; version 3 the MAC before the checksum of every message;
+// version 4 the KV block grants and prefill chunks of a step and the KV
+// capacity of a heartbeat.
+const Version = 4
 
 // Message kinds, the fourth byte of the magic.
 const (
@@ -29,13 +31,20 @@ const (
 	MaxPromptLen  = 1 << 20
 	MaxRemovals   = 4096
 	MaxTokens     = 4096
-	stepHeaderLen = 44
-	heartbeatLen  = 76
-	checksumLen   = 4
+	MaxGrants     = 4096
+	MaxChunks     = 4096
+	// MaxGrantBlocks bounds the blocks of one grant: 2^21 blocks of one
+	// token would hold a sequence twice MaxPromptLen long.
+	MaxGrantBlocks = 1 << 21
+	stepHeaderLen  = 52
+	heartbeatLen   = 88
+	checksumLen    = 4
 	// trailerLen is what ends every message: the MAC, then the CRC.
 	trailerLen     = MACSize + checksumLen
 	admissionFixed = 16
 	tokenLen       = 12
+	grantFixed     = 12
+	chunkLen       = 12
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -70,7 +79,9 @@ type Token struct {
 }
 
 // Step is one decode step as rank 0 publishes it. Applying it means: append
-// Tokens to their sequences, drop Removed, append Admitted, in that order.
+// Tokens to their sequences, drop Removed, append Admitted, grow the named
+// rows' block tables by Grants, set the Fed of the rows named in Chunks, in
+// that order.
 type Step struct {
 	Epoch uint32
 	// Leader identifies the rank 0 process that published the step (a
@@ -144,8 +155,17 @@ func StepSize(s *Step) int {
 	for _, a := range s.Admitted {
 		n += AdmissionSize(len(a.Prompt) + len(a.Output))
 	}
-	return n
+	for _, g := range s.Grants {
+		n += GrantSize(len(g.Blocks))
+	}
+	return n + chunkLen*len(s.Chunks)
 }
+
+// GrantSize is the encoded size of a grant of n blocks.
+func GrantSize(n int) int { return grantFixed + 4*n }
+
+// ChunkSize is the encoded size of one chunk.
+const ChunkSize = chunkLen
 
 // AdmissionSize is the encoded size of an admission carrying n tokens
 // (prompt and output together).
@@ -163,6 +183,8 @@ func (c *Codec) AppendStep(dst []byte, s *Step) []byte {
 	binary.LittleEndian.PutUint32(h[32:], uint32(len(s.Removed)))
 	binary.LittleEndian.PutUint32(h[36:], uint32(len(s.Admitted)))
 	binary.LittleEndian.PutUint32(h[40:], s.Leader)
+	binary.LittleEndian.PutUint32(h[44:], uint32(len(s.Grants)))
+	binary.LittleEndian.PutUint32(h[48:], uint32(len(s.Chunks)))
 	for _, t := range s.Tokens {
 		dst = binary.LittleEndian.AppendUint64(dst, t.Seq)
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(t.Token))
@@ -180,6 +202,17 @@ func (c *Codec) AppendStep(dst []byte, s *Step) []byte {
 		for _, t := range a.Output {
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(t))
 		}
+	}
+	for _, g := range s.Grants {
+		dst = binary.LittleEndian.AppendUint64(dst, g.Seq)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(g.Blocks)))
+		for _, b := range g.Blocks {
+			dst = binary.LittleEndian.AppendUint32(dst, b)
+		}
+	}
+	for _, ch := range s.Chunks {
+		dst = binary.LittleEndian.AppendUint64(dst, ch.Seq)
+		dst = binary.LittleEndian.AppendUint32(dst, ch.Fed)
 	}
 	return c.seal(dst, start)
 }
@@ -211,29 +244,17 @@ func (c *Codec) DecodeStep(b []byte, s *Step) error {
 	s.Epoch = binary.LittleEndian.Uint32(body[16:])
 	s.Leader = binary.LittleEndian.Uint32(body[40:])
 	s.Step = binary.LittleEndian.Uint64(body[20:])
-	nTok := binary.LittleEndian.Uint32(body[28:])
-	nRem := binary.LittleEndian.Uint32(body[32:])
-	nAdm := binary.LittleEndian.Uint32(body[36:])
-	if nTok > MaxTokens || nRem > MaxRemovals || nAdm > MaxAdmissions {
-		return fmt.Errorf("%w: tokens %d (max %d), removals %d (max %d), admissions %d (max %d)",
-			ErrBounds, nTok, MaxTokens, nRem, MaxRemovals, nAdm, MaxAdmissions)
+	n, err := readCounts(body)
+	if err != nil {
+		return err
 	}
 	p := body[stepHeaderLen:]
-	if need := int(nTok)*tokenLen + int(nRem)*8 + int(nAdm)*admissionFixed; len(p) < need {
+	if need := n.fixedBytes(); uint64(len(p)) < need {
 		return fmt.Errorf("%w: counts need at least %d bytes, have %d", ErrShort, need, len(p))
 	}
-	s.Tokens = s.Tokens[:0]
-	for range nTok {
-		s.Tokens = append(s.Tokens, Token{Seq: binary.LittleEndian.Uint64(p), Token: int32(binary.LittleEndian.Uint32(p[8:]))})
-		p = p[tokenLen:]
-	}
-	s.Removed = s.Removed[:0]
-	for range nRem {
-		s.Removed = append(s.Removed, binary.LittleEndian.Uint64(p))
-		p = p[8:]
-	}
+	p = decodeTokens(p, s, n)
 	s.Admitted = s.Admitted[:0]
-	for i := range nAdm {
+	for i := range n.adm {
 		a, rest, err := decodeAdmission(p, i)
 		if err != nil {
 			return err
@@ -241,10 +262,88 @@ func (c *Codec) DecodeStep(b []byte, s *Step) error {
 		s.Admitted = append(s.Admitted, a)
 		p = rest
 	}
+	if p, err = decodeGrants(p, s, n.grants); err != nil {
+		return err
+	}
+	if uint64(len(p)) < uint64(n.chunks)*chunkLen {
+		return fmt.Errorf("%w: %d chunks need %d bytes, have %d", ErrShort, n.chunks, n.chunks*chunkLen, len(p))
+	}
+	s.Chunks = s.Chunks[:0]
+	for range n.chunks {
+		s.Chunks = append(s.Chunks, Chunk{Seq: binary.LittleEndian.Uint64(p), Fed: binary.LittleEndian.Uint32(p[8:])})
+		p = p[chunkLen:]
+	}
 	if len(p) != 0 {
-		return fmt.Errorf("%w: %d bytes after the last admission", ErrTrailing, len(p))
+		return fmt.Errorf("%w: %d bytes after the last chunk", ErrTrailing, len(p))
 	}
 	return nil
+}
+
+// stepCounts are the counts of a step's header.
+type stepCounts struct{ tok, rem, adm, grants, chunks uint32 }
+
+// readCounts reads the counts at offsets 28, 32, 36, 44 and 48 of a step
+// and checks them against the limits.
+func readCounts(body []byte) (stepCounts, error) {
+	n := stepCounts{
+		tok: binary.LittleEndian.Uint32(body[28:]), rem: binary.LittleEndian.Uint32(body[32:]),
+		adm: binary.LittleEndian.Uint32(body[36:]), grants: binary.LittleEndian.Uint32(body[44:]),
+		chunks: binary.LittleEndian.Uint32(body[48:]),
+	}
+	if n.tok > MaxTokens || n.rem > MaxRemovals || n.adm > MaxAdmissions || n.grants > MaxGrants || n.chunks > MaxChunks {
+		return n, fmt.Errorf("%w: tokens %d (max %d), removals %d (max %d), admissions %d (max %d), grants %d (max %d), chunks %d (max %d)",
+			ErrBounds, n.tok, MaxTokens, n.rem, MaxRemovals, n.adm, MaxAdmissions, n.grants, MaxGrants, n.chunks, MaxChunks)
+	}
+	return n, nil
+}
+
+// fixedBytes is the least the body after the header can hold with these
+// counts: every entry with no prompt, output or blocks.
+func (n stepCounts) fixedBytes() uint64 {
+	return uint64(n.tok)*tokenLen + uint64(n.rem)*8 + uint64(n.adm)*admissionFixed + uint64(n.grants)*grantFixed + uint64(n.chunks)*chunkLen
+}
+
+// decodeTokens decodes the tokens and removals, whose bytes the caller
+// has checked are present, and returns the bytes after them.
+func decodeTokens(p []byte, s *Step, n stepCounts) []byte {
+	s.Tokens = s.Tokens[:0]
+	for range n.tok {
+		s.Tokens = append(s.Tokens, Token{Seq: binary.LittleEndian.Uint64(p), Token: int32(binary.LittleEndian.Uint32(p[8:]))})
+		p = p[tokenLen:]
+	}
+	s.Removed = s.Removed[:0]
+	for range n.rem {
+		s.Removed = append(s.Removed, binary.LittleEndian.Uint64(p))
+		p = p[8:]
+	}
+	return p
+}
+
+// decodeGrants decodes n grants from the start of p into s.Grants and
+// returns the bytes after them. A grant's blocks are checked against the
+// limit and the bytes present before they are allocated.
+func decodeGrants(p []byte, s *Step, n uint32) ([]byte, error) {
+	s.Grants = s.Grants[:0]
+	for i := range n {
+		if len(p) < grantFixed {
+			return nil, fmt.Errorf("%w: grant %d header", ErrShort, i)
+		}
+		seq, nb := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
+		p = p[grantFixed:]
+		if nb < 1 || nb > MaxGrantBlocks {
+			return nil, fmt.Errorf("%w: grant %d (sequence %d) has %d blocks, want 1 to %d", ErrBounds, i, seq, nb, MaxGrantBlocks)
+		}
+		if uint64(len(p)) < uint64(nb)*4 {
+			return nil, fmt.Errorf("%w: grant %d (sequence %d) blocks need %d bytes, have %d", ErrShort, i, seq, uint64(nb)*4, len(p))
+		}
+		g := Grant{Seq: seq, Blocks: make([]uint32, nb)}
+		for j := range g.Blocks {
+			g.Blocks[j] = binary.LittleEndian.Uint32(p[4*j:])
+		}
+		p = p[4*nb:]
+		s.Grants = append(s.Grants, g)
+	}
+	return p, nil
 }
 
 // decodeAdmission decodes admission i from the start of p and returns it
@@ -330,6 +429,9 @@ func (c *Codec) AppendHeartbeat(dst []byte, h *Heartbeat) []byte {
 	binary.LittleEndian.PutUint64(b[36:], h.Digest)
 	binary.LittleEndian.PutUint64(b[44:], uint64(h.UnixNs))
 	binary.LittleEndian.PutUint32(b[52:], h.Leader)
+	binary.LittleEndian.PutUint32(b[56:], h.KV.BlockSize)
+	binary.LittleEndian.PutUint32(b[60:], h.KV.Blocks)
+	binary.LittleEndian.PutUint32(b[64:], h.KV.MaxModelLen)
 	return c.seal(dst, start)
 }
 
@@ -351,5 +453,10 @@ func (c *Codec) DecodeHeartbeat(b []byte, h *Heartbeat) error {
 	h.Digest = binary.LittleEndian.Uint64(b[36:])
 	h.UnixNs = int64(binary.LittleEndian.Uint64(b[44:]))
 	h.Leader = binary.LittleEndian.Uint32(b[52:])
+	h.KV = KVCapacity{
+		BlockSize:   binary.LittleEndian.Uint32(b[56:]),
+		Blocks:      binary.LittleEndian.Uint32(b[60:]),
+		MaxModelLen: binary.LittleEndian.Uint32(b[64:]),
+	}
 	return nil
 }

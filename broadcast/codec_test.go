@@ -47,7 +47,9 @@ func sampleSteps() map[string]*Step {
 			p[j] = int32(i*100 + j)
 		}
 		many.Admitted = append(many.Admitted, Admission{Seq: uint64(2000 + i), Prompt: p})
+		many.Grants = append(many.Grants, Grant{Seq: uint64(2000 + i), Blocks: []uint32{uint32(3 * i), uint32(3*i + 1)}[:1+i%2]})
 	}
+	many.Chunks = []Chunk{{Seq: 2024, Fed: 16}}
 	return map[string]*Step{
 		"empty": {Epoch: 0, Step: 1},
 		"one of each": {
@@ -55,6 +57,8 @@ func sampleSteps() map[string]*Step {
 			Tokens:   []Token{{Seq: 1, Token: 42}},
 			Removed:  []uint64{1},
 			Admitted: []Admission{{Seq: 2, Prompt: []int32{5, 6, 7}}, {Seq: 3, Prompt: []int32{8}, Output: []int32{9, 10}}},
+			Grants:   []Grant{{Seq: 2, Blocks: []uint32{4}}},
+			Chunks:   []Chunk{{Seq: 3, Fed: 2}},
 		},
 		"many":           many,
 		"negative token": {Epoch: 1, Step: 9, Tokens: []Token{{Seq: 4, Token: -1}, {Seq: 5, Token: math.MinInt32}}},
@@ -63,6 +67,8 @@ func sampleSteps() map[string]*Step {
 			Tokens:   []Token{{Seq: math.MaxUint64, Token: math.MaxInt32}},
 			Removed:  []uint64{math.MaxUint64},
 			Admitted: []Admission{{Seq: math.MaxUint64 - 1, Prompt: []int32{math.MaxInt32, math.MinInt32, -1, 0}}},
+			Grants:   []Grant{{Seq: math.MaxUint64 - 1, Blocks: []uint32{math.MaxUint32, 0}}},
+			Chunks:   []Chunk{{Seq: math.MaxUint64 - 1, Fed: math.MaxUint32}},
 		},
 	}
 }
@@ -79,6 +85,12 @@ func normalise(s *Step) *Step {
 	}
 	if len(c.Admitted) == 0 {
 		c.Admitted = nil
+	}
+	if len(c.Grants) == 0 {
+		c.Grants = nil
+	}
+	if len(c.Chunks) == 0 {
+		c.Chunks = nil
 	}
 	c.Admitted = append([]Admission(nil), c.Admitted...)
 	for i := range c.Admitted {
@@ -99,8 +111,8 @@ func TestStepRoundTrip(t *testing.T) {
 			}
 			msg = msg[len(prefix):]
 			want := normalise(want)
-			if n := stepHeaderLen + trailerLen + len(want.Tokens)*tokenLen + len(want.Removed)*8; len(msg) < n {
-				t.Fatalf("encoding is %d bytes, want at least %d", len(msg), n)
+			if n := StepSize(want); len(msg) != n {
+				t.Fatalf("encoding is %d bytes, StepSize says %d", len(msg), n)
 			}
 			var got Step
 			if err := testCodec.DecodeStep(msg, &got); err != nil {
@@ -130,9 +142,15 @@ func TestStepEmptyPromptRoundTrip(t *testing.T) {
 
 func sampleHeartbeats() map[string]*Heartbeat {
 	return map[string]*Heartbeat{
-		"zero":    {},
-		"typical": {Epoch: 2, Rank: 3, Phase: PhaseRunning, Applied: 1234, Digest: 0xdeadbeefcafef00d, UnixNs: 1_700_000_000_000_000_000, Leader: 0x5eed1e55},
-		"max":     {Epoch: math.MaxUint32, Rank: math.MaxUint32, Phase: 255, Applied: math.MaxUint64, Digest: math.MaxUint64, UnixNs: math.MaxInt64, Leader: math.MaxUint32},
+		"zero": {},
+		"typical": {
+			Epoch: 2, Rank: 3, Phase: PhaseRunning, Applied: 1234, Digest: 0xdeadbeefcafef00d, UnixNs: 1_700_000_000_000_000_000, Leader: 0x5eed1e55,
+			KV: KVCapacity{BlockSize: 16, Blocks: 5000, MaxModelLen: 32768},
+		},
+		"max": {
+			Epoch: math.MaxUint32, Rank: math.MaxUint32, Phase: 255, Applied: math.MaxUint64, Digest: math.MaxUint64, UnixNs: math.MaxInt64, Leader: math.MaxUint32,
+			KV: KVCapacity{BlockSize: math.MaxUint32, Blocks: math.MaxUint32, MaxModelLen: math.MaxUint32},
+		},
 		"negative clock": {
 			Phase: PhaseAborted, UnixNs: math.MinInt64,
 		},
@@ -292,6 +310,8 @@ func TestStepBounds(t *testing.T) {
 		offTok = 28
 		offRem = 32
 		offAdm = 36
+		offG   = 44
+		offC   = 48
 	)
 	base := func() []byte { return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1}) }
 	withAdmission := func() []byte {
@@ -301,8 +321,16 @@ func TestStepBounds(t *testing.T) {
 		binary.LittleEndian.PutUint32(b[off:], v)
 		return reseal(b)
 	}
-	// Offset of the first admission's prompt length in withAdmission().
+	withGrant := func() []byte {
+		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Grants: []Grant{{Seq: 1, Blocks: []uint32{1, 2}}}})
+	}
+	withChunk := func() []byte {
+		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Chunks: []Chunk{{Seq: 1, Fed: 3}}})
+	}
+	// Offset of the first admission's prompt length in withAdmission(),
+	// and of the first grant's block count in withGrant().
 	promptLenOff := stepHeaderLen + 8
+	blocksOff := stepHeaderLen + 8
 	for _, tc := range []struct {
 		name string
 		msg  []byte
@@ -324,6 +352,22 @@ func TestStepBounds(t *testing.T) {
 		{"prompt one longer than present", put(withAdmission(), promptLenOff, 3), ErrShort},
 		{"prompt shorter than present", put(withAdmission(), promptLenOff, 1), ErrTrailing},
 		{"second admission claimed, header absent", put(withAdmission(), offAdm, 2), ErrShort},
+		{"grants over limit", put(base(), offG, MaxGrants+1), ErrBounds},
+		{"grants max uint32", put(base(), offG, math.MaxUint32), ErrBounds},
+		{"chunks over limit", put(base(), offC, MaxChunks+1), ErrBounds},
+		{"chunks max uint32", put(base(), offC, math.MaxUint32), ErrBounds},
+		{"grants at limit, bytes absent", put(base(), offG, MaxGrants), ErrShort},
+		{"chunks at limit, bytes absent", put(base(), offC, MaxChunks), ErrShort},
+		{"one chunk, bytes absent", put(base(), offC, 1), ErrShort},
+		{"grant of no blocks", put(withGrant(), blocksOff, 0), ErrBounds},
+		{"grant blocks over limit", put(withGrant(), blocksOff, MaxGrantBlocks+1), ErrBounds},
+		{"grant blocks max uint32", put(withGrant(), blocksOff, math.MaxUint32), ErrBounds},
+		{"grant blocks at limit, bytes absent", put(withGrant(), blocksOff, MaxGrantBlocks), ErrShort},
+		{"grant one block longer than present", put(withGrant(), blocksOff, 3), ErrShort},
+		{"grant shorter than present", put(withGrant(), blocksOff, 1), ErrTrailing},
+		{"second grant claimed, header absent", put(withGrant(), offG, 2), ErrShort},
+		{"second chunk claimed, bytes absent", put(withChunk(), offC, 2), ErrShort},
+		{"chunk claimed, grant bytes read as it", put(withGrant(), offC, 1), ErrShort},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Step
@@ -519,18 +563,19 @@ func le(b []byte) uint64 {
 }
 
 // TestHeartbeatLayout pins the heartbeat's bytes to the table in
-// docs/protocol.md: 76 bytes, the sender's leader at offset 52, the MAC
-// at 56 (zero without a key, else HMAC-SHA256 of bytes 0-55 truncated to
-// 16 bytes), the CRC-32C of bytes 0-71 at 72.
+// docs/protocol.md: 88 bytes, the sender's leader at offset 52, its KV
+// capacity at 56, 60 and 64, the MAC at 68 (zero without a key, else
+// HMAC-SHA256 of bytes 0-67 truncated to 16 bytes), the CRC-32C of bytes
+// 0-83 at 84.
 func TestHeartbeatLayout(t *testing.T) {
 	h := sampleHeartbeats()["typical"]
 	for _, c := range []*Codec{testCodec, keyedCodec} {
 		msg := c.AppendHeartbeat(nil, h)
-		if len(msg) != 76 || heartbeatLen != 76 {
-			t.Fatalf("heartbeat is %d bytes (heartbeatLen %d), want 76", len(msg), heartbeatLen)
+		if len(msg) != 88 || heartbeatLen != 88 {
+			t.Fatalf("heartbeat is %d bytes (heartbeatLen %d), want 88", len(msg), heartbeatLen)
 		}
-		if string(msg[:4]) != "TPCH" || msg[4] != Version || Version != 3 {
-			t.Fatalf("header % x, want TPCH and version 3", msg[:5])
+		if string(msg[:4]) != "TPCH" || msg[4] != Version || Version != 4 {
+			t.Fatalf("header % x, want TPCH and version 4", msg[:5])
 		}
 		for _, f := range []struct {
 			name      string
@@ -546,22 +591,25 @@ func TestHeartbeatLayout(t *testing.T) {
 			{"digest", 36, 8, h.Digest},
 			{"clock", 44, 8, uint64(h.UnixNs)},
 			{"leader", 52, 4, uint64(h.Leader)},
-			{"crc-32c", 72, 4, uint64(crc32.Checksum(msg[:72], crc32.MakeTable(crc32.Castagnoli)))},
+			{"kv block size", 56, 4, uint64(h.KV.BlockSize)},
+			{"kv blocks", 60, 4, uint64(h.KV.Blocks)},
+			{"max model len", 64, 4, uint64(h.KV.MaxModelLen)},
+			{"crc-32c", 84, 4, uint64(crc32.Checksum(msg[:84], crc32.MakeTable(crc32.Castagnoli)))},
 		} {
 			if got := le(msg[f.off : f.off+f.size]); got != f.want {
 				t.Errorf("keyed %v: %s at %d: %#x, want %#x", c.Keyed(), f.name, f.off, got, f.want)
 			}
 		}
-		if want := refMAC(c, msg[:56]); !bytes.Equal(msg[56:72], want) {
-			t.Errorf("keyed %v: MAC at 56 is %x, want %x", c.Keyed(), msg[56:72], want)
+		if want := refMAC(c, msg[:68]); !bytes.Equal(msg[68:84], want) {
+			t.Errorf("keyed %v: MAC at 68 is %x, want %x", c.Keyed(), msg[68:84], want)
 		}
 	}
 }
 
 // TestHeartbeatStrict: a heartbeat has exactly one length, and the leader
 // field is covered by the checksum; a version 1 heartbeat (56 bytes, no
-// leader) and a version 2 one (60 bytes, no MAC) are refused as other
-// versions.
+// leader), a version 2 one (60 bytes, no MAC) and a version 3 one (76
+// bytes, no KV capacity) are refused as other versions.
 func TestHeartbeatStrict(t *testing.T) {
 	msg := func() []byte { return testCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"]) }
 	older := func(version byte, n int) func() []byte {
@@ -571,7 +619,7 @@ func TestHeartbeatStrict(t *testing.T) {
 			return reseal(b)
 		}
 	}
-	v1, v2 := older(1, 56), older(2, 60)
+	v1, v2, v3 := older(1, 56), older(2, 60), older(3, 76)
 	for _, tc := range []struct {
 		name string
 		msg  []byte
@@ -582,9 +630,12 @@ func TestHeartbeatStrict(t *testing.T) {
 		{"without the MAC", reseal(append(msg()[:56:56], 0, 0, 0, 0)), ErrShort},
 		{"version 1 layout", v1(), ErrVersion},
 		{"version 2 layout", v2(), ErrVersion},
+		{"version 3 layout", v3(), ErrVersion},
+		{"without the KV capacity", reseal(append(msg()[:56:56], make([]byte, 20)...)), ErrShort},
 		{"leader changed, checksum not", func() []byte { b := msg(); b[52] ^= 1; return b }(), ErrChecksum},
-		{"MAC changed, checksum not", func() []byte { b := msg(); b[60] ^= 1; return b }(), ErrChecksum},
-		{"checksum corrupted", func() []byte { b := msg(); b[73] ^= 0x80; return b }(), ErrChecksum},
+		{"KV blocks changed, checksum not", func() []byte { b := msg(); b[60] ^= 1; return b }(), ErrChecksum},
+		{"MAC changed, checksum not", func() []byte { b := msg(); b[72] ^= 1; return b }(), ErrChecksum},
+		{"checksum corrupted", func() []byte { b := msg(); b[85] ^= 0x80; return b }(), ErrChecksum},
 	} {
 		var h Heartbeat
 		if err := testCodec.DecodeHeartbeat(tc.msg, &h); !errors.Is(err, tc.want) {
@@ -598,5 +649,57 @@ func TestHeartbeatStrict(t *testing.T) {
 	var h Heartbeat
 	if err := testCodec.DecodeHeartbeat(reseal(b), &h); err != nil || h.Leader != 0x0badf00d {
 		t.Errorf("resealed leader: %+v, %v", h, err)
+	}
+}
+
+// TestStepSizeTable pins StepSize to the layout in docs/protocol.md: a
+// 52-byte header and the 20-byte trailer, 12 bytes a token, 8 a removal,
+// 16 plus 4 a token an admission, 12 plus 4 a block a grant, 12 a chunk.
+func TestStepSizeTable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    *Step
+		want int
+	}{
+		{"empty", &Step{}, 72},
+		{"one token", &Step{Tokens: []Token{{}}}, 84},
+		{"one removal", &Step{Removed: []uint64{1}}, 80},
+		{"admission of 3+2", &Step{Admitted: []Admission{{Prompt: make([]int32, 3), Output: make([]int32, 2)}}}, 72 + 16 + 20},
+		{"grant of 1 block", &Step{Grants: []Grant{{Blocks: []uint32{1}}}}, 72 + 16},
+		{"grants of 2 and 5", &Step{Grants: []Grant{{Blocks: make([]uint32, 2)}, {Blocks: make([]uint32, 5)}}}, 72 + 20 + 32},
+		{"two chunks", &Step{Chunks: []Chunk{{}, {}}}, 72 + 24},
+		{"all", sampleSteps()["one of each"], 72 + 12 + 8 + (16 + 12) + (16 + 12) + 16 + 12},
+	} {
+		if got := StepSize(tc.s); got != tc.want {
+			t.Errorf("%s: StepSize %d, want %d", tc.name, got, tc.want)
+		}
+		if got := len(testCodec.AppendStep(nil, tc.s)); got != tc.want {
+			t.Errorf("%s: encoding is %d bytes, want %d", tc.name, got, tc.want)
+		}
+	}
+	if GrantSize(3) != 24 || ChunkSize != 12 || AdmissionSize(2) != 24 {
+		t.Errorf("GrantSize(3) %d, ChunkSize %d, AdmissionSize(2) %d; want 24, 12, 24", GrantSize(3), ChunkSize, AdmissionSize(2))
+	}
+}
+
+// TestGrantBoundsNoHugeAllocation: refusing a grant that claims the most
+// blocks the limit allows, which the message does not hold, allocates
+// nothing sized from the claim (8 MiB).
+func TestGrantBoundsNoHugeAllocation(t *testing.T) {
+	msg := testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Grants: []Grant{{Seq: 1, Blocks: []uint32{1}}}})
+	binary.LittleEndian.PutUint32(msg[stepHeaderLen+8:], MaxGrantBlocks)
+	reseal(msg)
+	var s Step
+	const runs = 16
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		if err := testCodec.DecodeStep(msg, &s); !errors.Is(err, ErrShort) {
+			t.Fatalf("err = %v, want ErrShort", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 64<<10 {
+		t.Fatalf("refusing a grant of %d blocks allocated %d bytes per decode", MaxGrantBlocks, per)
 	}
 }

@@ -97,6 +97,11 @@ type DriverConfig struct {
 	// carry it, and rank 0 stops the job when a follower's differs from
 	// its own: the ranks' workers would page different pools.
 	Capacity KVCapacity
+	// MaxNumBatchedTokens is core.SchedulerConfig.MaxNumBatchedTokens,
+	// the tokens one forward pass feeds: longer prompts are prefilled in
+	// chunks over several steps (0: no bound; else at least MaxBatch, or
+	// Run refuses to start).
+	MaxNumBatchedTokens int
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.

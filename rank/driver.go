@@ -53,6 +53,10 @@ type Driver struct {
 	rejected map[string]uint64
 	lastWarn map[string]time.Time
 	initErr  error // a configuration NewDriver could not take: Run returns it
+
+	// maxStepTokens is the most tokens one applied step fed (status and
+	// metrics read it).
+	maxStepTokens atomic.Int64
 }
 
 // leaderState is what only rank 0 keeps.
@@ -143,7 +147,10 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 	if cfg.Rank != 0 {
 		d.f = &followerState{steps: make(chan stepMsg, stepQueueLen), behind: make(chan struct{}, 1)}
 	} else {
-		sc := core.SchedulerConfig{MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens, KV: cfg.KV, MaxModelLen: cfg.MaxModelLen}
+		sc := core.SchedulerConfig{
+			MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens,
+			KV: cfg.KV, MaxModelLen: cfg.MaxModelLen, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+		}
 		d.l = &leaderState{
 			intake: make(chan *Request, cfg.MaxQueue),
 			ops:    make(chan core.ClientOp, 4096),
@@ -197,7 +204,7 @@ func (d *Driver) Status() api.RankStatus {
 	st := api.RankStatus{
 		Rank: d.cfg.Rank, World: d.cfg.World, Job: d.cfg.Job, Version: d.cfg.Version, Member: d.cfg.Member, Epoch: d.cfg.Epoch,
 		State: p.phase.String(), Step: p.applied, Digest: digestString(p.digest), Rows: p.rows, Waiting: p.waiting, KV: p.kv,
-		Rejected: rejected,
+		Rejected: rejected, MaxStepTokens: int(d.maxStepTokens.Load()),
 	}
 	if d.cfg.Rank == 0 {
 		st.Vocab, st.MaxModelLen = d.ex.Vocab(), d.cfg.MaxModelLen
@@ -210,6 +217,13 @@ func (d *Driver) Status() api.RankStatus {
 	}
 	d.fillTelemetry(&st)
 	return st
+}
+
+// applied notes what the step the mirror just applied fed.
+func (d *Driver) applied() {
+	if n := int64(d.mirror.StepTokens()); n > d.maxStepTokens.Load() {
+		d.maxStepTokens.Store(n) // only the Run goroutine writes it
+	}
 }
 
 func digestString(d uint64) string { return fmt.Sprintf("%016x", d) }

@@ -77,6 +77,7 @@ func (d *Driver) applyAndRun(ctx context.Context, st *broadcast.Step) error {
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank %d: %w", ErrAborted, d.cfg.Rank, err)
 	}
+	d.applied()
 	d.f.following = st.Leader
 	fctx, span := d.span(ctx, "forward")
 	rows := d.mirror.Rows()

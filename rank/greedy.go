@@ -12,9 +12,13 @@ type Greedy struct{}
 var _ Picker = Greedy{}
 
 // Pick takes each row's argmax; it reads no request parameters, so reqs
-// may hold nils.
+// may hold nils. A row being prefilled is not sampled: NoToken.
 func (Greedy) Pick(rows []*Seq, _ []*Request, logits []float32, vocab int, tokens []int32, errs []error) {
 	for i := range rows {
+		if rows[i].Prefilling() {
+			tokens[i] = NoToken
+			continue
+		}
 		row := logits[i*vocab : (i+1)*vocab]
 		best, bestV := int32(-1), float32(math.Inf(-1))
 		for j, v := range row {

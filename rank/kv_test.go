@@ -21,13 +21,19 @@ import (
 // (nil: memory not scheduled).
 func kvJob(t *testing.T, kv *core.KVConfig, m *Metrics) (*cluster, *runningRank) {
 	t.Helper()
+	return kvJobWith(t, kv, 0, m)
+}
+
+// kvJobWith is kvJob with a token budget (DriverConfig.MaxNumBatchedTokens).
+func kvJobWith(t *testing.T, kv *core.KVConfig, budget int, m *Metrics) (*cluster, *runningRank) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{hub: broadcast.NewHub(), cancel: cancel}
 	c.requester = c.hub.Connect()
 	t.Cleanup(c.requester.Close)
 	for r := range 2 {
 		cfg := driverConfig(r, 2)
-		cfg.MaxBatch, cfg.MaxQueue, cfg.KV = 8, 64, kv
+		cfg.MaxBatch, cfg.MaxQueue, cfg.KV, cfg.MaxNumBatchedTokens = 8, 64, kv, budget
 		if r == 0 {
 			cfg.Metrics = m
 		}
@@ -138,4 +144,99 @@ func TestDriverKVPreemptionSameTokens(t *testing.T) {
 		t.Errorf("the flight recorder noted %d preemptions of %d (its ring holds the last %d steps):\n%s", noted, kv.Preemptions, DefaultFlightSteps, dump.String())
 	}
 	t.Logf("%d preemptions, %d in the flight recorder's steps", kv.Preemptions, noted)
+}
+
+// chunkRequest is request i of a load of long prompts: seeded (every
+// other one greedy), 10 to 49 tokens, several times the budget of
+// TestDriverChunkedPrefillSameTokens.
+func chunkRequest(i int) *api.GenerateRequest {
+	req := kvRequest(i)
+	prompt := make([]int32, 10+(i*7)%40)
+	for j := range prompt {
+		prompt[j] = int32(3 + (i*31+j*17)%(drvVocab-3))
+	}
+	req.PromptTokenIDs = prompt
+	return req
+}
+
+// TestDriverChunkedPrefillSameTokens: 16 concurrent seeded and greedy
+// requests with prompts longer than a budget of 8 tokens a step, through
+// a small KV cache: their prompts are prefilled in chunks (and some
+// preempted and prefilled again), no step feeds more than the budget on
+// any rank, the ranks stay in lockstep, and every request's tokens equal
+// the same request's run alone without a budget or memory scheduling.
+func TestDriverChunkedPrefillSameTokens(t *testing.T) {
+	const n, budget = 16, 8
+	alone := make([][]int32, n)
+	{
+		c, _ := kvJob(t, nil, nil)
+		for i := range n {
+			rep, err := client.Generate(context.Background(), c.requester, drvSubj, chunkRequest(i), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alone[i] = rep.Tokens
+		}
+		c.cancel()
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r0 := kvJobWith(t, &core.KVConfig{BlockSize: 4, Blocks: 24, Watermark: 1}, budget, m)
+	got := make([][]int32, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			rep, err := client.Generate(ctx, c.requester, drvSubj, chunkRequest(i), nil)
+			if err == nil {
+				got[i] = rep.Tokens
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if !slices.Equal(got[i], alone[i]) {
+			t.Errorf("request %d: %v with a budget of %d, %v alone", i, got[i], budget, alone[i])
+		}
+	}
+	poll.Until(t, 10*time.Second, "blocks still held after every request finished", func() bool { return r0.d.Status().KV.Used == 0 })
+	st := c.status(t)
+	for _, s := range st {
+		if s.MaxStepTokens < budget/2 || s.MaxStepTokens > budget {
+			t.Errorf("rank %d: max_step_tokens %d, want the budget of %d reached but never exceeded", s.Rank, s.MaxStepTokens, budget)
+		}
+	}
+	if v := sample(scrape(t, reg), "tpcoord_step_tokens_max"); v != float64(r0.d.Status().MaxStepTokens) {
+		t.Errorf("tpcoord_step_tokens_max %v, status says %d", v, r0.d.Status().MaxStepTokens)
+	}
+	if st[0].Digest != st[1].Digest && st[0].Step == st[1].Step {
+		t.Fatalf("ranks diverged: %+v", st)
+	}
+	t.Logf("%d preemptions, max step tokens %d", r0.d.Status().KV.Preemptions, st[0].MaxStepTokens)
+}
+
+// TestDriverBudgetBelowMaxBatch: a budget below MaxBatch is refused when
+// the loop starts, naming both.
+func TestDriverBudgetBelowMaxBatch(t *testing.T) {
+	cfg := driverConfig(0, 1)
+	cfg.MaxNumBatchedTokens = cfg.MaxBatch - 1
+	ex, err := NewSynthetic(SyntheticConfig{Vocab: drvVocab, EOS: drvEOS, Logits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := broadcast.NewHub().Connect()
+	defer tr.Close()
+	err = NewDriver(cfg, tr, ex, Greedy{}).Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "MaxNumBatchedTokens (3)") || !strings.Contains(err.Error(), "MaxBatch (4)") {
+		t.Fatalf("Run with a budget of 3 and MaxBatch 4: %v", err)
+	}
 }

@@ -96,6 +96,7 @@ func (d *Driver) leadStep(ctx context.Context, k uint64, st *broadcast.Step, sc 
 	if err := d.mirror.Apply(st); err != nil {
 		return fmt.Errorf("%w: rank 0 cannot apply its own step: %w", ErrAborted, err)
 	}
+	d.applied()
 	d.mu.Lock()
 	d.peerTab.RecordDigest(k, d.mirror.Digest())
 	d.mu.Unlock()
@@ -140,6 +141,12 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	d.cfg.Flight.enter(PhaseSample, time.Now())
 	d.pick.Pick(rows, sc.reqs, logits, d.ex.Vocab(), sc.tokens, sc.errs)
 	for i, err := range sc.errs {
+		if rows[i].Prefilling() {
+			// Not sampled, whatever the picker made of its logits (a
+			// worker need not write them): no token, and no error.
+			sc.tokens[i], sc.errs[i] = NoToken, nil
+			continue
+		}
 		if err != nil {
 			// Only rank 0's model returns logits: a row it cannot sample
 			// (NaN, +Inf) fails that request alone, naming where it came from.

@@ -316,13 +316,13 @@ func TestStepQueueBytes(t *testing.T) {
 		return &broadcast.Msg{Subject: drvSubj.Step(), Data: drvCodec.AppendStep(nil, st)}
 	}
 	full := func() uint64 { return d.Status().Rejected["step_queue_full"] }
-	one := int64(len(msg(1, 1).Data)) // 76 bytes
+	one := int64(len(msg(1, 1).Data)) // 84 bytes
 	d.onStep(msg(1, 1))
-	d.onStep(msg(2, 1)) // 152 > 100: dropped
+	d.onStep(msg(2, 1)) // 168 > 100: dropped
 	if len(d.f.steps) != 1 || d.f.queued.Load() != one || full() != 1 {
 		t.Fatalf("%d steps, %d bytes queued, %d dropped; want 1, %d, 1", len(d.f.steps), d.f.queued.Load(), full(), one)
 	}
-	d.onStep(msg(3, 2)) // 76+88 > 100: dropped
+	d.onStep(msg(3, 2)) // 84+96 > 100: dropped
 	if len(d.f.steps) != 1 || full() != 2 {
 		t.Fatalf("%d steps queued, %d dropped; want 1, 2", len(d.f.steps), full())
 	}

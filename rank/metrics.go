@@ -38,7 +38,7 @@ type Metrics struct {
 	preemptSeen  uint64            // the attached driver's preemptions already counted
 
 	stateDesc, peersDesc, refusedDesc, stepDesc  *prometheus.Desc
-	kvUsageDesc                                  *prometheus.Desc
+	kvUsageDesc, stepTokensDesc                  *prometheus.Desc
 	poolReadyDesc, poolInlineDesc, poolTakenDesc *prometheus.Desc
 }
 
@@ -82,6 +82,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		kvUsageDesc: prometheus.NewDesc("tpcoord_kv_cache_usage_perc",
 			"Rank 0: the fraction of the KV cache's blocks held by sequences (1 means 100 percent), as vLLM's vllm:kv_cache_usage_perc.", nil, nil),
+		stepTokensDesc: prometheus.NewDesc("tpcoord_step_tokens_max",
+			"The most tokens one step's forward pass fed in this epoch, summed over its rows (one per decoding row, the chunk of a prompt being prefilled); --max-num-batched-tokens bounds it.", nil, nil),
 		rejectedBase: map[string]uint64{},
 		stateDesc:    prometheus.NewDesc("tpcoord_rank_state", "1 for the state this rank is in (joining, ready, running, stopping, aborted), 0 for the others.", []string{"state"}, nil),
 		peersDesc:    prometheus.NewDesc("tpcoord_peers_present", "Rank 0: followers that sent a heartbeat in this epoch within the last few heartbeat intervals.", nil, nil),
@@ -193,7 +195,7 @@ func (m *Metrics) observeBroadcast(h map[string]string, now time.Time) {
 type scrapeCollector Metrics
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.stateDesc, c.peersDesc, c.stepDesc, c.refusedDesc, c.poolReadyDesc, c.poolInlineDesc, c.poolTakenDesc, c.kvUsageDesc} {
+	for _, d := range []*prometheus.Desc{c.stateDesc, c.peersDesc, c.stepDesc, c.refusedDesc, c.poolReadyDesc, c.poolInlineDesc, c.poolTakenDesc, c.kvUsageDesc, c.stepTokensDesc} {
 		ch <- d
 	}
 }
@@ -225,6 +227,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.kvUsageDesc, prometheus.GaugeValue, float64(kv.Used)/float64(kv.Blocks))
 		}
 		ch <- prometheus.MustNewConstMetric(c.stepDesc, prometheus.GaugeValue, float64(applied))
+		ch <- prometheus.MustNewConstMetric(c.stepTokensDesc, prometheus.GaugeValue, float64(d.maxStepTokens.Load()))
 		if d.cfg.Rank == 0 {
 			ch <- prometheus.MustNewConstMetric(c.peersDesc, prometheus.GaugeValue, float64(present))
 			if sp, ok := d.pick.(interface{ Stats() map[string]uint64 }); ok {

@@ -33,6 +33,7 @@ type Sampling struct {
 	rows    []sampler.Row
 	out     []sampler.Result
 	taken   []noisepool.Row
+	picked  []int             // the batch row of each of rows
 	active  map[uint64]uint64 // streams activated in the pool: key to end
 	seen    map[uint64]bool   // streams of the current batch
 	// takeErrs counts rows that fell back to inline noise because the pool
@@ -141,7 +142,7 @@ func (p *Sampling) Prefetch(rows []*Seq, reqs []*Request) {
 	clear(p.seen)
 	for i, r := range rows {
 		params := rowParams(reqs[i])
-		if !wantsPoolRow(&params) {
+		if r.Prefilling() || !wantsPoolRow(&params) {
 			continue
 		}
 		key := noisepool.StreamKey(params.Seed, p.base, r.ID)
@@ -193,11 +194,17 @@ func (p *Sampling) retireUnseen() {
 // defaults for a row without a request). A row's noise is a pure function
 // of the request's seed, the base, the sequence and the output position,
 // wherever it is computed (inline, pool or sync). With a pool, Pick keeps
-// the streams of the rows in the batch active and retires the others.
+// the streams of the rows in the batch active and retires the others. A
+// row being prefilled is not sampled (its logits need not be written):
+// NoToken, and its stream is left for the step that samples it.
 func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab int, tokens []int32, errs []error) {
-	p.rows, p.out, p.taken = p.rows[:0], p.out[:0], p.taken[:0]
+	p.rows, p.out, p.taken, p.picked = p.rows[:0], p.out[:0], p.taken[:0], p.picked[:0]
 	clear(p.seen)
 	for i, r := range rows {
+		if r.Prefilling() {
+			tokens[i], errs[i] = NoToken, nil
+			continue
+		}
 		sr := sampler.Row{
 			Logits: logits[i*vocab : (i+1)*vocab],
 			Prompt: r.Prompt, Output: r.Output, EOS: p.eos,
@@ -227,14 +234,15 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 		}
 		p.rows = append(p.rows, sr)
 		p.out = append(p.out, sampler.Result{})
+		p.picked = append(p.picked, i)
 	}
 	p.s.Sample(p.rows, p.out)
 	for _, nr := range p.taken {
 		_ = p.pool.Release(nr)
 	}
 	p.retireUnseen()
-	for i, res := range p.out {
-		tokens[i], errs[i] = res.Token, res.Err
+	for j, res := range p.out {
+		tokens[p.picked[j]], errs[p.picked[j]] = res.Token, res.Err
 	}
 	// The rows point into the executor's logits and the requests' tokens.
 	// A Sampling outlives epochs, the executor does not: a row kept past

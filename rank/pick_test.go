@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -34,7 +35,7 @@ func pickAll(t *testing.T, p Picker, temps []float32) []int32 {
 		seed := uint64(i)
 		params := api.DefaultParams()
 		params.Temperature, params.Seed = temp, &seed
-		rows = append(rows, &Seq{ID: uint64(i + 1), Prompt: []int32{int32(i), 7}, Output: []int32{3}})
+		rows = append(rows, &Seq{ID: uint64(i + 1), Prompt: []int32{int32(i), 7}, Output: []int32{3}, Fed: 3})
 		reqs = append(reqs, &Request{Params: params})
 	}
 	logits, err := ex.Forward(t.Context(), Batch{Rows: rows})
@@ -180,7 +181,7 @@ func pickOnce(t *testing.T, p *Sampling, vocab int) (weak.Pointer[float32], weak
 	seed := uint64(3)
 	req := &Request{Params: api.DefaultParams()}
 	req.Params.Seed = &seed
-	rows := []*Seq{{ID: 1, Prompt: []int32{5}}, {ID: 2, Prompt: []int32{6}, Output: []int32{7}}}
+	rows := []*Seq{{ID: 1, Prompt: []int32{5}, Fed: 1}, {ID: 2, Prompt: []int32{6}, Output: []int32{7}, Fed: 2}}
 	tokens, errs := make([]int32, 2), make([]error, 2)
 	p.Pick(rows, []*Request{req, nil}, logits, vocab, tokens, errs)
 	for i, err := range errs {
@@ -249,7 +250,7 @@ func TestPrefetchRetiresAndStopsAtLimit(t *testing.T) {
 		return pool.Stats()
 	}
 	// The last token of a 3-token request, and the first of a longer one.
-	last, long := &Seq{ID: 1, Output: []int32{5, 6}}, &Seq{ID: 2}
+	last, long := &Seq{ID: 1, Output: []int32{5, 6}, Fed: 2}, &Seq{ID: 2}
 	p.Prefetch([]*Seq{last, long}, []*Request{{MaxTokens: 3, Params: api.DefaultParams()}, {MaxTokens: 100, Params: api.DefaultParams()}})
 	if s := warm(); s.Streams != 2 || s.Ready != 3 {
 		t.Fatalf("want 2 streams and 3 rows ready (1 before the limit, 2 of lookahead): %+v", s)
@@ -274,7 +275,7 @@ func TestPrefetchSharedSeedExtendsEnd(t *testing.T) {
 	seed := uint64(42)
 	params := api.DefaultParams()
 	params.Seed = &seed
-	rows := []*Seq{{ID: 1, Output: []int32{5}}, {ID: 2, Output: []int32{5}}}
+	rows := []*Seq{{ID: 1, Output: []int32{5}, Fed: 1}, {ID: 2, Output: []int32{5}, Fed: 1}}
 	p.Prefetch(rows, []*Request{{MaxTokens: 2, Params: params}, {MaxTokens: 10, Params: params}})
 	if err := pool.Warm(t.Context()); err != nil {
 		t.Fatal(err)
@@ -375,6 +376,59 @@ func TestDriverPrefetchesBeforeForward(t *testing.T) {
 		if !strings.HasPrefix(p, "prefetch ") || !strings.HasPrefix(f, "forward ") || !strings.HasPrefix(k, "pick ") ||
 			p[len("prefetch"):] != f[len("forward"):] || p[len("prefetch"):] != k[len("pick"):] {
 			t.Fatalf("step %d: calls %q, want prefetch, forward, pick of the same rows", i/3, log.calls[i:i+3])
+		}
+	}
+}
+
+// TestPickSkipsPrefilling: a row being prefilled is not sampled, by
+// either picker and in every noise mode: NoToken and no error even when
+// its logits row is NaN (a worker need not write it), and the rows around
+// it get the tokens they get without it.
+func TestPickSkipsPrefilling(t *testing.T) {
+	const vocab = 512
+	ex, err := NewSynthetic(SyntheticConfig{Vocab: vocab, EOS: -1, Logits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := noisepool.New(noisepool.Config{Vocab: vocab, Rows: 16, Producers: 1, Lookahead: 1, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pickers := map[string]Picker{
+		"greedy": Greedy{},
+		"inline": NewSamplingWith(SamplingConfig{Vocab: vocab, EOS: -1, Base: 9, Noise: NoiseInline}),
+		"sync":   NewSamplingWith(SamplingConfig{Vocab: vocab, EOS: -1, Base: 9, Noise: NoiseSync}),
+		"pool":   NewSamplingWith(SamplingConfig{Vocab: vocab, EOS: -1, Base: 9, Noise: NoisePool, Pool: pool}),
+	}
+	rows := []*Seq{
+		{ID: 1, Prompt: []int32{1, 7}, Output: []int32{3}, Fed: 3},
+		{ID: 2, Prompt: []int32{2, 7, 9, 11}, Fed: 2}, // prefilling
+		{ID: 3, Prompt: []int32{3, 7}, Fed: 2},
+	}
+	reqs := []*Request{{Params: api.DefaultParams()}, {Params: api.DefaultParams()}, {Params: api.DefaultParams()}}
+	for name, p := range pickers {
+		logits, err := ex.Forward(t.Context(), Batch{Rows: rows})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range vocab {
+			logits[vocab+j] = float32(math.NaN())
+		}
+		tokens, errs := []int32{9, 9, 9}, make([]error, 3)
+		p.Pick(rows, reqs, logits, vocab, tokens, errs)
+		alone := []*Seq{rows[0], rows[2]}
+		want, wantErrs := []int32{9, 9}, make([]error, 2)
+		la, err := ex.Forward(t.Context(), Batch{Rows: alone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Pick(alone, []*Request{reqs[0], reqs[2]}, la, vocab, want, wantErrs)
+		if tokens[1] != NoToken || errs[1] != nil || errs[0] != nil || errs[2] != nil {
+			t.Errorf("%s: tokens %v, errors %v; want NoToken and no error for the prefilling row", name, tokens, errs)
+		}
+		if tokens[0] != want[0] || tokens[2] != want[1] {
+			t.Errorf("%s: tokens %v around a prefilling row, %v without it", name, tokens, want)
 		}
 	}
 }

@@ -189,6 +189,10 @@ type RankStatus struct {
 	RecentSteps []StepTiming `json:"recent_steps,omitempty"`
 	// MetricsAddr is where this rank serves /metrics (empty: off).
 	MetricsAddr string `json:"metrics_addr,omitempty"`
+	// MaxStepTokens is the most tokens one step's forward pass fed in
+	// this epoch (summed over its rows: one per decoding row, the chunk of
+	// a prompt being prefilled), which the token budget bounds.
+	MaxStepTokens int `json:"max_step_tokens"`
 }
 
 // KVStatus is the KV cache rank 0 schedules: its blocks, those held by

@@ -23,8 +23,9 @@ var (
 	ErrDiverged    = errors.New("step does not fit this rank's batch")
 )
 
-// NoToken stands in a step's token list for a row that produced no token
-// (its sampling failed); the row is removed in the same step.
+// NoToken stands in a step's token list for a row that produced no token:
+// its sampling failed, and the row is removed in the same step, or it was
+// being prefilled, so it was not sampled, and it stays.
 const NoToken int32 = -1
 
 // Seq is one sequence in the batch as every rank mirrors it.
@@ -70,6 +71,8 @@ type Mirror struct {
 	rows    []*Seq
 	index   map[uint64]int
 	scratch []byte
+	// stepTokens: what the last applied step feeds (StepTokens).
+	stepTokens int
 }
 
 // NewMirror returns an empty mirror for epoch.
@@ -115,40 +118,37 @@ func (m *Mirror) Check(s *broadcast.Step) error {
 	return nil
 }
 
-// Apply applies s: tokens are appended to their sequences, removed
-// sequences leave the batch, admitted ones join at the end. The step is
+// Apply applies s: tokens are appended to their sequences (NoToken
+// appends nothing), removed sequences leave the batch, admitted ones join
+// at the end, grants extend the named rows' block tables, and every row's
+// Fed becomes its length, or the Fed its chunk names. The step is
 // validated completely before anything changes, so an error leaves the
 // mirror as it was.
 func (m *Mirror) Apply(s *broadcast.Step) error {
 	if err := m.Check(s); err != nil {
 		return err
 	}
-	if len(s.Tokens) != len(m.rows) {
-		return fmt.Errorf("%w: step %d carries %d tokens for a batch of %d rows", ErrDiverged, s.Step, len(s.Tokens), len(m.rows))
+	if err := m.checkTokens(s); err != nil {
+		return err
 	}
-	for i, t := range s.Tokens {
-		if m.rows[i].ID != t.Seq {
-			return fmt.Errorf("%w: step %d token %d is for sequence %d, row %d holds sequence %d", ErrDiverged, s.Step, i, t.Seq, i, m.rows[i].ID)
-		}
+	removed, admitted, err := m.checkMembers(s)
+	if err != nil {
+		return err
 	}
-	removed := make(map[uint64]bool, len(s.Removed))
-	for _, id := range s.Removed {
-		if _, ok := m.index[id]; !ok || removed[id] {
-			return fmt.Errorf("%w: step %d removes sequence %d, which is not in the batch", ErrDiverged, s.Step, id)
-		}
-		removed[id] = true
+	if err := m.checkGrants(s, removed, admitted); err != nil {
+		return err
 	}
-	admitted := make(map[uint64]bool, len(s.Admitted))
-	for _, a := range s.Admitted {
-		if _, ok := m.index[a.Seq]; (ok && !removed[a.Seq]) || admitted[a.Seq] {
-			return fmt.Errorf("%w: step %d admits sequence %d, which is already in the batch", ErrDiverged, s.Step, a.Seq)
-		}
-		admitted[a.Seq] = true
+	if err := m.checkChunks(s, removed, admitted); err != nil {
+		return err
 	}
 
+	before := 0 // tokens the rows that stay had fed
 	for i, t := range s.Tokens {
 		if t.Token != NoToken {
 			m.rows[i].Output = append(m.rows[i].Output, t.Token)
+		}
+		if !removed[t.Seq] {
+			before += m.rows[i].Fed
 		}
 	}
 	if len(removed) > 0 {
@@ -164,13 +164,133 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 	for _, a := range s.Admitted {
 		m.rows = append(m.rows, &Seq{ID: a.Seq, Prompt: a.Prompt, Output: slices.Clone(a.Output)})
 	}
+	m.stepTokens = m.place(s) - before
+	m.applied = s.Step
+	m.digest = m.fold(s)
+	return nil
+}
+
+// place indexes the rows, extends their tables by s's grants and sets
+// their Fed by s's chunks, and returns the tokens the rows hold together.
+func (m *Mirror) place(s *broadcast.Step) int {
 	clear(m.index)
 	for i, r := range m.rows {
 		m.index[r.ID] = i
 		r.Fed = r.Len()
 	}
-	m.applied = s.Step
-	m.digest = m.fold(s)
+	for _, g := range s.Grants {
+		r := m.rows[m.index[g.Seq]]
+		for _, b := range g.Blocks {
+			r.Blocks = append(r.Blocks, BlockID(b))
+		}
+	}
+	for _, c := range s.Chunks {
+		m.rows[m.index[c.Seq]].Fed = int(c.Fed)
+	}
+	fed := 0
+	for _, r := range m.rows {
+		fed += r.Fed
+	}
+	return fed
+}
+
+// StepTokens is how many tokens the last applied step feeds: the sum over
+// its rows of what each row's Fed grew by (all of it for a row the step
+// admitted). It is what the step's forward pass computes.
+func (m *Mirror) StepTokens() int { return m.stepTokens }
+
+// checkTokens checks that s carries one token per row, in row order, and
+// none for a row that was being prefilled (it was not sampled).
+func (m *Mirror) checkTokens(s *broadcast.Step) error {
+	if len(s.Tokens) != len(m.rows) {
+		return fmt.Errorf("%w: step %d carries %d tokens for a batch of %d rows", ErrDiverged, s.Step, len(s.Tokens), len(m.rows))
+	}
+	for i, t := range s.Tokens {
+		if m.rows[i].ID != t.Seq {
+			return fmt.Errorf("%w: step %d token %d is for sequence %d, row %d holds sequence %d", ErrDiverged, s.Step, i, t.Seq, i, m.rows[i].ID)
+		}
+		if r := m.rows[i]; r.Prefilling() && t.Token != NoToken {
+			return fmt.Errorf("%w: step %d carries token %d for sequence %d, which was being prefilled (%d of %d tokens fed) and was not sampled",
+				ErrDiverged, s.Step, t.Token, t.Seq, r.Fed, r.Len())
+		}
+	}
+	return nil
+}
+
+// checkMembers checks s's removals and admissions, and returns them:
+// the removed sequences, and the admitted ones with their index in
+// s.Admitted.
+func (m *Mirror) checkMembers(s *broadcast.Step) (map[uint64]bool, map[uint64]int, error) {
+	removed := make(map[uint64]bool, len(s.Removed))
+	for _, id := range s.Removed {
+		if _, ok := m.index[id]; !ok || removed[id] {
+			return nil, nil, fmt.Errorf("%w: step %d removes sequence %d, which is not in the batch", ErrDiverged, s.Step, id)
+		}
+		removed[id] = true
+	}
+	admitted := make(map[uint64]int, len(s.Admitted))
+	for i, a := range s.Admitted {
+		_, dup := admitted[a.Seq]
+		if _, ok := m.index[a.Seq]; (ok && !removed[a.Seq]) || dup {
+			return nil, nil, fmt.Errorf("%w: step %d admits sequence %d, which is already in the batch", ErrDiverged, s.Step, a.Seq)
+		}
+		admitted[a.Seq] = i
+	}
+	return removed, admitted, nil
+}
+
+// after describes sequence id in the batch s leaves: its length and its
+// Fed before s (0 for a row s admits). ok is false if id is not in it.
+func (m *Mirror) after(s *broadcast.Step, id uint64, removed map[uint64]bool, admitted map[uint64]int) (length, fed int, ok bool) {
+	if i, in := admitted[id]; in {
+		return len(s.Admitted[i].Prompt) + len(s.Admitted[i].Output), 0, true
+	}
+	i, in := m.index[id]
+	if !in || removed[id] {
+		return 0, 0, false
+	}
+	r := m.rows[i]
+	length = r.Len()
+	if s.Tokens[i].Token != NoToken {
+		length++
+	}
+	return length, r.Fed, true
+}
+
+// checkGrants checks that every grant is for a row of the batch s leaves,
+// at most one per sequence.
+func (m *Mirror) checkGrants(s *broadcast.Step, removed map[uint64]bool, admitted map[uint64]int) error {
+	seen := make(map[uint64]bool, len(s.Grants))
+	for _, g := range s.Grants {
+		if _, _, ok := m.after(s, g.Seq, removed, admitted); !ok {
+			return fmt.Errorf("%w: step %d grants %d blocks to sequence %d, which is not in the batch", ErrDiverged, s.Step, len(g.Blocks), g.Seq)
+		}
+		if seen[g.Seq] {
+			return fmt.Errorf("%w: step %d grants blocks to sequence %d twice", ErrDiverged, s.Step, g.Seq)
+		}
+		seen[g.Seq] = true
+	}
+	return nil
+}
+
+// checkChunks checks that every chunk is for a row of the batch s leaves,
+// at most one per sequence, and feeds it more than before but not all.
+func (m *Mirror) checkChunks(s *broadcast.Step, removed map[uint64]bool, admitted map[uint64]int) error {
+	seen := make(map[uint64]bool, len(s.Chunks))
+	for _, c := range s.Chunks {
+		length, fed, ok := m.after(s, c.Seq, removed, admitted)
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: step %d has a chunk for sequence %d, which is not in the batch", ErrDiverged, s.Step, c.Seq)
+		case seen[c.Seq]:
+			return fmt.Errorf("%w: step %d has two chunks for sequence %d", ErrDiverged, s.Step, c.Seq)
+		case int64(c.Fed) >= int64(length):
+			return fmt.Errorf("%w: step %d chunk of sequence %d feeds %d tokens of %d: a chunk feeds fewer than all", ErrDiverged, s.Step, c.Seq, c.Fed, length)
+		case int64(c.Fed) <= int64(fed):
+			return fmt.Errorf("%w: step %d chunk of sequence %d feeds %d tokens, it had fed %d already", ErrDiverged, s.Step, c.Seq, c.Fed, fed)
+		}
+		seen[c.Seq] = true
+	}
 	return nil
 }
 

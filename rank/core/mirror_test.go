@@ -11,24 +11,26 @@ import (
 
 // snapshot is everything Apply may change, deep-copied.
 type snapshot struct {
-	epoch   uint32
-	applied uint64
-	digest  uint64
-	rows    []Seq
+	epoch      uint32
+	applied    uint64
+	digest     uint64
+	stepTokens int
+	rows       []Seq
 }
 
 func snap(m *Mirror) snapshot {
-	s := snapshot{epoch: m.Epoch(), applied: m.Applied(), digest: m.Digest()}
+	s := snapshot{epoch: m.Epoch(), applied: m.Applied(), digest: m.Digest(), stepTokens: m.StepTokens()}
 	for _, r := range m.Rows() {
-		s.rows = append(s.rows, Seq{ID: r.ID, Prompt: slices.Clone(r.Prompt), Output: slices.Clone(r.Output)})
+		s.rows = append(s.rows, Seq{ID: r.ID, Prompt: slices.Clone(r.Prompt), Output: slices.Clone(r.Output), Fed: r.Fed, Blocks: slices.Clone(r.Blocks)})
 	}
 	return s
 }
 
 func (s snapshot) equal(o snapshot) bool {
-	return s.epoch == o.epoch && s.applied == o.applied && s.digest == o.digest &&
+	return s.epoch == o.epoch && s.applied == o.applied && s.digest == o.digest && s.stepTokens == o.stepTokens &&
 		slices.EqualFunc(s.rows, o.rows, func(a, b Seq) bool {
-			return a.ID == b.ID && slices.Equal(a.Prompt, b.Prompt) && slices.Equal(a.Output, b.Output)
+			return a.ID == b.ID && slices.Equal(a.Prompt, b.Prompt) && slices.Equal(a.Output, b.Output) &&
+				a.Fed == b.Fed && slices.Equal(a.Blocks, b.Blocks)
 		})
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -30,6 +31,11 @@ type Request struct {
 	Output    []int32
 	Finish    string
 	Err       error
+	// Fed is how many of its first tokens (prompt, then output) the
+	// workers' caches hold once the last scheduled step has run: 0 while
+	// it waits, its length once its prefill is done. A preempted or
+	// resumed request starts again from 0.
+	Fed int
 
 	// Tag is the driver's handle for the requester (its reply subject):
 	// the key of its cancels and keepalives.
@@ -46,6 +52,9 @@ type Request struct {
 	// tracing), carried with it across epochs. The core never reads it.
 	Ext any
 }
+
+// length is the request's prompt and output so far.
+func (r *Request) length() int { return len(r.Prompt) + len(r.Output) }
 
 // Event is something a requester must hear about after a step: a new
 // token, the end of its request, or both.
@@ -81,6 +90,20 @@ type SchedulerConfig struct {
 	// the model's context, or less. A request asking for more is refused.
 	// 0: no bound.
 	MaxModelLen int
+	// MaxNumBatchedTokens bounds the tokens one forward pass feeds,
+	// summed over its rows: one per decoding row, then what is left to the
+	// prompt being prefilled and to admissions, whose prompts are fed in
+	// chunks when they do not fit. 0: no bound; otherwise at least
+	// MaxBatch, so that every decoding row always fits.
+	MaxNumBatchedTokens int
+}
+
+// Validate reports a bound that cannot work.
+func (c SchedulerConfig) Validate() error {
+	if c.MaxNumBatchedTokens < 0 || (c.MaxNumBatchedTokens > 0 && c.MaxNumBatchedTokens < c.MaxBatch) {
+		return fmt.Errorf("MaxNumBatchedTokens (%d) must be at least MaxBatch (%d), or 0 for no bound", c.MaxNumBatchedTokens, c.MaxBatch)
+	}
+	return nil
 }
 
 // Scheduler is rank 0's pure scheduling logic: a FIFO queue, the set of
@@ -94,16 +117,20 @@ type Scheduler struct {
 	nextSeq  uint64
 	tokens   []broadcast.Token
 	removals []uint64
-	// With KV: the pool, the admitted requests in admission order (the
-	// last is preempted first), and the preemptions so far.
+	// running are the admitted requests in admission order (the last is
+	// preempted first, the first is fed first).
+	running []*Request
+	// With KV: the pool and the preemptions so far.
 	blocks      *Blocks
-	running     []*Request
 	preemptions uint64
 	preempted   []*Request // by the last Next
 }
 
 // NewScheduler returns an empty scheduler.
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Scheduler{cfg: cfg, active: map[uint64]*Request{}, byTag: map[string]*Request{}, nextSeq: 1}
 	if cfg.KV != nil {
 		b, err := NewBlocks(*cfg.KV)
@@ -146,8 +173,9 @@ func (s *Scheduler) Idle() bool {
 }
 
 // Next builds step k of epoch: the tokens sampled at step k-1, the
-// sequences that finished then (or are preempted now), and as many waiting
-// requests as fit in the batch, oldest first. It returns nil when the
+// sequences that finished then (or are preempted now), the tokens every
+// running row feeds, and as many waiting requests as fit, oldest first,
+// with their KV blocks and the prefill chunks. It returns nil when the
 // scheduler is idle.
 func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	if s.Idle() {
@@ -163,70 +191,146 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 		}
 		s.leave(id)
 	}
-	if s.blocks != nil && s.growRunning(st) {
-		return st // a row was preempted: admitting now would only thrash
+	left := s.feedRunning()
+	preempted := s.blocks != nil && s.growRunning(st)
+	for _, r := range s.running {
+		if r.Fed < r.length() {
+			st.Chunks = append(st.Chunks, broadcast.Chunk{Seq: r.Seq, Fed: uint32(r.Fed)})
+		}
 	}
-	s.admit(st)
+	if !preempted { // after a preemption, admitting would only thrash
+		s.admit(st, left)
+	}
 	return st
 }
 
+// feedRunning sets the Fed every running row reaches in this step and
+// returns the budget left for admissions. Decoding rows come first, one
+// token each (the budget is at least MaxBatch, so they always fit); the
+// row being prefilled (there is at most one) takes what they leave.
+func (s *Scheduler) feedRunning() int {
+	left := s.cfg.MaxNumBatchedTokens
+	if left <= 0 {
+		left = math.MaxInt
+	}
+	for _, r := range s.running {
+		if n := r.length(); r.Fed >= n-1 {
+			left -= n - r.Fed
+			r.Fed = n
+		}
+	}
+	for _, r := range s.running {
+		if feed := min(r.length()-r.Fed, left); feed > 0 {
+			r.Fed += feed
+			left -= feed
+		}
+	}
+	return left
+}
+
 // admit moves waiting requests into st's batch, oldest first, while the
-// batch's rows, tokens, step bytes and KV blocks allow.
-func (s *Scheduler) admit(st *broadcast.Step) {
+// batch's rows, tokens, step bytes, KV blocks and the step's token budget
+// (left) allow. Each feeds as much of its prompt and output as the budget
+// leaves; one that cannot feed them all is prefilled in chunks over the
+// next steps and is the last admitted.
+func (s *Scheduler) admit(st *broadcast.Step, left int) {
 	size := broadcast.StepSize(st)
 	tokens := 0
 	if s.cfg.MaxBatchTokens > 0 {
 		for _, r := range s.active {
-			tokens += len(r.Prompt) + len(r.Output)
+			tokens += r.length()
 		}
 	}
-	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch {
+	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch && left > 0 {
 		r := s.waiting[0]
-		need := len(r.Prompt) + len(r.Output)
+		need := r.length()
+		feed := min(need, left)
 		if s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
 			break // the head waits until rows finish; nobody overtakes it
 		}
-		if s.blocks != nil && !s.blocks.CanAdmit(need) {
+		if s.blocks != nil && !s.blocks.CanAdmit(feed) {
 			break // likewise, until blocks free up
 		}
 		tokens += need
-		n := broadcast.AdmissionSize(len(r.Prompt) + len(r.Output))
+		n := s.admissionBytes(need, feed)
 		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
 			break // the rest go in later steps
 		}
 		size += n
-		s.waiting = s.waiting[1:]
-		s.active[r.Seq] = r
-		if s.blocks != nil {
-			s.blocks.Grow(r.Seq, need) // CanAdmit said it fits
-			s.running = append(s.running, r)
+		left -= feed
+		s.join(st, r, feed)
+		if feed < need {
+			st.Chunks = append(st.Chunks, broadcast.Chunk{Seq: r.Seq, Fed: uint32(feed)})
+			break // one prompt is prefilled at a time
 		}
-		st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt, Output: r.Output})
 	}
+}
+
+// admissionBytes is what admitting a request of need tokens, feeding
+// feed of them, adds to the step: the admission, its grant, its chunk.
+func (s *Scheduler) admissionBytes(need, feed int) int {
+	n := broadcast.AdmissionSize(need)
+	if s.blocks != nil {
+		if b := s.blocks.Config().Need(feed); b > 0 {
+			n += broadcast.GrantSize(b)
+		}
+	}
+	if feed < need {
+		n += broadcast.ChunkSize
+	}
+	return n
+}
+
+// join takes the head of the queue, r, into st's batch, feeding its first
+// feed tokens, with the blocks they need (CanAdmit said they fit).
+func (s *Scheduler) join(st *broadcast.Step, r *Request, feed int) {
+	s.waiting = s.waiting[1:]
+	s.active[r.Seq] = r
+	s.running = append(s.running, r)
+	r.Fed = feed
+	st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt, Output: r.Output})
+	if s.blocks != nil {
+		added, _ := s.blocks.Grow(r.Seq, feed)
+		grant(st, r.Seq, added)
+	}
+}
+
+// grant records in st the blocks added to seq's table (none: nothing).
+func grant(st *broadcast.Step, seq uint64, added []BlockID) {
+	if len(added) == 0 {
+		return
+	}
+	g := broadcast.Grant{Seq: seq, Blocks: make([]uint32, len(added))}
+	for i, b := range added {
+		g.Blocks[i] = uint32(b)
+	}
+	st.Grants = append(st.Grants, g)
 }
 
 // leave drops sequence id from the batch, and its blocks.
 func (s *Scheduler) leave(id uint64) {
 	delete(s.active, id)
-	if s.blocks == nil {
-		return
-	}
-	s.blocks.Release(id)
 	if i := slices.IndexFunc(s.running, func(r *Request) bool { return r.Seq == id }); i >= 0 {
 		s.running = slices.Delete(s.running, i, i+1)
 	}
+	if s.blocks != nil {
+		s.blocks.Release(id)
+	}
 }
 
-// growRunning gives every running row the blocks for the tokens it feeds
-// this step (its prompt and output so far), oldest first. A row that
-// cannot grow preempts the most recently admitted running request, until
-// it can or is itself preempted. It reports whether any was.
+// growRunning gives every running row the blocks for the tokens it has
+// fed once this step has run (its Fed), oldest first, and records them in
+// st. A row that cannot grow preempts the most recently admitted running
+// request, until it can or is itself preempted. Rows are grown in the
+// order they are preempted from the other end, so a preempted row never
+// has a grant in st. It reports whether any was preempted.
 func (s *Scheduler) growRunning(st *broadcast.Step) bool {
 	preempted := false
 	for i := 0; i < len(s.running); i++ {
 		r := s.running[i]
 		for {
-			if _, ok := s.blocks.Grow(r.Seq, len(r.Prompt)+len(r.Output)); ok {
+			if added, ok := s.blocks.Grow(r.Seq, r.Fed); ok {
+				grant(st, r.Seq, added)
 				break
 			}
 			victim := s.running[len(s.running)-1]
@@ -241,9 +345,10 @@ func (s *Scheduler) growRunning(st *broadcast.Step) bool {
 }
 
 // preempt frees r's blocks and removes its row in st; r waits at the
-// front of the queue with the tokens it has, to be recomputed.
+// front of the queue with the tokens it has, to be prefilled again.
 func (s *Scheduler) preempt(r *Request, st *broadcast.Step) {
 	s.leave(r.Seq)
+	r.Fed = 0
 	st.Removed = append(st.Removed, r.Seq)
 	s.waiting = slices.Insert(s.waiting, 0, r)
 	s.preemptions++
@@ -297,10 +402,16 @@ func (s *Scheduler) Blocks() *Blocks { return s.blocks }
 // Sampled records the tokens sampled for rows (the batch of the step just
 // run, in row order) and returns what each requester must be told. A token
 // that ends its request is still carried by the next step, which also
-// removes the sequence, so every rank's mirror sees the same history.
+// removes the sequence, so every rank's mirror sees the same history. A
+// row still being prefilled was not sampled: whatever tokens says, the
+// next step carries NoToken for it, and it neither ends nor fails.
 func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 	events := make([]Event, 0, len(rows))
 	for i, row := range rows {
+		if row.Prefilling() {
+			s.tokens = append(s.tokens, broadcast.Token{Seq: row.ID, Token: NoToken})
+			continue
+		}
 		r := s.active[row.ID]
 		tok := tokens[i]
 		if errs != nil && errs[i] != nil {
@@ -377,6 +488,7 @@ func (s *Scheduler) Find(tag string) *Request { return s.byTag[tag] }
 func (s *Scheduler) Resume(reqs []*Request) {
 	for _, r := range reqs {
 		s.nextSeq = max(s.nextSeq, r.Seq+1)
+		r.Fed = 0 // the new epoch's workers hold none of it
 	}
 	s.waiting = append(slices.Clone(reqs), s.waiting...)
 	for _, r := range reqs {

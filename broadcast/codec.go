@@ -99,6 +99,16 @@ type Step struct {
 	// Chunks name the rows this step's forward pass feeds only part of
 	// (they are prefilling): the row's Fed. Every other row is fed whole.
 	Chunks []Chunk
+	// Hits name the rows admitted in this step whose tables start with
+	// blocks they share, already written: the tokens those hold.
+	Hits []Hit
+}
+
+// Hit says that sequence Seq, admitted in this step, starts with a
+// cached prefix of Tokens tokens held in the first blocks of its table.
+type Hit struct {
+	Seq    uint64
+	Tokens uint32
 }
 
 // Grant is blocks appended to one sequence's KV block table.

@@ -38,6 +38,10 @@ type Seq struct {
 	// while its prompt is prefilled in chunks (its logits are then not
 	// sampled).
 	Fed int
+	// Cached is the tokens of its prefix that it found in the KV cache
+	// when admitted: held in the first blocks of its table, which it
+	// shares and never writes.
+	Cached int
 	// Blocks is its KV block table (empty when memory is not scheduled):
 	// block j holds its tokens [j×BlockSize, (j+1)×BlockSize).
 	Blocks []BlockID

@@ -227,25 +227,32 @@ class Plan:
     alone: prefill holds (first token index, tokens, start, its blocks)."""
 
     def __init__(self, segments, block_size):
-        bs = block_size
-        self.write = torch.cat([slots(s.table, s.start, s.start + len(s.tokens), bs) for s in segments])
+        self.bs = block_size
+        self.write = torch.cat([slots(s.table, s.start, s.start + len(s.tokens), block_size) for s in segments])
         offsets = [0]
         for s in segments:
             offsets.append(offsets[-1] + len(s.tokens))
-        decode = [(offsets[j], s) for j, s in enumerate(segments) if len(s.tokens) == 1]
-        self.prefill = [(offsets[j], len(s.tokens), s.start, s.table[:-(-(s.start + len(s.tokens)) // bs)])
+        self.prefill = [(offsets[j], len(s.tokens), s.start, s.table[:self._blocks(s.start + len(s.tokens))])
                         for j, s in enumerate(segments) if len(s.tokens) > 1]
+        decode = [(offsets[j], s) for j, s in enumerate(segments) if len(s.tokens) == 1]
         self.dec_rows = None
         if decode:
-            nblk = max(-(-(s.start + 1) // bs) for _, s in decode)
-            tables = torch.zeros(len(decode), nblk, dtype=torch.long)
-            for r, (_, s) in enumerate(decode):
-                n = -(-(s.start + 1) // bs)
-                tables[r, :n] = s.table[:n]
-            self.dec_rows = torch.tensor([off for off, _ in decode])
-            self.dec_blocks = tables.view(-1)
-            lengths = torch.tensor([s.start + 1 for _, s in decode])
-            self.dec_mask = (torch.arange(nblk * bs) >= lengths[:, None]).unsqueeze(1)
+            self._decode(decode)
+
+    def _blocks(self, tokens):
+        return -(-tokens // self.bs)
+
+    def _decode(self, decode):
+        """decode: [(token index, segment)] of the one-token segments."""
+        lengths = [s.start + 1 for _, s in decode]
+        tables = torch.zeros(len(decode), self._blocks(max(lengths)), dtype=torch.long)
+        for r, (_, s) in enumerate(decode):
+            n = self._blocks(lengths[r])
+            tables[r, :n] = s.table[:n]
+        self.dec_rows = torch.tensor([off for off, _ in decode])
+        self.dec_blocks = tables.view(-1)
+        keys = torch.arange(tables.shape[1] * self.bs)
+        self.dec_mask = (keys >= torch.tensor(lengths)[:, None]).unsqueeze(1)
 
 
 class TPModel:
@@ -268,9 +275,6 @@ class TPModel:
         self.q_size = lay.heads * cfg.head_dim
         self.kv_size = lay.kv_heads * cfg.head_dim
         self.pool = None
-
-    def block_bytes(self, block_size):
-        return block_bytes(self.cfg, self.lay.kv_heads, self.dtype, block_size)
 
     def allocate_pool(self, blocks, block_size):
         """The KV pool every forward pass reads and writes; allocated once."""

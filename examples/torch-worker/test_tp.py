@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 import testlib
 from config import ModelConfig
-from model import Comm, TPModel
+from model import Comm, TPModel, block_bytes
 from runtime import Runtime
 from safetensors_io import Checkpoint
 
@@ -83,6 +83,8 @@ def _child(rank, world, port, cases, outdir):
             record = _greedy_v3(Runtime(model, case["prefill_chunk"]), agent, rank, world)
             outs = dict(record=record, tokens=agent.outputs())
         assert model.pool.data_ptrs() == ptrs, "rank %d: the KV pool moved" % rank
+        want = model.pool.blocks * block_bytes(model.cfg, model.lay.kv_heads, model.dtype, model.pool.block_size)
+        assert model.pool.nbytes() == want, "rank %d: pool of %d bytes, not %d" % (rank, model.pool.nbytes(), want)
         if rank == 0:
             torch.save(outs, os.path.join(outdir, "case%d.pt" % i))
         elif case["kind"] == "v2":

@@ -143,6 +143,11 @@ class Client:
         fields = dict(zip(names, struct.unpack_from("<IIIIIiBBHI", body)))
         (q,) = struct.unpack_from("<H", body, 32)
         fields["name"] = body[34:34 + q].decode()
+        if fields["version"] >= 3:
+            assert len(body) == 34 + q + 12, (len(body), q)
+            fields.update(zip(("block_size", "blocks", "max_model_len"), struct.unpack_from("<III", body, 34 + q)))
+        else:
+            assert len(body) == 34 + q, (len(body), q)
         return fields
 
     def forward_v2(self, step, finished, rows):
@@ -152,6 +157,10 @@ class Client:
             body += struct.pack("<QIIII", seq_id, flags, position, p, len(tokens))
             body += np.asarray(tokens, dtype="<i4").tobytes()
         self.send(FORWARD, body)
+
+    def forward_v3(self, step, finished, rows):
+        """rows: (id, flags, position, P, tokens, new block ids)."""
+        self.send(FORWARD, encode_forward_v3(step, finished, rows))
 
     def forward_v1(self, step, rows):
         body = struct.pack("<QI", step, len(rows))
@@ -176,6 +185,15 @@ class Client:
         self.sock.close()
         if self.shm is not None:
             self.shm.close()
+
+
+def encode_forward_v3(step, finished, rows):
+    body = struct.pack("<QII", step, len(rows), len(finished))
+    body += b"".join(struct.pack("<Q", f) for f in finished)
+    for seq_id, flags, position, p, tokens, blocks in rows:
+        body += struct.pack("<QIIIII", seq_id, flags, position, p, len(tokens), len(blocks))
+        body += np.asarray(tokens, dtype="<i4").tobytes() + np.asarray(blocks, dtype="<u4").tobytes()
+    return body
 
 
 class WorkerError(Exception):

@@ -70,6 +70,9 @@ class ModelConfig:
         self.rope_theta = _get_float(cfg, path, "rope_theta", 10000.0)
         self.tie = bool(cfg.get("tie_word_embeddings", False))
         self.eos = _eos(cfg, path)
+        # The model's context, reported to the agent (0: the config has none).
+        mpe = cfg.get("max_position_embeddings")
+        self.max_model_len = 0 if mpe is None else _get_int(cfg, path, "max_position_embeddings", minimum=0)
         self.embedding_multiplier = _get_float(cfg, path, "embedding_multiplier", 1.0, positive=False)
         self.attention_scale = _get_float(cfg, path, "attention_multiplier", 1.0 / math.sqrt(self.head_dim))
         self.residual_multiplier = _get_float(cfg, path, "residual_multiplier", 1.0, positive=False)

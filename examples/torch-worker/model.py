@@ -1,5 +1,5 @@
 """A tensor-parallel Llama forward pass (transformers' LlamaForCausalLM
-semantics, with Granite's multipliers) over per-sequence KV caches.
+semantics, with Granite's multipliers) over a paged KV cache (KVPool).
 
 Every rank holds its shard (see config.Layout) and runs the same
 collectives in the same order: two all_reduce per layer per pass, one for
@@ -162,24 +162,97 @@ def rms_norm(x, weight, eps):
     return weight * h.to(x.dtype)
 
 
-class KVCache:
-    """One sequence's keys and values for this rank's KV heads."""
+class KVPool:
+    """This rank's paged KV cache: for every layer, K and V each
+    [kv_heads, blocks * block_size, head_dim]; slot s of KV head h is
+    [h, s], and block b holds slots [b * block_size, (b + 1) * block_size).
+    A block's keys of one head are contiguous (block_size x head_dim), so a
+    block table gathers into [kv_heads, len(table) * block_size, head_dim],
+    the layout attention multiplies, without a transpose. Allocated and
+    zero-filled once, at start: the memory is committed then and stays flat."""
 
-    def __init__(self, layers, kv_heads, head_dim, dtype):
-        self.length = 0
-        self.shape = (layers, kv_heads, 0, head_dim)
-        self.k = self.v = torch.empty(self.shape, dtype=dtype)
+    def __init__(self, layers, kv_heads, head_dim, dtype, blocks, block_size):
+        if blocks < 1 or block_size < 1:
+            raise ValueError("a KV pool needs blocks >= 1 and block size >= 1, got %d and %d" % (blocks, block_size))
+        self.blocks, self.block_size = blocks, block_size
+        shape = (kv_heads, blocks * block_size, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
 
-    def reserve(self, n):
-        cap = self.k.shape[2]
-        if n <= cap:
-            return
-        cap = max(n, 2 * cap, 64)
-        k = torch.empty(self.shape[:2] + (cap,) + self.shape[3:], dtype=self.k.dtype)
-        v = torch.empty_like(k)
-        k[:, :, :self.length] = self.k[:, :, :self.length]
-        v[:, :, :self.length] = self.v[:, :, :self.length]
-        self.k, self.v = k, v
+    def nbytes(self):
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def data_ptrs(self):
+        return [t.data_ptr() for t in self.k + self.v]
+
+    def gather(self, pool, blocks):
+        """pool (one layer's K or V) at the blocks (LongTensor) in order:
+        [kv_heads, len(blocks) * block_size, head_dim]."""
+        kvh, _, hd = pool.shape
+        return pool.view(kvh, self.blocks, self.block_size, hd).index_select(1, blocks).view(kvh, -1, hd)
+
+
+def block_bytes(cfg, kv_heads, dtype, block_size):
+    """Bytes of one KV block on a rank holding kv_heads: K and V, every layer."""
+    elem = torch.empty(0, dtype=dtype).element_size()
+    return cfg.layers * 2 * kv_heads * block_size * cfg.head_dim * elem
+
+
+def slots(table, start, end, block_size):
+    """The pool slots of tokens [start, end) of a sequence with this block
+    table (LongTensor): table[i // block_size] * block_size + i % block_size."""
+    i = torch.arange(start, end)
+    return table[i // block_size] * block_size + i % block_size
+
+
+class Segment:
+    """One sequence's tokens in a forward pass: tokens (LongTensor) at
+    positions [start, start + len(tokens)), over the sequence's block table
+    (LongTensor of block ids, covering at least start + len(tokens) tokens)."""
+
+    __slots__ = ("table", "start", "tokens")
+
+    def __init__(self, table, start, tokens):
+        self.table, self.start, self.tokens = table, start, tokens
+
+
+class Plan:
+    """The index tensors of one forward pass, shared by every layer.
+
+    write: the pool slot of every new token, in pass order. Decode rows
+    (one new token) attend together: dec_rows are their token indices,
+    dec_blocks their tables padded with block 0 to the longest (flattened,
+    rows after one another), dec_mask True at the padded key positions
+    [rows, 1, padded length]. Each other segment (a prompt chunk) attends
+    alone: prefill holds (first token index, tokens, start, its blocks)."""
+
+    def __init__(self, segments, block_size):
+        self.bs = block_size
+        self.write = torch.cat([slots(s.table, s.start, s.start + len(s.tokens), block_size) for s in segments])
+        offsets = [0]
+        for s in segments:
+            offsets.append(offsets[-1] + len(s.tokens))
+        self.prefill = [(offsets[j], len(s.tokens), s.start, s.table[:self._blocks(s.start + len(s.tokens))])
+                        for j, s in enumerate(segments) if len(s.tokens) > 1]
+        decode = [(offsets[j], s) for j, s in enumerate(segments) if len(s.tokens) == 1]
+        self.dec_rows = None
+        if decode:
+            self._decode(decode)
+
+    def _blocks(self, tokens):
+        return -(-tokens // self.bs)
+
+    def _decode(self, decode):
+        """decode: [(token index, segment)] of the one-token segments."""
+        lengths = [s.start + 1 for _, s in decode]
+        tables = torch.zeros(len(decode), self._blocks(max(lengths)), dtype=torch.long)
+        for r, (_, s) in enumerate(decode):
+            n = self._blocks(lengths[r])
+            tables[r, :n] = s.table[:n]
+        self.dec_rows = torch.tensor([off for off, _ in decode])
+        self.dec_blocks = tables.view(-1)
+        keys = torch.arange(tables.shape[1] * self.bs)
+        self.dec_mask = (keys >= torch.tensor(lengths)[:, None]).unsqueeze(1)
 
 
 class TPModel:
@@ -201,9 +274,12 @@ class TPModel:
         self.rope = Rope(cfg.head_dim, cfg.rope_theta)
         self.q_size = lay.heads * cfg.head_dim
         self.kv_size = lay.kv_heads * cfg.head_dim
+        self.pool = None
 
-    def new_cache(self):
-        return KVCache(self.cfg.layers, self.lay.kv_heads, self.cfg.head_dim, self.dtype)
+    def allocate_pool(self, blocks, block_size):
+        """The KV pool every forward pass reads and writes; allocated once."""
+        self.pool = KVPool(self.cfg.layers, self.lay.kv_heads, self.cfg.head_dim, self.dtype, blocks, block_size)
+        return self.pool
 
     def embed_tokens(self, ids):
         lay = self.lay
@@ -222,24 +298,21 @@ class TPModel:
         return x
 
     def forward(self, segments):
-        """One pass over segments [(cache, LongTensor of new tokens)]: the
-        new tokens are appended to their caches. Returns the final-normed
+        """One pass over segments [Segment]: their new tokens' keys and
+        values go to the pool at their slots. Returns the final-normed
         hidden state after each segment's last token, [len(segments), hidden]."""
-        lengths = [int(t.shape[0]) for _, t in segments]
-        ids = torch.cat([t for _, t in segments])
-        positions = torch.cat([torch.arange(c.length, c.length + n) for (c, _), n in zip(segments, lengths)])
-        for (c, _), n in zip(segments, lengths):
-            c.reserve(c.length + n)
+        lengths = [len(s.tokens) for s in segments]
+        ids = torch.cat([s.tokens for s in segments])
+        positions = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)])
+        plan = Plan(segments, self.pool.block_size)
         cos, sin = self.rope.tables(positions, self.dtype)
         x = self.embed_tokens(ids)
         for i, w in enumerate(self.layers):
-            x = self._layer(i, w, x, cos, sin, segments, lengths)
-        for (c, _), n in zip(segments, lengths):
-            c.length += n
+            x = self._layer(i, w, x, cos, sin, plan)
         last = torch.tensor(lengths).cumsum(0) - 1
         return rms_norm(x[last], self.norm, self.cfg.eps)
 
-    def _layer(self, i, w, x, cos, sin, segments, lengths):
+    def _layer(self, i, w, x, cos, sin, plan):
         cfg = self.cfg
         h = rms_norm(x, w.ln1, cfg.eps)
         qkv = w.qkv(h)
@@ -250,7 +323,7 @@ class TPModel:
         c, s = cos.unsqueeze(1), sin.unsqueeze(1)
         q = q * c + rotate_half(q) * s
         k = k * c + rotate_half(k) * s
-        attn = self._attention(i, q, k, v, segments, lengths)
+        attn = self._attention(i, q, k, v, plan)
         out = self.comm.all_reduce(w.o(attn))
         x = x + out * cfg.residual_multiplier if cfg.residual_multiplier != 1.0 else x + out
         h = rms_norm(x, w.ln2, cfg.eps)
@@ -258,29 +331,46 @@ class TPModel:
         out = self.comm.all_reduce(w.down(F.silu(gate) * up))
         return x + out * cfg.residual_multiplier if cfg.residual_multiplier != 1.0 else x + out
 
-    def _attention(self, i, q, k, v, segments, lengths):
-        """Causal attention of each segment over its cache; [tokens, heads*hd]."""
+    def _attention(self, i, q, k, v, plan):
+        """Write the new keys/values to layer i's pool, then causal
+        attention of every segment over its slots; [tokens, heads*hd]."""
+        kp, vp = self.pool.k[i], self.pool.v[i]
+        kp.index_copy_(1, plan.write, k.transpose(0, 1))
+        vp.index_copy_(1, plan.write, v.transpose(0, 1))
         out = torch.empty(q.shape[0], self.q_size, dtype=q.dtype)
-        kvh, hd = self.lay.kv_heads, self.cfg.head_dim
-        group = self.lay.heads // kvh
-        off = 0
-        for (cache, _), t in zip(segments, lengths):
-            s = cache.length
-            cache.k[i, :, s:s + t] = k[off:off + t].transpose(0, 1)
-            cache.v[i, :, s:s + t] = v[off:off + t].transpose(0, 1)
-            keys = cache.k[i, :, :s + t].unsqueeze(1)      # [kvh, 1, L, hd]
-            values = cache.v[i, :, :s + t].unsqueeze(1)
-            # Local query head h uses local KV head h // group (HF repeat_kv).
-            qs = q[off:off + t].transpose(0, 1).reshape(kvh, group, t, hd)
-            scores = (qs @ keys.transpose(-1, -2)).float() * self.cfg.attention_scale
-            if t > 1:
-                mask = torch.ones(t, s + t, dtype=torch.bool).triu(s + 1)
-                scores = scores.masked_fill(mask, float("-inf"))
-            probs = torch.softmax(scores, dim=-1).to(q.dtype)
-            o = probs @ values                              # [kvh, group, t, hd]
-            out[off:off + t] = o.reshape(self.lay.heads, t, hd).transpose(0, 1).reshape(t, self.q_size)
-            off += t
+        if plan.dec_rows is not None:
+            out[plan.dec_rows] = self._decode_attention(q[plan.dec_rows], kp, vp, plan)
+        for off, t, start, blocks in plan.prefill:
+            out[off:off + t] = self._prefill_attention(q[off:off + t], kp, vp, start, blocks)
         return out
+
+    def _decode_attention(self, q, kp, vp, plan):
+        """Every decode row at once over its padded table: q [rows, heads, hd]."""
+        kvh, hd, rows = self.lay.kv_heads, self.cfg.head_dim, q.shape[0]
+        keys = self.pool.gather(kp, plan.dec_blocks).view(kvh, rows, -1, hd)   # [kvh, rows, L, hd]
+        values = self.pool.gather(vp, plan.dec_blocks).view(kvh, rows, -1, hd)
+        # Local query head h uses local KV head h // group (HF repeat_kv).
+        qs = q.view(rows, kvh, -1, hd).transpose(0, 1)                         # [kvh, rows, group, hd]
+        scores = (qs @ keys.transpose(-1, -2)).float() * self.cfg.attention_scale
+        scores = scores.masked_fill(plan.dec_mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
+        o = probs @ values                                                      # [kvh, rows, group, hd]
+        return o.transpose(0, 1).reshape(rows, self.q_size)
+
+    def _prefill_attention(self, q, kp, vp, start, blocks):
+        """t new queries at positions [start, start + t) over the slots
+        [0, start + t) of the table blocks: query j sees keys <= start + j."""
+        kvh, hd, t = self.lay.kv_heads, self.cfg.head_dim, q.shape[0]
+        n = start + t
+        keys = self.pool.gather(kp, blocks)[:, :n].unsqueeze(1)                # [kvh, 1, n, hd]
+        values = self.pool.gather(vp, blocks)[:, :n].unsqueeze(1)
+        qs = q.transpose(0, 1).reshape(kvh, -1, t, hd)                          # [kvh, group, t, hd]
+        scores = (qs @ keys.transpose(-1, -2)).float() * self.cfg.attention_scale
+        mask = torch.ones(t, n, dtype=torch.bool).triu(start + 1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
+        o = probs @ values                                                      # [kvh, group, t, hd]
+        return o.reshape(self.lay.heads, t, hd).transpose(0, 1).reshape(t, self.q_size)
 
     def logits(self, hidden):
         """Vocab-parallel lm_head; the full float32 logits [rows, vocab] on

@@ -1,5 +1,6 @@
-"""The tpcoord worker protocol, versions 1 and 2: frames, HELLO/HELLO_OK,
-FORWARD bodies (v1 full histories, v2 deltas) and FORWARD_OK.
+"""The tpcoord worker protocol, versions 1 to 3: frames, HELLO/HELLO_OK,
+FORWARD bodies (v1 full histories, v2 deltas, v3 deltas with KV blocks)
+and FORWARD_OK.
 
 All integers are little-endian whatever the host (explicit '<' formats).
 """
@@ -9,7 +10,7 @@ import sys
 
 import numpy as np
 
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 
 HELLO, HELLO_OK, FORWARD, FORWARD_OK, ERROR, SHUTDOWN = 1, 2, 3, 4, 5, 6
 
@@ -23,10 +24,12 @@ NATIVE_ORDER = LITTLE if sys.byteorder == "little" else BIG
 HEADER = struct.Struct("<IHH")                  # body length, type, reserved (0)
 HELLO_FIXED = struct.Struct("<IIIIIiBBBBQH")     # 38 bytes, then the shm path
 HELLO_OK_FIXED = struct.Struct("<IIIIIiBBHIH")   # 34 bytes, then the name
+HELLO_OK_KV = struct.Struct("<III")              # v3, after the name: block size, blocks, max model len
 V1_HEAD = struct.Struct("<QI")                   # step, rows
 V1_ROW = struct.Struct("<QII")                   # id, prompt length, output length
 V2_HEAD = struct.Struct("<QII")                  # step, rows, finished ids
 V2_ROW = struct.Struct("<QIIII")                 # id, flags, position, prompt length, T
+V3_ROW = struct.Struct("<QIIIII")                # id, flags, position, prompt length, T, B
 FORWARD_OK_BODY = struct.Struct("<QI")           # step, rows written
 
 MAX_BODY = 256 << 20
@@ -56,10 +59,18 @@ class Hello:
             raise ProtocolError("HELLO's shared-memory path is not UTF-8") from None
 
 
-def hello_ok(version, rank, world, vocab, max_batch, eos, dtype, pid, name):
+# FORWARD v2/v3 row flags.
+NEW, SAMPLE = 1, 2
+
+
+def hello_ok(version, rank, world, vocab, max_batch, eos, dtype, pid, name, kv=(0, 0, 0)):
+    """kv: (block size, blocks, max model len), sent from version 3 on."""
     raw = name.encode("utf-8")[:1024]
-    return HELLO_OK_FIXED.pack(version, rank, world, vocab, max_batch, eos, dtype, NATIVE_ORDER,
+    body = HELLO_OK_FIXED.pack(version, rank, world, vocab, max_batch, eos, dtype, NATIVE_ORDER,
                                0, pid, len(raw)) + raw
+    if version >= 3:
+        body += HELLO_OK_KV.pack(*kv)
+    return body
 
 
 def forward_ok(step, rows):
@@ -96,8 +107,14 @@ def parse_forward_v1(body, max_batch):
     return step, rows
 
 
-def parse_forward_v2(body, max_batch):
-    """-> (step, [finished ids], [(id, flags, position, prompt length, tokens)])"""
+def _blocks(body, off, count, what):
+    if count > (len(body) - off) // 4:
+        raise ProtocolError("%s: %d block ids overrun the FORWARD body" % (what, count))
+    return [int(x) for x in np.frombuffer(body, dtype="<u4", count=count, offset=off)], off + 4 * count
+
+
+def _delta_head(body, max_batch):
+    """The v2/v3 header: -> (step, n, finished ids, offset of the first row)."""
     if len(body) < V2_HEAD.size:
         raise ProtocolError("FORWARD of %d bytes is too short" % len(body))
     step, n, f = V2_HEAD.unpack_from(body, 0)
@@ -106,7 +123,17 @@ def parse_forward_v2(body, max_batch):
     if f > (len(body) - off) // 8:
         raise ProtocolError("step %d: %d finished ids overrun the FORWARD body" % (step, f))
     finished = [int(x) for x in np.frombuffer(body, dtype="<u8", count=f, offset=off)]
-    off += 8 * f
+    return step, n, finished, off + 8 * f
+
+
+def _check_end(body, off, step):
+    if off != len(body):
+        raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
+
+
+def parse_forward_v2(body, max_batch):
+    """-> (step, [finished ids], [(id, flags, position, prompt length, tokens)])"""
+    step, n, finished, off = _delta_head(body, max_batch)
     rows = []
     for i in range(n):
         if off + V2_ROW.size > len(body):
@@ -114,8 +141,23 @@ def parse_forward_v2(body, max_batch):
         seq_id, flags, position, p, t = V2_ROW.unpack_from(body, off)
         tokens, off = _tokens(body, off + V2_ROW.size, t, "step %d row %d (sequence %d)" % (step, i, seq_id))
         rows.append((seq_id, flags, position, p, tokens))
-    if off != len(body):
-        raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
+    _check_end(body, off, step)
+    return step, finished, rows
+
+
+def parse_forward_v3(body, max_batch):
+    """-> (step, [finished ids], [(id, flags, position, prompt length, tokens, [new block ids])])"""
+    step, n, finished, off = _delta_head(body, max_batch)
+    rows = []
+    for i in range(n):
+        if off + V3_ROW.size > len(body):
+            raise ProtocolError("step %d: row %d header is truncated" % (step, i))
+        seq_id, flags, position, p, t, b = V3_ROW.unpack_from(body, off)
+        what = "step %d row %d (sequence %d)" % (step, i, seq_id)
+        tokens, off = _tokens(body, off + V3_ROW.size, t, what)
+        blocks, off = _blocks(body, off, b, what)
+        rows.append((seq_id, flags, position, p, tokens, blocks))
+    _check_end(body, off, step)
     return step, finished, rows
 
 

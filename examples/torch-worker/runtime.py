@@ -1,14 +1,19 @@
-"""Sequence state between FORWARDs: a KV cache per sequence id, the
-protocol-v1 (full histories) and v2 (deltas) bookkeeping, and the packing of
-a step's new tokens into forward passes of at most --prefill-chunk tokens.
+"""Sequence state between FORWARDs over the paged KV pool: block tables,
+the protocol v1 (full histories), v2 (deltas) and v3 (deltas with the
+agent's blocks) bookkeeping, and the packing of a step's new tokens into
+forward passes of at most --prefill-chunk tokens.
 
-Every check here depends only on the FORWARD and on state every rank
-updates identically, so all ranks accept or refuse a step together and
-never leave a collective unmatched.
+With v3 the agent hands out the blocks; with v1 and v2 the runtime takes
+them from its own free list. Every check here depends only on the FORWARD
+and on state every rank updates identically, so all ranks accept or
+refuse a step together and never leave a collective unmatched.
 """
 
 import numpy as np
 import torch
+
+from model import Segment
+from protocol import NEW, SAMPLE
 
 
 class StepError(Exception):
@@ -16,65 +21,151 @@ class StepError(Exception):
 
 
 class Sequence:
-    __slots__ = ("cache", "tokens")
+    __slots__ = ("blocks", "length", "tokens")
 
-    def __init__(self, cache):
-        self.cache = cache
-        self.tokens = None  # v1 only: the history the cache holds
+    def __init__(self):
+        self.blocks = []    # the block table: block j holds tokens [j*bs, (j+1)*bs)
+        self.length = 0     # tokens the pool holds for it
+        self.tokens = None  # v1 only: the history it holds
+
+
+def blocks_for(tokens, block_size):
+    return -(-tokens // block_size)
 
 
 class Runtime:
-    """The sequences of one agent connection and the model they run on."""
+    """The sequences of one agent connection, the model and its KV pool."""
 
     def __init__(self, model, prefill_chunk=512, log=None):
         if prefill_chunk < 1:
             raise ValueError("prefill chunk must be positive")
         self.model = model
+        self.pool = model.pool
+        if self.pool is None:
+            raise ValueError("the model has no KV pool (allocate_pool)")
+        self.bs = self.pool.block_size
         self.vocab = model.cfg.vocab
         self.chunk = prefill_chunk
-        self.seqs = {}
         self.log = log or (lambda msg: None)
+        self.reset()
 
     def reset(self):
         self.seqs = {}
+        self.owner = {}  # block id -> the sequence whose table holds it
+        # v1/v2: the blocks the runtime hands out, lowest id first.
+        self.free = list(range(self.pool.blocks - 1, -1, -1))
+
+    def _release(self, seq_id, to_free_list):
+        seq = self.seqs.pop(seq_id, None)
+        if seq is None:
+            return
+        for b in seq.blocks:
+            del self.owner[b]
+        if to_free_list:
+            self.free.extend(reversed(seq.blocks))
 
     def _check_tokens(self, seq_id, tokens):
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab):
             bad = int(tokens[(tokens < 0) | (tokens >= self.vocab)][0])
             raise StepError("sequence %d: token %d is outside the vocab [0, %d)" % (seq_id, bad, self.vocab))
 
+    def _check_row(self, i, seq_id, flags, allowed, tokens, seen):
+        if seq_id in seen:
+            raise StepError("sequence %d appears twice in one FORWARD" % seq_id)
+        seen.add(seq_id)
+        if flags & ~allowed:
+            raise StepError("row %d (sequence %d): unknown flag bits 0x%x" % (i, seq_id, flags & ~allowed))
+        if len(tokens) == 0:
+            raise StepError("row %d (sequence %d) has no tokens" % (i, seq_id))
+        self._check_tokens(seq_id, tokens)
+
+    def _lookup(self, seq_id, flags, position):
+        """The v2/v3 NEW and position rules: -> the sequence (a new one for NEW)."""
+        known = self.seqs.get(seq_id)
+        if flags & NEW:
+            if known is not None:
+                raise StepError("sequence %d is flagged NEW but the worker already holds it "
+                                "(%d tokens)" % (seq_id, known.length))
+            if position != 0:
+                raise StepError("sequence %d is NEW but its position is %d, not 0" % (seq_id, position))
+            return Sequence()
+        if known is None:
+            raise StepError("sequence %d is not flagged NEW but the worker does not hold it" % seq_id)
+        if position != known.length:
+            raise StepError("sequence %d: FORWARD says position %d, the worker's cache holds %d tokens"
+                            % (seq_id, position, known.length))
+        return known
+
+    def _allocate(self, work):
+        """v1/v2: grow every (id, sequence, new tokens) table from the free
+        list to cover its new length, or refuse before taking any block."""
+        need = []
+        free = len(self.free)
+        for seq_id, seq, tokens in work:
+            total = seq.length + len(tokens)
+            n = max(0, blocks_for(total, self.bs) - len(seq.blocks))
+            if n > free:
+                raise StepError("sequence %d does not fit the KV pool: %d tokens need %d more blocks of %d "
+                                "tokens, %d of the pool's %d blocks are free"
+                                % (seq_id, total, n, self.bs, free, self.pool.blocks))
+            free -= n
+            need.append(n)
+        for (seq_id, seq, _), n in zip(work, need):
+            for _ in range(n):
+                b = self.free.pop()
+                seq.blocks.append(b)
+                self.owner[b] = seq_id
+
+    def step_v3(self, finished, rows):
+        """rows: [(seq id, flags, position, prompt length, tokens, [new block ids])].
+        Returns (rank 0's logits of the SAMPLE rows [k, vocab] or None,
+        their row indices)."""
+        for seq_id in finished:
+            self._release(seq_id, False)
+        work, seen, claimed = [], set(), {}
+        for i, (seq_id, flags, position, _p, tokens, blocks) in enumerate(rows):
+            self._check_row(i, seq_id, flags, NEW | SAMPLE, tokens, seen)
+            seq = self._lookup(seq_id, flags, position)
+            self._check_blocks(seq_id, blocks, claimed)
+            have, end = len(seq.blocks) + len(blocks), position + len(tokens)
+            if have < blocks_for(end, self.bs):
+                raise StepError("sequence %d: its table of %d blocks (%d tokens) does not cover position %d + "
+                                "%d tokens (%d blocks of %d)" % (seq_id, have, have * self.bs, position,
+                                                                len(tokens), blocks_for(end, self.bs), self.bs))
+            work.append((seq_id, seq, tokens, blocks, bool(flags & SAMPLE)))
+        for seq_id, seq, _, blocks, _ in work:
+            seq.blocks.extend(blocks)
+            for b in blocks:
+                self.owner[b] = seq_id
+            self.seqs[seq_id] = seq
+        return self._run([(seq, tokens, sample) for _, seq, tokens, _, sample in work])
+
+    def _check_blocks(self, seq_id, blocks, claimed):
+        """Every new block id is in the pool and in no other live table
+        (nor twice in this FORWARD); claimed collects this FORWARD's."""
+        for b in blocks:
+            if b >= self.pool.blocks:
+                raise StepError("sequence %d: block %d is outside the worker's %d blocks"
+                                % (seq_id, b, self.pool.blocks))
+            holder = self.owner.get(b, claimed.get(b))
+            if holder is not None:
+                raise StepError("sequence %d: block %d is already in the table of sequence %d"
+                                % (seq_id, b, holder))
+            claimed[b] = seq_id
+
     def step_v2(self, finished, rows):
         """rows: [(seq id, flags, position, prompt length, int array of tokens)].
         Returns rank 0's logits [len(rows), vocab] (None on other ranks)."""
         for seq_id in finished:
-            self.seqs.pop(seq_id, None)
+            self._release(seq_id, True)
         work, seen = [], set()
         for i, (seq_id, flags, position, _p, tokens) in enumerate(rows):
-            if seq_id in seen:
-                raise StepError("sequence %d appears twice in one FORWARD" % seq_id)
-            seen.add(seq_id)
-            if flags & ~1:
-                raise StepError("row %d (sequence %d): unknown flag bits 0x%x" % (i, seq_id, flags & ~1))
-            if len(tokens) == 0:
-                raise StepError("row %d (sequence %d) has no tokens" % (i, seq_id))
-            self._check_tokens(seq_id, tokens)
-            known = self.seqs.get(seq_id)
-            if flags & 1:
-                if known is not None:
-                    raise StepError("sequence %d is flagged NEW but the worker already holds it "
-                                    "(%d tokens)" % (seq_id, known.cache.length))
-                if position != 0:
-                    raise StepError("sequence %d is NEW but its position is %d, not 0" % (seq_id, position))
-                known = Sequence(self.model.new_cache())
-            elif known is None:
-                raise StepError("sequence %d is not flagged NEW but the worker does not hold it" % seq_id)
-            elif position != known.cache.length:
-                raise StepError("sequence %d: FORWARD says position %d, the worker's cache holds %d tokens"
-                                % (seq_id, position, known.cache.length))
-            work.append((seq_id, known, tokens))
+            self._check_row(i, seq_id, flags, NEW, tokens, seen)
+            work.append((seq_id, self._lookup(seq_id, flags, position), tokens))
+        self._allocate(work)
         for seq_id, seq, _ in work:
             self.seqs[seq_id] = seq
-        return self._run([(seq, tokens) for _, seq, tokens in work])
+        return self._run([(seq, tokens, True) for _, seq, tokens in work])[0]
 
     def step_v1(self, rows):
         """rows: [(seq id, prompt length, int array of the whole history)].
@@ -85,7 +176,8 @@ class Runtime:
             dup = next(i for i in ids if ids.count(i) > 1)
             raise StepError("sequence %d appears twice in one FORWARD" % dup)
         keep = set(ids)
-        self.seqs = {i: s for i, s in self.seqs.items() if i in keep}
+        for seq_id in [i for i in self.seqs if i not in keep]:
+            self._release(seq_id, True)
         work = []
         for seq_id, _p, history in rows:
             if len(history) == 0:
@@ -95,19 +187,25 @@ class Runtime:
             held = 0 if seq is None else len(seq.tokens)
             if seq is not None and not (len(history) > held and np.array_equal(history[:held], seq.tokens)):
                 self.log("sequence %d: history does not extend the %d cached tokens; recomputing" % (seq_id, held))
+                self._release(seq_id, True)
                 seq, held = None, 0
             if seq is None:
-                seq = Sequence(self.model.new_cache())
+                seq = Sequence()
                 self.seqs[seq_id] = seq
+            work.append((seq_id, seq, history[held:]))
+        self._allocate(work)
+        for (seq_id, seq, _), (_, _, history) in zip(work, rows):
             seq.tokens = history
-            work.append((seq, history[held:]))
-        return self._run(work)
+        return self._run([(seq, tokens, True) for _, seq, tokens in work])[0]
 
     def _run(self, work):
-        """Feed each (sequence, new tokens) to the model in passes of at
-        most `chunk` tokens (rows in order, a long row split across passes);
-        return the logits after each row's last token."""
-        pending = [torch.from_numpy(np.asarray(t, dtype=np.int64)) for _, t in work]
+        """Feed each (sequence, new tokens, sample) to the model in passes
+        of at most `chunk` tokens (rows in order, a long row split across
+        passes). Returns (the logits after the last token of each sampled
+        row, or None on ranks without logits or when no row samples; the
+        sampled rows' indices)."""
+        pending = [torch.from_numpy(np.asarray(t, dtype=np.int64)) for _, t, _ in work]
+        tables = [torch.tensor(seq.blocks, dtype=torch.long) for seq, _, _ in work]
         hidden = [None] * len(work)
         while True:
             budget, segs, rows = self.chunk, [], []
@@ -117,7 +215,9 @@ class Runtime:
                 if toks.shape[0] == 0:
                     continue
                 take = min(budget, toks.shape[0])
-                segs.append((work[i][0].cache, toks[:take]))
+                seq = work[i][0]
+                segs.append(Segment(tables[i], seq.length, toks[:take]))
+                seq.length += take
                 rows.append((i, take == toks.shape[0]))
                 pending[i] = toks[take:]
                 budget -= take
@@ -127,4 +227,7 @@ class Runtime:
             for j, (i, done) in enumerate(rows):
                 if done:
                     hidden[i] = out[j]
-        return self.model.logits(torch.stack(hidden))
+        sampled = [i for i, (_, _, sample) in enumerate(work) if sample]
+        if not sampled:
+            return None, sampled
+        return self.model.logits(torch.stack([hidden[i] for i in sampled])), sampled

@@ -1,10 +1,13 @@
 """worker.py over the worker protocol, driven by a small test agent
-(agentlib): handshake, v1 and v2 FORWARDs against the unsharded reference,
-the errors the worker owes the agent, and TP 2 over env://."""
+(agentlib): handshake, v1, v2 and v3 FORWARDs against the unsharded
+reference, the errors the worker owes the agent (v3's block rules, the KV
+pool's size), and TP 2 over env://."""
 
 import os
+import re
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import unittest
@@ -13,10 +16,23 @@ import numpy as np
 import torch
 
 import agentlib
+import protocol
 import testlib
+import worker
 from agentlib import BFLOAT16, FLOAT16, FLOAT32, Client, WorkerError
 
 TOLERANCE = 1e-4
+NEW, SAMPLE = 1, 2
+
+# The listening worker's pool: 64 blocks of 4 tokens. A block of the tiny
+# model (2 layers, K and V, 2 KV heads, head dim 16, float32) is
+# 2*2*2*4*16*4 = 2048 bytes; 64 of them are 2^17 bytes = 2^-13 GiB.
+BLOCK_SIZE, BLOCKS = 4, 64
+KV_GIB = BLOCKS * 2048 / 2 ** 30
+
+
+def gib_flag(gib):
+    return "%.17g" % gib
 
 
 def check_logits(test, got, expected, what, bits=None):
@@ -42,7 +58,8 @@ class ListenWorkerTest(unittest.TestCase):
         cls.ref = testlib.Reference(cfg, weights)
         cls.path = os.path.join(cls.tmp, "worker.sock")
         cls.log = os.path.join(cls.tmp, "worker.log")
-        cls.proc = agentlib.start_worker(cls.model, cls.log, "--listen", cls.path, "--prefill-chunk", "8")
+        cls.proc = agentlib.start_worker(cls.model, cls.log, "--listen", cls.path, "--prefill-chunk", "8",
+                                         "--block-size", str(BLOCK_SIZE), "--kv-cache-gib", gib_flag(KV_GIB))
 
     @classmethod
     def tearDownClass(cls):
@@ -95,13 +112,95 @@ class ListenWorkerTest(unittest.TestCase):
             check_logits(self, c.shm.logits(len(s.rows)), s.expected, "float16 step %d" % (k + 1), bits=11)
 
     def test_version_negotiation(self):
-        c = self.connect(version=3)
-        self.assertEqual(c.hello_ok()["version"], 2)
+        c = self.connect(version=2)
+        self.assertNotIn("blocks", c.hello_ok())  # v2: no KV fields
         c.close()  # the worker serves one agent at a time
+        c = self.connect(version=4)
+        ok = c.hello_ok()
+        self.assertEqual((ok["version"], ok["block_size"], ok["blocks"], ok["max_model_len"]),
+                         (3, BLOCK_SIZE, BLOCKS, 4096))
+        c.close()
         c = self.connect(version=0)
         with self.assertRaises(WorkerError) as cm:
             c.hello_ok()
         self.assertIn("version 0", str(cm.exception))
+
+    def test_v3_greedy_chunked_prefill_matches_reference(self):
+        # Prompts fed 3 tokens per FORWARD, shuffled tables from the pool;
+        # greedy tokens from the shm rows of the SAMPLE rows.
+        c = self.connect(version=3, max_batch=4)
+        self.assertEqual(c.hello_ok()["version"], 3)
+        requests = testlib.greedy_requests(1000)
+        agent = testlib.V3Agent(requests, BLOCK_SIZE, BLOCKS, chunk=3, seed=3)
+        step = 0
+        while not agent.done():
+            step += 1
+            finished, rows = agent.forward()
+            histories = agent.histories()
+            c.forward_v3(step, finished, rows)
+            self.assertEqual(c.forward_ok(), (step, len(rows)))
+            logits = c.shm.logits(len(rows))
+            sampled = [i for i, r in enumerate(rows) if r[1] & SAMPLE]
+            expected = torch.stack([self.ref.logits(h) for _, h in histories]) if histories else None
+            if sampled:
+                check_logits(self, logits[sampled], expected, "v3 step %d" % step)
+            agent.sampled([int(logits[i].argmax()) for i in sampled])
+        self.assertEqual(agent.outputs(), testlib.e2e_greedy(self.model, requests))
+
+    def test_v3_rows_without_sample(self):
+        c = self.connect(version=3)
+        c.hello_ok()
+        c.forward_v3(1, [], [(5, NEW, 0, 9, [1, 2, 3, 4, 5], [7, 3])])
+        self.assertEqual(c.forward_ok(), (1, 1))
+        c.forward_v3(2, [], [(5, SAMPLE, 5, 9, [6, 7, 8, 9], [40])])
+        self.assertEqual(c.forward_ok(), (2, 1))
+        check_logits(self, c.shm.logits(1), self.ref.logits(list(range(1, 10)))[None], "v3 after two chunks")
+
+    def test_v3_step_errors_name_the_sequence_and_block(self):
+        new7 = (7, NEW | SAMPLE, 0, 3, [1, 2, 3], [5])
+        cases = [
+            ("new but known", [(7, NEW | SAMPLE, 0, 3, [1, 2, 3], [6])],
+             "sequence 7 is flagged NEW but the worker already holds it (3 tokens)"),
+            ("new at a position", [(9, NEW, 2, 3, [1], [6])], "sequence 9 is NEW but its position is 2, not 0"),
+            ("unknown", [(8, SAMPLE, 3, 3, [4], [])], "sequence 8 is not flagged NEW but the worker does not hold it"),
+            ("position", [(7, SAMPLE, 4, 3, [4], [])],
+             "sequence 7: FORWARD says position 4, the worker's cache holds 3"),
+            ("no tokens", [(7, SAMPLE, 3, 3, [], [])], "row 0 (sequence 7) has no tokens"),
+            ("flags", [(7, 4 | SAMPLE, 3, 3, [4], [])], "row 0 (sequence 7): unknown flag bits 0x4"),
+            ("vocab", [(9, NEW, 0, 1, [1000], [9])], "sequence 9: token 1000 is outside the vocab"),
+            ("twice", [(7, SAMPLE, 3, 3, [4], []), (7, SAMPLE, 3, 3, [4], [])], "sequence 7 appears twice"),
+            ("block outside", [(9, NEW, 0, 1, [1], [BLOCKS])],
+             "sequence 9: block %d is outside the worker's %d blocks" % (BLOCKS, BLOCKS)),
+            ("not covered", [(7, SAMPLE, 3, 3, [4, 5], [])],
+             "sequence 7: its table of 1 blocks (4 tokens) does not cover position 3 + 2 tokens (2 blocks of 4)"),
+            ("new not covered", [(9, NEW, 0, 1, [1], [])],
+             "sequence 9: its table of 0 blocks (0 tokens) does not cover position 0 + 1 tokens (1 blocks of 4)"),
+            ("live table", [(9, NEW, 0, 1, [1], [5])], "sequence 9: block 5 is already in the table of sequence 7"),
+            ("two rows", [(9, NEW, 0, 1, [1], [10]), (10, NEW, 0, 1, [1], [10])],
+             "sequence 10: block 10 is already in the table of sequence 9"),
+            ("one row", [(9, NEW, 0, 5, [1] * 5, [11, 11])],
+             "sequence 9: block 11 is already in the table of sequence 9"),
+        ]
+        for tag, rows, want in cases:
+            with self.subTest(tag):
+                c = self.connect(version=3)
+                c.hello_ok()
+                c.forward_v3(1, [], [new7])
+                self.assertEqual(c.forward_ok(), (1, 1))
+                c.forward_v3(2, [], rows)
+                with self.assertRaises(WorkerError) as cm:
+                    c.forward_ok()
+                self.assertIn(want, str(cm.exception))
+        # Finished ids free their tables first: 7's block 5 goes to 9 in the
+        # same FORWARD, and 7 may come back as NEW.
+        c = self.connect(version=3)
+        c.hello_ok()
+        c.forward_v3(1, [], [new7])
+        c.forward_ok()
+        c.forward_v3(2, [7, 12345], [(9, NEW | SAMPLE, 0, 3, [1, 2, 3], [5]), (7, NEW | SAMPLE, 0, 3, [1, 2, 3], [6])])
+        self.assertEqual(c.forward_ok(), (2, 2))
+        expected = self.ref.logits([1, 2, 3])[None].repeat(2, 1)
+        check_logits(self, c.shm.logits(2), expected, "blocks reused after finished")
 
     def test_vocab_mismatch_reports_checkpoint_values(self):
         # The agent compares and refuses; the worker states what it runs.
@@ -145,6 +244,73 @@ class ListenWorkerTest(unittest.TestCase):
         self.assertEqual(c.forward_ok(), (2, 1))
 
 
+class ProtocolV3Test(unittest.TestCase):
+    """protocol.py's v3 encoding and parsing against agentlib's (written
+    independently)."""
+
+    def test_hello_ok_v3(self):
+        body = protocol.hello_ok(3, 0, 1, 1000, 8, 2, FLOAT32, 77, "w", kv=(16, 1234, 4096))
+        self.assertEqual(len(body), 34 + 1 + 12)
+        self.assertEqual(struct.unpack_from("<III", body, 35), (16, 1234, 4096))
+        self.assertEqual(len(protocol.hello_ok(2, 0, 1, 1000, 8, 2, FLOAT32, 77, "w", kv=(16, 1234, 4096))), 35)
+
+    def test_parse_forward_v3(self):
+        rows = [(7, NEW | SAMPLE, 0, 3, [1, 2, 3], [9, 4]), (2 ** 40, 0, 17, 5, [999], [])]
+        body = agentlib.encode_forward_v3(42, [3, 2 ** 63], rows)
+        self.assertEqual(len(body), 16 + 8 * 2 + 28 + 12 + 8 + 28 + 4)
+        step, finished, got = protocol.parse_forward_v3(memoryview(body), 8)
+        self.assertEqual((step, finished), (42, [3, 2 ** 63]))
+        self.assertEqual([(i, f, p, n, list(t), b) for i, f, p, n, t, b in got],
+                         [(i, f, p, n, list(t), b) for i, f, p, n, t, b in rows])
+
+    def test_parse_forward_v3_refusals(self):
+        good = agentlib.encode_forward_v3(5, [], [(7, NEW, 0, 3, [1, 2, 3], [9, 4])])
+        cases = [
+            (good[:16 + 20], "step 5: row 0 header is truncated"),
+            (good[:-8], "step 5 row 0 (sequence 7): 2 block ids overrun the FORWARD body"),
+            (good[:16 + 28 + 4], "step 5 row 0 (sequence 7): 3 tokens overrun the FORWARD body"),
+            (good + b"\0", "FORWARD of step 5 has 1 trailing bytes"),
+            (agentlib.encode_forward_v3(5, [], []), "step 5 has 0 rows; 1 to max batch 8 are allowed"),
+            (good[:12], "FORWARD of 12 bytes is too short"),
+        ]
+        for body, want in cases:
+            with self.subTest(want):
+                with self.assertRaises(protocol.ProtocolError) as cm:
+                    protocol.parse_forward_v3(memoryview(body), 8)
+                self.assertIn(want, str(cm.exception))
+
+
+class PoolSizeTest(unittest.TestCase):
+    """--kv-cache-gib -> blocks, and the refusals, without a worker."""
+
+    def setUp(self):
+        tmp = tempfile.mkdtemp(prefix="pool-size-")
+        self.addCleanup(shutil.rmtree, tmp)
+        testlib.make_checkpoint(tmp)
+        self.cfg = worker.ModelConfig.load(tmp)
+
+    def test_blocks(self):
+        # 1 GiB of 2048-byte blocks; at TP 2 each rank holds 1 of the 2 KV heads.
+        size = worker.PoolSize(self.cfg, 1, torch.float32, 1.0, 4)
+        self.assertEqual((size.block_bytes, size.blocks, size.nbytes), (2048, 2 ** 19, 2 ** 30))
+        size = worker.PoolSize(self.cfg, 2, torch.bfloat16, 0.5, 16)
+        self.assertEqual((size.block_bytes, size.blocks), (2 * 2 * 1 * 16 * 16 * 2, 2 ** 29 // 2048))
+
+    def test_refusals(self):
+        size = worker.PoolSize(self.cfg, 1, torch.float32, 1.0, 4)
+        with self.assertRaises(worker.HelloError) as cm:
+            size.check_memory(2 ** 30 - 1)
+        self.assertIn("takes 1073741824 bytes, more than the host's MemAvailable of 1073741823 bytes",
+                      str(cm.exception))
+        size.check_memory(2 ** 30)
+        with self.assertRaises(worker.HelloError) as cm:
+            worker.PoolSize(self.cfg, 1, torch.float32, 2047 / 2 ** 30, 4).check_blocks()
+        self.assertIn("holds 0 KV blocks: one block of 4 tokens takes 2048 bytes", str(cm.exception))
+
+    def test_mem_available(self):
+        self.assertGreater(worker.mem_available(), 0)
+
+
 class HelloErrorTest(unittest.TestCase):
     """Errors at HELLO: the ERROR frame carries the message."""
 
@@ -175,6 +341,50 @@ class HelloErrorTest(unittest.TestCase):
         self.assertIn(path, str(cm.exception))
         self.assertEqual(proc.wait(timeout=agentlib.DEADLINE), 1)
         self.assertIn("lm_head.weight", agentlib.tail(self.log))
+
+    def listen(self, *flags):
+        model = os.path.join(self.tmp, "model")
+        testlib.make_checkpoint(model)
+        sock_path = os.path.join(self.tmp, "worker.sock")
+        proc = agentlib.start_worker(model, self.log, "--listen", sock_path, *flags)
+        self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        c = Client(agentlib.connect(sock_path, proc, self.log))
+        self.addCleanup(c.close)
+        return c
+
+    def test_pool_larger_than_mem_available(self):
+        # 1000 GiB of 2048-byte blocks.
+        c = self.listen("--block-size", "4", "--kv-cache-gib", "1000")
+        c.hello(version=3)
+        with self.assertRaises(WorkerError) as cm:
+            c.hello_ok()
+        blocks = 1000 * 2 ** 30 // 2048
+        m = re.search(r"the KV pool of (\d+) blocks \(--kv-cache-gib 1000\) takes (\d+) bytes, more than the "
+                      r"host's MemAvailable of (\d+) bytes", str(cm.exception))
+        self.assertIsNotNone(m, str(cm.exception))
+        self.assertEqual((int(m.group(1)), int(m.group(2))), (blocks, blocks * 2048))
+        self.assertLess(int(m.group(3)), blocks * 2048)
+
+    def test_pool_of_no_block(self):
+        c = self.listen("--block-size", "4", "--kv-cache-gib", gib_flag(2047 / 2 ** 30))
+        c.hello(version=3)
+        with self.assertRaises(WorkerError) as cm:
+            c.hello_ok()
+        self.assertIn("holds 0 KV blocks: one block of 4 tokens takes 2048 bytes on this rank (2 KV heads)",
+                      str(cm.exception))
+
+    def test_v1_v2_sequence_larger_than_pool(self):
+        # 3 blocks of 4 tokens.
+        c = self.listen("--block-size", "4", "--kv-cache-gib", gib_flag(3 * 2048 / 2 ** 30))
+        c.hello(version=2)
+        self.assertEqual(c.hello_ok()["version"], 2)
+        c.forward_v2(1, [], [(7, 1, 0, 5, list(range(5)))])
+        self.assertEqual(c.forward_ok(), (1, 1))
+        c.forward_v2(2, [], [(7, 0, 5, 5, [5]), (8, 1, 0, 5, list(range(5)))])
+        with self.assertRaises(WorkerError) as cm:
+            c.forward_ok()
+        self.assertIn("sequence 8 does not fit the KV pool: 5 tokens need 2 more blocks of 4 tokens, "
+                      "1 of the pool's 3 blocks are free", str(cm.exception))
 
     def test_bad_tp_split_and_rank_mismatch(self):
         model = os.path.join(self.tmp, "model")

@@ -177,3 +177,111 @@ def scenario(ref, seed=1):
             expected.append(last[seq_id])
         steps.append(Step(list(finished), v2, v1, torch.stack(expected)))
     return steps
+
+
+# The checkpoints e2e/torch_test.go builds (its llamaF32 and graniteBF16
+# flag lists), as make_checkpoint keywords.
+E2E_LLAMA_F32 = dict(seed=1, vocab=512, hidden=64, layers=2, heads=4, kv_heads=4, intermediate=128, dtype="f32",
+                     shards=2)
+E2E_GRANITE_BF16 = dict(seed=2, vocab=500, hidden=64, layers=2, heads=8, kv_heads=2, intermediate=96, dtype="bf16",
+                        granite=True, tie_embeddings=True)
+
+E2E_REFERENCE = os.path.join(REPO, "e2e", "testdata", "llama_reference.py")
+
+
+def e2e_greedy(model_dir, requests):
+    """The greedy tokens of e2e/testdata/llama_reference.py (the e2e tests'
+    independent unsharded reference) for requests [(prompt, max tokens)]."""
+    spec = importlib.util.spec_from_file_location("llama_reference", E2E_REFERENCE)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    cfg, w = ref.load(model_dir)
+    out = []
+    for prompt, n in requests:
+        seq = [int(t) for t in prompt]
+        for _ in range(n):
+            seq.append(ref.next_token(cfg, w, seq))
+        out.append(seq[len(prompt):])
+    return out
+
+
+def greedy_requests(vocab, count=4):
+    """Prompts of 3 to 22 tokens (chunked over several FORWARDs) and
+    different output lengths: [(prompt, max tokens)]."""
+    lengths, outs = [22, 3, 13, 9, 17, 6], [5, 8, 4, 6, 3, 7]
+    return [([(97 * i + 31 * j + 11) % vocab for j in range(lengths[i])], outs[i]) for i in range(count)]
+
+
+class V3Agent:
+    """An agent's side of protocol version 3 for tests: requests join at
+    different steps, prompts are fed over several FORWARDs of at most
+    `chunk` tokens (only the last with SAMPLE), blocks come from a shuffled
+    free list (non-contiguous tables; a finished request's blocks go back at
+    random places and are reused, in the same FORWARD too).
+
+        agent = V3Agent(requests, block_size, blocks, chunk, seed)
+        while not agent.done():
+            finished, rows = agent.forward()
+            ... tokens for the SAMPLE rows, in row order ...
+            agent.sampled(tokens)
+    """
+
+    NEW, SAMPLE = 1, 2
+
+    def __init__(self, requests, block_size, blocks, chunk, seed=0, ids_from=100):
+        self.rng = random.Random(seed)
+        self.bs, self.chunk = block_size, chunk
+        self.free = list(range(blocks))
+        self.rng.shuffle(self.free)
+        self.reqs = [dict(id=ids_from + k, prompt=list(p), max=n, out=[], fed=0, blocks=[], join=2 * k)
+                     for k, (p, n) in enumerate(requests)]
+        self.step, self.finished, self.rows = 0, [], []
+
+    def done(self):
+        return all(len(r["out"]) == r["max"] for r in self.reqs)
+
+    def _give(self, r, tokens):
+        need = -(-tokens // self.bs) - len(r["blocks"])
+        if need > len(self.free):
+            raise AssertionError("test pool too small: request %d needs %d blocks" % (r["id"], need))
+        new = [self.free.pop() for _ in range(need)]
+        r["blocks"] += new
+        return new
+
+    def forward(self):
+        """-> (finished ids, rows [(id, flags, position, P, tokens, new blocks)])."""
+        self.step += 1
+        finished, self.finished = self.finished, []
+        rows, self.rows = [], []
+        for r in self.reqs:
+            if r["join"] >= self.step or len(r["out"]) == r["max"]:
+                continue
+            history = r["prompt"] + r["out"]
+            t = min(self.chunk, len(history) - r["fed"])
+            flags = (self.NEW if r["fed"] == 0 else 0) | (self.SAMPLE if r["fed"] + t == len(history) else 0)
+            blocks = self._give(r, r["fed"] + t)
+            rows.append((r["id"], flags, r["fed"], len(r["prompt"]),
+                         np.array(history[r["fed"]:r["fed"] + t], dtype=np.int64), blocks))
+            r["fed"] += t
+            self.rows.append(r)
+        return finished, rows
+
+    def sampled(self, tokens):
+        """The tokens of this step's SAMPLE rows, in row order."""
+        want = [r for r in self.rows if r["fed"] == len(r["prompt"]) + len(r["out"])]
+        assert len(tokens) == len(want), (len(tokens), len(want))
+        for r, t in zip(want, tokens):
+            r["out"].append(int(t))
+            if len(r["out"]) == r["max"]:
+                self.finished.append(r["id"])
+                for b in r["blocks"]:
+                    self.free.insert(self.rng.randrange(len(self.free) + 1), b)
+                r["blocks"] = []
+
+    def histories(self):
+        """The rows sampled this step: (id, whole history before the token)."""
+        return [(r["id"], r["prompt"] + r["out"]) for r in self.rows
+                if r["fed"] == len(r["prompt"]) + len(r["out"])]
+
+    def outputs(self):
+        return [r["out"] for r in self.reqs]

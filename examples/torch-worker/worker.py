@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """tpcoord model worker: a tensor-parallel Llama/Granite in PyTorch.
 
-It speaks the worker protocol (versions 1 and 2) to a tpcoord agent, loads
+It speaks the worker protocol (versions 1 to 3) to a tpcoord agent, loads
 its rank's shard of a Hugging Face Llama/Granite checkpoint (safetensors),
 joins the job's torch.distributed group (env://, the torchrun variables
-tpcoord sets) and runs the forward pass with a KV cache per sequence. Rank
+tpcoord sets) and runs the forward pass over a paged KV cache: a pool of
+--kv-cache-gib allocated at start, in blocks of --block-size tokens. Rank
 0 gathers the logits and writes them to the agent's shared memory; when
 every rank's agent asks for logits (--sampling-ranks all), every rank
 all-gathers them and writes its own.
@@ -26,11 +27,11 @@ import traceback
 
 import torch
 
-from config import ModelConfig
-from model import Comm, TPModel
+from config import Layout, ModelConfig
+from model import Comm, TPModel, block_bytes
 from protocol import (DTYPE_NAME, DTYPE_SIZE, FLOAT16, FLOAT32, FORWARD, FORWARD_OK, HELLO, HELLO_OK,
                       NATIVE_ORDER, SHUTDOWN, VERSIONS, Conn, Hello, ProtocolError, forward_ok, hello_ok,
-                      parse_forward_v1, parse_forward_v2)
+                      parse_forward_v1, parse_forward_v2, parse_forward_v3)
 from runtime import Runtime, StepError
 from safetensors_io import Checkpoint, CheckpointError
 
@@ -39,6 +40,11 @@ NAME = "tpcoord torch worker"
 # longer has failed anyway.
 DIST_TIMEOUT = datetime.timedelta(minutes=5)
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# The KV pool when --kv-cache-gib is not given: committed at start on every
+# rank (TP 4 on one host: 4 GiB), so small enough to share a host and run
+# the tests, large enough for the example models (see README.md).
+DEFAULT_KV_CACHE_GIB = 1.0
+DEFAULT_BLOCK_SIZE = 16
 
 
 class HelloError(Exception):
@@ -90,8 +96,51 @@ def init_distributed(backend, world):
                          % (backend, os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), e)) from None
 
 
+def mem_available(path="/proc/meminfo"):
+    """The host's MemAvailable in bytes, None when unknown."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class PoolSize:
+    """The KV pool --kv-cache-gib and --block-size give this rank:
+    blocks = floor(GiB * 2^30 / bytes per block), a block being block_size
+    tokens of K and V in every layer for this rank's KV heads."""
+
+    def __init__(self, cfg, world, dtype, gib, block_size):
+        self.gib, self.block_size = gib, block_size
+        self.kv_heads = Layout(cfg, 0, world).kv_heads
+        self.block_bytes = block_bytes(cfg, self.kv_heads, dtype, block_size)
+        self.blocks = int(gib * 2 ** 30) // self.block_bytes
+        self.nbytes = self.blocks * self.block_bytes
+
+    def check_blocks(self):
+        if self.blocks < 1:
+            raise HelloError("--kv-cache-gib %g holds 0 KV blocks: one block of %d tokens takes %d bytes on this "
+                             "rank (%d KV heads)" % (self.gib, self.block_size, self.block_bytes, self.kv_heads))
+        if self.blocks > 0xFFFFFFFF:
+            raise HelloError("--kv-cache-gib %g makes %d KV blocks, more than HELLO_OK's 4294967295"
+                             % (self.gib, self.blocks))
+
+    def check_memory(self, available):
+        if available is not None and self.nbytes > available:
+            raise HelloError("the KV pool of %d blocks (--kv-cache-gib %g) takes %d bytes, more than the host's "
+                             "MemAvailable of %d bytes" % (self.blocks, self.gib, self.nbytes, available))
+
+    def describe(self):
+        return "%d blocks of %d tokens = %d tokens, %.3f GiB (%d bytes per block)" % (
+            self.blocks, self.block_size, self.blocks * self.block_size, self.nbytes / 2 ** 30, self.block_bytes)
+
+
 class Loaded:
-    """The model of this process: loaded once, kept across --listen agents."""
+    """The model of this process and its KV pool: loaded and allocated once,
+    kept across --listen agents."""
 
     def __init__(self, args):
         self.args = args
@@ -106,6 +155,8 @@ class Loaded:
             return self.model
         args = self.args
         dtype = COMPUTE_DTYPES[args.compute_dtype]
+        size = pool_size(args, cfg, world)
+        size.check_blocks()
         t0 = time.monotonic()
         ckpt = Checkpoint(args.model)
         try:
@@ -115,9 +166,29 @@ class Loaded:
         finally:
             ckpt.close()
         log("rank %d of %d: loaded %s in %.1fs" % (rank, world, args.model, time.monotonic() - t0))
+        allocate_pool(model, size)
         init_distributed(args.backend, world)
         self.model, self.rank, self.world = model, rank, world
         return model
+
+
+def pool_size(args, cfg, world):
+    """PoolSize of args (a Namespace without the KV flags takes the defaults)."""
+    return PoolSize(cfg, world, COMPUTE_DTYPES[args.compute_dtype],
+                    getattr(args, "kv_cache_gib", DEFAULT_KV_CACHE_GIB),
+                    getattr(args, "block_size", DEFAULT_BLOCK_SIZE))
+
+
+def allocate_pool(model, size):
+    """Allocate and zero-fill the pool (committing its memory), refusing one
+    larger than the host's MemAvailable."""
+    size.check_memory(mem_available())
+    t0 = time.monotonic()
+    try:
+        model.allocate_pool(size.blocks, size.block_size)
+    except RuntimeError as e:
+        raise HelloError("allocating the KV pool of %d bytes (%d blocks): %s" % (size.nbytes, size.blocks, e)) from None
+    log("KV pool: %s, allocated in %.1fs" % (size.describe(), time.monotonic() - t0))
 
 
 def agree_logits(model, hello):
@@ -156,9 +227,11 @@ def handshake(conn, hello, args, loaded):
     if hello.dtype not in DTYPE_SIZE:
         raise HelloError("unknown logits dtype code %d (1 float32, 2 float16, 3 bfloat16)" % hello.dtype)
     cfg = ModelConfig.load(args.model)
+    size = pool_size(args, cfg, hello.world)
+    size.check_blocks()
     mine = (version, hello.rank, hello.world, cfg.vocab, hello.max_batch, cfg.eos, hello.dtype)
     name = "%s (llama, rank %d of %d, %s compute)" % (NAME, hello.rank, hello.world, args.compute_dtype)
-    reply = hello_ok(*mine, os.getpid(), name)
+    reply = hello_ok(*mine, os.getpid(), name, kv=(size.block_size, size.blocks, cfg.max_model_len))
     if (cfg.vocab, cfg.eos, hello.order) != (hello.vocab, hello.eos, NATIVE_ORDER):
         log("handshake mismatch, the agent will refuse: agent vocab %d eos %d, checkpoint vocab %d eos %d"
             % (hello.vocab, hello.eos, cfg.vocab, cfg.eos))
@@ -185,15 +258,22 @@ def handshake(conn, hello, args, loaded):
     return Session(hello, version, Runtime(model, args.prefill_chunk, log), mm)
 
 
-def write_logits(mm, logits, dtype):
-    """rows x vocab elements in native byte order at the start of mm."""
+def write_logits(mm, logits, dtype, rows=None):
+    """logits [k, vocab] in native byte order into mm: at its start, or
+    logits row j at row rows[j] (the FORWARD's row order)."""
     if dtype == FLOAT32:
         arr = logits.contiguous().numpy()
     elif dtype == FLOAT16:
         arr = logits.to(torch.float16).contiguous().numpy()
     else:
         arr = logits.to(torch.bfloat16).contiguous().view(torch.int16).numpy()
-    memoryview(mm)[:arr.nbytes] = memoryview(arr).cast("B")
+    src = memoryview(arr).cast("B")
+    if rows is None:
+        memoryview(mm)[:arr.nbytes] = src
+        return
+    size = arr.nbytes // len(rows)
+    for j, r in enumerate(rows):
+        memoryview(mm)[r * size:(r + 1) * size] = src[j * size:(j + 1) * size]
 
 
 def forward_loop(conn, session):
@@ -208,15 +288,21 @@ def forward_loop(conn, session):
             return
         if typ != FORWARD:
             raise ProtocolError("expected FORWARD or SHUTDOWN, got frame type %d" % typ)
+        sampled = None  # v1, v2: every row
         if session.version == 1:
             step, rows = parse_forward_v1(body, hello.max_batch)
             logits = session.runtime.step_v1(rows)
-        else:
+        elif session.version == 2:
             step, finished, rows = parse_forward_v2(body, hello.max_batch)
             logits = session.runtime.step_v2(finished, rows)
+        else:
+            step, finished, rows = parse_forward_v3(body, hello.max_batch)
+            logits, sampled = session.runtime.step_v3(finished, rows)
         written = 0
-        if session.mm is not None and logits is not None:
-            write_logits(session.mm, logits, hello.dtype)
+        if session.mm is not None:  # this rank gets logits
+            # v3 rows without SAMPLE keep whatever their shm row holds.
+            if logits is not None:
+                write_logits(session.mm, logits, hello.dtype, sampled)
             written = len(rows)
         conn.send(FORWARD_OK, forward_ok(step, written))
 
@@ -255,6 +341,10 @@ def parse_args(argv=None):
     ap.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
     ap.add_argument("--compute-dtype", choices=sorted(COMPUTE_DTYPES), default="float32")
     ap.add_argument("--prefill-chunk", type=int, default=512, help="most tokens per forward pass (default 512)")
+    ap.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
+                    help="tokens per KV block (default %d)" % DEFAULT_BLOCK_SIZE)
+    ap.add_argument("--kv-cache-gib", type=float, default=DEFAULT_KV_CACHE_GIB,
+                    help="this rank's KV pool in GiB, allocated at start (default %g)" % DEFAULT_KV_CACHE_GIB)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch.set_num_threads (default: this host's cores shared by LOCAL_WORLD_SIZE ranks)")
     ap.add_argument("--no-mkldnn", action="store_true",
@@ -262,6 +352,10 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.prefill_chunk < 1:
         ap.error("--prefill-chunk must be positive")
+    if args.block_size < 1:
+        ap.error("--block-size must be positive, got %d" % args.block_size)
+    if not 0 < args.kv_cache_gib < float("inf"):
+        ap.error("--kv-cache-gib must be a positive number, got %g" % args.kv_cache_gib)
     if not args.listen and not args.socket:
         args.socket = os.environ.get("TPCOORD_WORKER_SOCKET")
         if not args.socket:

@@ -98,7 +98,7 @@ func torchJob(t *testing.T, py string, ck *checkpoint, nproc int, extra ...strin
 	args := append([]string{"--nproc", strconv.Itoa(nproc), "--job", fmt.Sprintf("torch-%d", nproc),
 		"--vocab", strconv.Itoa(ck.vocab), "--eos", strconv.Itoa(ck.eos), "--max-batch", "8",
 		"--executor", "worker", "--forward-timeout", "120s",
-		"--worker-cmd", fmt.Sprintf("%s %s --socket {socket} --model %s --threads 1", py, worker, ck.dir)}, extra...)
+		"--worker-cmd", fmt.Sprintf("%s %s --socket {socket} --model %s --threads 1 --kv-cache-gib 0.25", py, worker, ck.dir)}, extra...)
 	return launch(t, args...)
 }
 
@@ -415,6 +415,7 @@ func TestTorchKVPoolUnderPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range sts {
+		t.Logf("rank %d: largest forward pass %d tokens, KV %+v", st.Rank, st.MaxStepTokens, st.KV)
 		if st.MaxStepTokens > 256 {
 			t.Errorf("rank %d: a forward pass fed %d tokens, over the budget of 256", st.Rank, st.MaxStepTokens)
 		}
@@ -476,6 +477,7 @@ func TestTorchLongPrompts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range sts {
+		t.Logf("rank %d: largest forward pass %d tokens, KV %+v", st.Rank, st.MaxStepTokens, st.KV)
 		if st.MaxStepTokens < 1024 || st.MaxStepTokens > 2048 {
 			t.Errorf("rank %d: largest forward pass fed %d tokens, want chunks up to the budget of 2048", st.Rank, st.MaxStepTokens)
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -80,7 +82,7 @@ func TestKVPagedWorkerSameTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	j := launch(t, append(base, "--job", "e2e-kv", "--executor", "worker", "--forward-timeout", "60s", "--max-num-batched-tokens", "64",
+	j := launch(t, append(base, "--job", "e2e-kv", "--http", "127.0.0.1:0", "--executor", "worker", "--forward-timeout", "60s", "--max-num-batched-tokens", "64",
 		"--worker-cmd", tpcoordBin+" worker --socket {socket} --log-format text --kv-blocks 40 --block-size 16 --max-model-len 1024")...)
 	got, errs := generateJob(t, j, reqs)
 	if err := errors.Join(errs...); err != nil {
@@ -97,6 +99,8 @@ func TestKVPagedWorkerSameTokens(t *testing.T) {
 		!strings.Contains(errs[0].Error(), "maximum context length is 1024 tokens") || !strings.Contains(errs[0].Error(), "you requested 1100 tokens") {
 		t.Errorf("1,000 + 100 tokens on a context of 1,024: %v, want vLLM's refusal naming both", errs[0])
 	}
+
+	checkKVOverHTTP(t, j)
 
 	var sts []kvStatus
 	if err := statusInto(j, &sts); err != nil {
@@ -116,6 +120,45 @@ func TestKVPagedWorkerSameTokens(t *testing.T) {
 		}
 	}
 	stopAndCheckDigests(t, j, 2)
+}
+
+// checkKVOverHTTP: over the job's OpenAI API, a request past the
+// worker's context is a 400 in vLLM's words, and the gateway's /metrics
+// shows rank 0's KV cache and its preemptions.
+func checkKVOverHTTP(t *testing.T, j *job) {
+	t.Helper()
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i % 100)
+	}
+	body := `{"prompt":[` + strings.Join(ids, ",") + `],"max_tokens":100}`
+	resp, err := http.Post(j.info.HTTPURL+"/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "maximum context length is 1024 tokens") {
+		t.Errorf("HTTP, 1,000 + 100 tokens on a context of 1,024: %d %s, want 400 naming the context", resp.StatusCode, msg)
+	}
+	resp, err = http.Get(strings.TrimSuffix(j.info.HTTPURL, "/v1") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "tpcoord_kv_cache_usage_perc{") {
+		t.Errorf("the gateway's /metrics lacks tpcoord_kv_cache_usage_perc")
+	}
+	preempted := 0.0
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "tpcoord_num_preemptions_total{") {
+			preempted, _ = strconv.ParseFloat(f[1], 64)
+		}
+	}
+	if preempted == 0 {
+		t.Errorf("the gateway's /metrics counts no preemption:\n%s", metrics)
+	}
 }
 
 // TestKVCapacityMismatchStopsJob: ranks whose workers report different

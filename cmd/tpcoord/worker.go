@@ -48,8 +48,10 @@ connects to the agent that started it (--worker-cmd "tpcoord worker --socket
 reports in the handshake (the agent refuses a mismatch); by default it
 takes the agent's values. --kv-blocks, --block-size and --max-model-len are
 the paged KV cache it reports in protocol version 3 and checks every
-FORWARD's block tables against (it keeps no KV: the synthetic model needs
-none).`,
+FORWARD's block tables against. With --kv-blocks > 0 it keeps each block's
+tokens as its "KV" and computes the logits from the history read back
+through a row's block table (cached prefixes included), so a wrong table
+gives other logits, and a read of a slot never written is an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, err := cfg.serveConfig(cmd.Flags().Changed("eos"))
@@ -74,7 +76,7 @@ none).`,
 	fs.StringVar(&cfg.DType, "dtype", "", "report this logits dtype: float32, float16, bfloat16 (default: the agent's)")
 	fs.DurationVar(&cfg.ForwardTime, "forward-time", 0, "wall time of one forward pass")
 	fs.Uint32Var(&cfg.MaxVersion, "max-version", 0, "speak worker protocol versions up to this one (default: the highest, 3; 1 or 2 stands in for a worker of that version)")
-	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "KV cache blocks reported in the handshake (protocol 3; 0: no paged cache)")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "KV cache blocks it keeps and reports in the handshake (protocol 3; 0: no paged cache)")
 	fs.IntVar(&cfg.BlockSize, "block-size", worker.DefaultBlockSize, "tokens per KV block reported in the handshake (protocol 3)")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "the model's context reported in the handshake (protocol 3; 0: none)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")

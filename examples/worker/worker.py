@@ -300,34 +300,58 @@ class StepsV2(Steps):
 
 
 class Paged:
-    """A sequence a version 3 worker holds: as Held, plus its block table
-    (a real runtime writes token i's K and V at slot
-    table[i // block_size] * block_size + i % block_size of its pool)."""
+    """A sequence a version 3 worker holds: its length (its cached prefix
+    and every token sent) and block table; without a pool also what the
+    synthetic model needs of its tokens (the prompt's hash, the last one).
+    With a pool its tokens are in StepsV3.kv, at slot
+    table[i // block_size] * block_size + i % block_size for token i
+    (where a real runtime writes token i's K and V)."""
     __slots__ = ("prompt_len", "length", "last", "ph", "table")
 
-    def __init__(self, prompt_len):
-        self.prompt_len, self.length, self.last, self.ph, self.table = prompt_len, 0, -1, 0, []
+    def __init__(self, prompt_len, length):
+        self.prompt_len, self.length, self.last, self.ph, self.table = prompt_len, length, -1, 0, []
+
+
+class Row3:
+    """A version 3 row between joining its sequence and being fed."""
+    __slots__ = ("seq", "seq_id", "sample", "pos", "prompt_len", "nt", "tok_off", "where")
+
+    def __init__(self, seq, seq_id, sample, pos, prompt_len, nt, tok_off, where):
+        self.seq, self.seq_id, self.sample, self.pos = seq, seq_id, sample, pos
+        self.prompt_len, self.nt, self.tok_off, self.where = prompt_len, nt, tok_off, where
 
 
 class StepsV3(Steps):
     """Version 3: deltas with block tables and chunked prefill. A row may
     feed only part of its prompt (no SAMPLE flag: no logits wanted); its B
     new blocks join its table, which must then cover every token it has.
-    A block is in at most one live table; finished ids free theirs first,
-    so a block may pass to another sequence within one FORWARD."""
+    A NEW row may start after a cached prefix of whole blocks, the first
+    blocks of its table, which it reads and never writes. A block may be in
+    several live tables, but a block a row writes is in no other; finished
+    ids free their tables first, so a block may pass to another sequence
+    within one FORWARD. With a pool (--kv-blocks > 0) the tokens written at
+    each slot are this worker's "KV": a sampled row's logits come from the
+    history read back through its table, and reading a slot never written
+    is an error."""
 
     def __init__(self, *a):
         super().__init__(*a)
-        self.held = {}   # seq id -> Paged
-        self.owner = {}  # block id -> seq id whose table has it
+        self.held = {}  # seq id -> Paged
+        self.refs = {}  # block id -> live tables holding it
+        self.kv = {}    # block id -> array('i'): its slots [0, len) written since the pool started
 
     def free(self, seq_id):
         seq = self.held.pop(seq_id, None)
         if seq is not None:
             for b in seq.table:
-                del self.owner[b]
+                self.refs[b] -= 1
+                if not self.refs[b]:
+                    del self.refs[b]
 
     def forward(self, body):
+        """As a forward pass: free the finished ids, join every row to its
+        sequence (tables as they are after the whole FORWARD), write every
+        row's tokens, then read back and sample each row."""
         if len(body) < FORWARD2_HEAD.size:
             raise ProtocolError("FORWARD of %d bytes" % len(body))
         step, n, nf = FORWARD2_HEAD.unpack_from(body, 0)
@@ -339,18 +363,25 @@ class StepsV3(Steps):
         for k in range(nf):
             self.free(U64.unpack_from(body, off + 8 * k)[0])
         off += 8 * nf
+        rows = []
         for i in range(n):
-            off = self.row(body, off, step, i)
+            row, off = self.join(body, off, step, i)
+            rows.append(row)
         if off != len(body):
             raise ProtocolError("FORWARD of step %d has %d trailing bytes" % (step, len(body) - off))
         if len(self.held) > n:
             raise ProtocolError("step %d: this worker holds %d sequences, the batch has %d rows: "
                                 "the FORWARD does not finish the sequences that left" % (step, len(self.held), n))
+        if self.blocks:
+            for row in rows:
+                self.write(body, row)
+        for i, row in enumerate(rows):
+            self.feed(body, row, i)
         return step, n
 
-    def row(self, body, off, step, i):
-        """Apply row i at off, write its logits if sampled, return the
-        offset after it."""
+    def join(self, body, off, step, i):
+        """Check row i at off against what is held and append its blocks;
+        return it and the offset after it."""
         if off + ROW3_HEAD.size > len(body):
             raise ProtocolError("row %d of step %d is truncated" % (i, step))
         seq_id, flags, pos, np_, nt, nb = ROW3_HEAD.unpack_from(body, off)
@@ -369,21 +400,29 @@ class StepsV3(Steps):
         if flags & FLAG_NEW:
             if seq is not None:
                 raise ProtocolError("%s is flagged NEW but this worker already holds it" % where)
-            if pos != 0:
-                raise ProtocolError("%s: NEW at position %d, not 0" % (where, pos))
-            seq = self.held[seq_id] = Paged(np_)
+            self.check_prefix(pos, where)
+            seq = self.held[seq_id] = Paged(np_, pos)
         elif seq is None:
             raise ProtocolError("%s is not flagged NEW but this worker does not hold it" % where)
         elif pos != seq.length:
             raise ProtocolError("%s continues at position %d, this worker holds %d of its tokens" % (where, pos, seq.length))
         self.grow(seq, seq_id, struct.unpack_from("<%dI" % nb, body, off + 4 * nt), pos + nt, where)
-        self.feed(seq, body, off, nt)
-        if sample and self.model is not None:
-            self.model.write_row(self.mm, i * self.row_bytes, seq.ph, seq.last, seq.length - seq.prompt_len)
-        return off + 4 * (nt + nb)
+        seq.length += nt
+        return Row3(seq, seq_id, sample, pos, np_, nt, off, where), off + 4 * (nt + nb)
+
+    def check_prefix(self, pos, where):
+        """A NEW row starts at 0 or after a cached prefix of whole blocks."""
+        if pos == 0:
+            return
+        if not self.blocks:
+            raise ProtocolError("%s: NEW at position %d, and this worker keeps no paged cache (0 blocks) "
+                                "to hold a cached prefix" % (where, pos))
+        if pos % self.block_size:
+            raise ProtocolError("%s: NEW at position %d, not a multiple of the block size %d" % (where, pos, self.block_size))
 
     def grow(self, seq, seq_id, new_blocks, end, where):
-        """Append new_blocks to seq's table; it must then cover end tokens."""
+        """Append new_blocks to seq's table; it must then cover end tokens.
+        Other live tables may hold them too (write checks the ones written)."""
         if not self.blocks:
             if new_blocks:
                 raise ProtocolError("%s brings %d blocks, this worker keeps no paged cache (0 blocks)" % (where, len(new_blocks)))
@@ -391,23 +430,82 @@ class StepsV3(Steps):
         for b in new_blocks:
             if b >= self.blocks:
                 raise ProtocolError("%s: block %d is not below this worker's %d blocks" % (where, b, self.blocks))
-            if b in self.owner:
-                raise ProtocolError("%s: block %d is already in the table of sequence %d" % (where, b, self.owner[b]))
-            self.owner[b] = seq_id
+            self.refs[b] = self.refs.get(b, 0) + 1
             seq.table.append(b)
+        if new_blocks:
+            ordered = sorted(seq.table)
+            for a, b in zip(ordered, ordered[1:]):
+                if a == b:
+                    raise ProtocolError("%s: block %d is already in the table of sequence %d" % (where, b, seq_id))
         if -(-end // self.block_size) > len(seq.table):
             raise ProtocolError("%s: a table of %d blocks of %d tokens does not cover its %d tokens"
                                 % (where, len(seq.table), self.block_size, end))
 
-    def feed(self, seq, body, off, nt):
-        """Take the row's nt tokens at off: the prompt's go into its hash
-        (the synthetic model's stand-in for a KV cache)."""
-        in_prompt = max(0, min(nt, seq.prompt_len - seq.length))
+    def feed(self, body, row, i):
+        """Take row i once every row is written (without a pool its tokens,
+        with one its history read back) and write its logits if sampled."""
+        seq, end = row.seq, row.pos + row.nt
+        if not self.blocks:
+            self.take(body, row)
+            ph, last = seq.ph, seq.last
+        else:
+            hist = self.read(row, end, row.sample and self.model is not None)
+            if hist is None:
+                return
+            ph = Model.prompt_hash(hist[:row.prompt_len]) if self.model.eos >= 0 else 0
+            last = hist[end - 1]
+        if row.sample and self.model is not None:
+            self.model.write_row(self.mm, i * self.row_bytes, ph, last, end - row.prompt_len)
+
+    def take(self, body, row):
+        """Without a pool: the prompt's tokens go into its hash (the
+        synthetic model's stand-in for a KV cache), the last is kept."""
+        seq, off, nt = row.seq, row.tok_off, row.nt
+        in_prompt = max(0, min(nt, seq.prompt_len - row.pos))
         if in_prompt and self.model is not None and self.model.eos >= 0:
             for t in struct.unpack_from("<%di" % in_prompt, body, off):
                 seq.ph = mix(seq.ph ^ (t & 0xFFFFFFFF))
         seq.last = TOKEN.unpack_from(body, off + 4 * (nt - 1))[0]
-        seq.length += nt
+
+    def write(self, body, row):
+        """Store the row's tokens at their slots; every block written must
+        be in its table only."""
+        bs, table = self.block_size, row.seq.table
+        toks = struct.unpack_from("<%di" % row.nt, body, row.tok_off)
+        pos, k = row.pos, 0
+        while k < row.nt:
+            b, o = table[pos // bs], pos % bs
+            if self.refs[b] > 1:
+                raise ProtocolError("%s writes block %d, which is also in the table of sequence %d"
+                                    % (row.where, b, self.holder(b, row.seq_id)))
+            kv = self.kv.setdefault(b, array.array("i"))
+            if o > len(kv):  # cannot happen: a sequence writes its blocks from their first slot on
+                raise ProtocolError("%s writes block %d from slot %d, its slots from %d on were never written"
+                                    % (row.where, b, o, len(kv)))
+            n = min(row.nt - k, bs - o)
+            kv[o:o + n] = array.array("i", toks[k:k + n])
+            pos, k = pos + n, k + n
+
+    def read(self, row, end, keep):
+        """The sequence's first end tokens read back through its table (None
+        unless keep: only checked); a slot never written is an error."""
+        bs, table = self.block_size, row.seq.table
+        hist = array.array("i") if keep else None
+        j = 0
+        while j * bs < end:
+            b, n = table[j], min(bs, end - j * bs)
+            kv = self.kv.get(b, ())
+            if len(kv) < n:
+                raise ProtocolError("%s reads block %d, whose slot %d (its token %d) was never written"
+                                    % (row.where, b, len(kv), j * bs + len(kv)))
+            if keep:
+                hist.extend(kv[:n])
+            j += 1
+        return hist
+
+    def holder(self, b, self_id):
+        """The lowest id but self_id whose table has block b."""
+        return min(i for i, seq in self.held.items() if i != self_id and b in seq.table)
 
 
 def handshake(conn, body, args):
@@ -517,7 +615,7 @@ def main():
     ap.add_argument("--forward-time", type=float, default=0, help="milliseconds one forward pass takes at least")
     ap.add_argument("--name", default="", help="appended to the name reported in HELLO_OK")
     ap.add_argument("--max-version", type=int, default=0, help="speak protocol versions up to this one (default %d)" % VERSION)
-    ap.add_argument("--kv-blocks", type=int, default=0, help="KV blocks reported in HELLO_OK (version 3; 0: no paged cache)")
+    ap.add_argument("--kv-blocks", type=int, default=0, help="KV blocks it keeps and reports in HELLO_OK (version 3; 0: no paged cache)")
     ap.add_argument("--block-size", type=int, default=16, help="tokens per KV block reported in HELLO_OK (version 3)")
     ap.add_argument("--max-model-len", type=int, default=0, help="the model's context reported in HELLO_OK (version 3; 0: none)")
     args = ap.parse_args()

@@ -16,9 +16,11 @@ import (
 // reused, so a steady batch costs no allocation.
 type delta struct {
 	// chunked: a row feeds up to its Fed, not its whole length (version
-	// 3). paged: rows carry their new blocks (version 3, a worker with a
-	// block pool).
+	// 3). paged: rows carry their new blocks, and a NEW row starts after
+	// its cached prefix (version 3, a worker with a block pool of
+	// blockSize tokens a block).
 	chunked, paged bool
+	blockSize      uint32
 
 	started bool
 	epoch   uint32
@@ -83,9 +85,10 @@ func (d *delta) advance(epoch uint32, step uint64, rows []*rank.Seq) error {
 	return nil
 }
 
-// planRow decides how r is sent: from token 0 (NEW) if the worker does not
-// hold it, else from the count it holds; up to its Fed (chunked) or its
-// length. sent is how many blocks of its table the worker has.
+// planRow decides how r is sent: from the count the worker holds if it
+// holds r, else NEW from its cached prefix (paged) or token 0; up to its
+// Fed (chunked) or its length. sent is how many blocks of its table the
+// worker has.
 func (d *delta) planRow(r *rank.Seq) (p rowPlan, sent uint32, err error) {
 	n := r.Len()
 	to := n
@@ -103,6 +106,10 @@ func (d *delta) planRow(r *rank.Seq) (p rowPlan, sent uint32, err error) {
 		h := &d.held[i]
 		h.seen = true
 		p.known, p.from, sent = true, h.tokens, h.blocks
+	} else if d.chunked {
+		if p.from, err = d.cached(r); err != nil {
+			return p, 0, err
+		}
 	}
 	if p.to <= p.from {
 		// The mirror feeds every row something at every step (a row
@@ -119,4 +126,23 @@ func (d *delta) planRow(r *rank.Seq) (p rowPlan, sent uint32, err error) {
 		p.blocks = r.Blocks[sent:]
 	}
 	return p, sent, nil
+}
+
+// cached is the position a version 3 NEW row is sent at: its cached
+// prefix (Seq.Cached tokens, held in the first Cached/bs blocks of the
+// table the row brings, which the worker reads and never writes) when the
+// worker has a block pool; 0 when it has none (it recomputes the prefix).
+func (d *delta) cached(r *rank.Seq) (uint32, error) {
+	c := r.Cached
+	switch {
+	case c == 0:
+		return 0, nil
+	case c < 0 || c >= r.Fed:
+		return 0, fmt.Errorf("sequence %d: Cached %d is not in [0, Fed %d)", r.ID, c, r.Fed)
+	case !d.paged:
+		return 0, nil
+	case d.blockSize == 0 || c%int(d.blockSize) != 0:
+		return 0, fmt.Errorf("sequence %d: Cached %d is not a multiple of the worker's block size %d", r.ID, c, d.blockSize)
+	}
+	return uint32(c), nil
 }

@@ -304,7 +304,7 @@ func (w *Executor) handshake(ctx context.Context) error {
 	w.name, w.version = got.Name, got.Version
 	if got.Version >= ProtocolV3 {
 		w.kv = rank.KVCapacity{BlockSize: int(got.BlockSize), Blocks: int(got.Blocks), MaxModelLen: int(got.MaxModelLen)}
-		w.delta.chunked, w.delta.paged = true, got.Blocks > 0
+		w.delta.chunked, w.delta.paged, w.delta.blockSize = true, got.Blocks > 0, got.BlockSize
 	}
 	_ = w.conn.SetDeadline(time.Time{})
 	return nil

@@ -9,11 +9,12 @@ import (
 )
 
 // FORWARD in versions 2 and 3: deltas. Finished ids first, then the rows;
-// a NEW row carries its sequence from token 0, a known row the tokens from
-// position (the number of tokens the worker holds) on. In version 2 a row
-// always runs to the sequence's end; in version 3 it may stop short
-// (chunked prefill: no SAMPLE flag), and its header adds B, the count of
-// new block IDs that follow its tokens.
+// a NEW row carries its sequence from token 0 (version 3: from the end of
+// its cached prefix, held in the first blocks of the table it brings), a
+// known row the tokens from position (the number of tokens the worker
+// holds) on. In version 2 a row always runs to the sequence's end; in
+// version 3 it may stop short (chunked prefill: no SAMPLE flag), and its
+// header adds B, the count of new block IDs that follow its tokens.
 
 const (
 	forward2HeadSize = 16 // step, n, f
@@ -30,7 +31,7 @@ const (
 // sequence, NEW or known, and (version 3) the blocks appended to its table.
 type rowPlan struct {
 	known  bool
-	from   uint32 // tokens the worker holds; 0 for a NEW row
+	from   uint32 // tokens the worker holds; a NEW row's cached prefix (or 0)
 	to     uint32 // tokens it holds after the row
 	blocks []core.BlockID
 }
@@ -134,9 +135,10 @@ func decodeForward2(b []byte, maxRows uint32, f *forward2) error {
 
 // decodeForwardDelta decodes a version 2 or 3 FORWARD of 1 to maxRows rows
 // into f. It checks the layout and the rules that need no state (known
-// flag bits, T >= 1, a NEW row at position 0, a sampled row holding its
-// whole prompt); whether ids are known, positions match and tables fit is
-// the worker's to check. Every count is checked against the bytes left
+// flag bits, T >= 1, a version 2 NEW row at position 0, a sampled row
+// holding its whole prompt); whether ids are known, positions match and
+// tables fit (and where a version 3 NEW row may start) is the worker's to
+// check. Every count is checked against the bytes left
 // before anything is sized from it.
 func decodeForwardDelta(b []byte, maxRows, version uint32, f *forward2) error {
 	le := binary.LittleEndian
@@ -201,7 +203,7 @@ func decodeRow(b []byte, version uint32, f *forward2, i uint32) ([]byte, error) 
 		return nil, fmt.Errorf("row %d (sequence %d): no tokens (T = 0)", i, id)
 	case (uint64(nt)+uint64(nb))*4 > uint64(len(b)):
 		return nil, fmt.Errorf("%w: FORWARD row %d claims %d tokens and %d blocks in %d bytes", errGarbage, i, nt, nb, len(b))
-	case isNew && pos != 0:
+	case isNew && pos != 0 && version < ProtocolV3:
 		return nil, fmt.Errorf("row %d (sequence %d): NEW at position %d, not 0", i, id, pos)
 	case sample && uint64(np) > uint64(pos)+uint64(nt):
 		return nil, fmt.Errorf("row %d (sequence %d): sampled with a %d-token prompt in %d tokens", i, id, np, uint64(pos)+uint64(nt))

@@ -17,7 +17,8 @@ const (
 	ProtocolV2 uint32 = 2
 	// ProtocolV3: a paged KV cache. HELLO_OK reports the worker's block
 	// pool; FORWARD rows carry block tables and may feed part of a
-	// sequence (chunked prefill), with a flag for the rows to sample.
+	// sequence (chunked prefill), with a flag for the rows to sample; a
+	// new sequence may start after a cached prefix in blocks it shares.
 	ProtocolV3 uint32 = 3
 	// ProtocolVersion is the highest version this package speaks.
 	ProtocolVersion = ProtocolV3

@@ -253,15 +253,45 @@ var rules3 = []struct {
 }{
 	{"block id not below the pool", false, [][]byte{forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 1, tokens: 1, blocks: []uint32{8}})},
 		"row 0: sequence 1: block 8 is not below this worker's 8 blocks"},
-	{"block in two live tables", false, [][]byte{forward3Frame(1, nil,
+	{"a block written while in another live table", false, [][]byte{forward3Frame(1, nil,
 		row3{id: 1, flags: ns, prompt: 1, tokens: 1, blocks: []uint32{0}}, row3{id: 2, flags: ns, prompt: 1, tokens: 1, blocks: []uint32{0}})},
-		"row 1: sequence 2: block 0 is already in the table of sequence 1"},
+		"row 0: sequence 1 writes block 0, which is also in the table of sequence 2"},
 	{"block twice in one table", false, [][]byte{forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 5, tokens: 5, blocks: []uint32{3, 3}})},
 		"row 0: sequence 1: block 3 is already in the table of sequence 1"},
 	{"block of a live table taken later", false, [][]byte{
 		forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 1, tokens: 1, blocks: []uint32{4}}, row3{id: 2, flags: ns, prompt: 1, tokens: 1, blocks: []uint32{5}}),
 		forward3Frame(2, nil, row3{id: 1, flags: flagSample, pos: 1, prompt: 1, tokens: 4, blocks: []uint32{5}}, row3{id: 2, flags: flagSample, pos: 1, prompt: 1, tokens: 1})},
-		"row 0: sequence 1: block 5 is already in the table of sequence 2"},
+		"row 0: sequence 1 writes block 5, which is also in the table of sequence 2"},
+	{"a NEW row writes a block it shares", false, [][]byte{
+		forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 8, tokens: 8, blocks: []uint32{0, 1}}),
+		forward3Frame(2, nil, row3{id: 1, flags: flagSample, pos: 8, prompt: 8, tokens: 1, blocks: []uint32{2}},
+			row3{id: 2, flags: ns, pos: 4, prompt: 5, tokens: 1, blocks: []uint32{0, 1}})},
+		"row 1: sequence 2 writes block 1, which is also in the table of sequence 1"},
+	{"a block shared while another row of the FORWARD writes it", false, [][]byte{
+		forward3Frame(1, nil, row3{id: 1, flags: flagNew, prompt: 6, tokens: 3, blocks: []uint32{0}}),
+		forward3Frame(2, nil, row3{id: 2, flags: ns, pos: 4, prompt: 5, tokens: 1, blocks: []uint32{0, 1}},
+			row3{id: 1, pos: 3, prompt: 6, tokens: 1})},
+		"row 1: sequence 1 writes block 0, which is also in the table of sequence 2"},
+	{"a cached prefix never written", false, [][]byte{forward3Frame(1, nil, row3{id: 1, flags: ns, pos: 4, prompt: 5, tokens: 1, blocks: []uint32{3, 4}})},
+		"row 0: sequence 1 reads block 3, whose slot 0 (its token 0) was never written"},
+	{"a cached prefix partly written", false, [][]byte{
+		forward3Frame(1, nil, row3{id: 1, flags: flagNew, prompt: 9, tokens: 6, blocks: []uint32{3, 4}}),
+		forward3Frame(2, []uint64{1}, row3{id: 2, flags: ns, pos: 8, prompt: 9, tokens: 1, blocks: []uint32{3, 4, 5}})},
+		"row 0: sequence 2 reads block 4, whose slot 2 (its token 6) was never written"},
+	{"NEW inside a block", false, [][]byte{
+		forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 4, tokens: 4, blocks: []uint32{0}}),
+		forward3Frame(2, nil, row3{id: 1, flags: flagSample, pos: 4, prompt: 4, tokens: 1, blocks: []uint32{1}},
+			row3{id: 2, flags: ns, pos: 2, prompt: 3, tokens: 1, blocks: []uint32{0}})},
+		"row 1: sequence 2: NEW at position 2, not a multiple of the block size 4"},
+	{"NEW after a prefix without a pool", true, [][]byte{forward3Frame(1, nil, row3{id: 1, flags: ns, pos: 4, prompt: 5, tokens: 1})},
+		"row 0: sequence 1: NEW at position 4, and this worker keeps no paged cache (0 blocks) to hold a cached prefix"},
+	{"cached prefixes shared read only, by live and finished tables", false, [][]byte{
+		forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 9, tokens: 9, blocks: []uint32{0, 1, 2}}),
+		forward3Frame(2, nil, row3{id: 1, flags: flagSample, pos: 9, prompt: 9, tokens: 1},
+			row3{id: 2, flags: ns, pos: 8, prompt: 9, tokens: 2, blocks: []uint32{0, 1, 3}},
+			row3{id: 3, flags: ns, pos: 4, prompt: 7, tokens: 3, blocks: []uint32{0, 4}}),
+		forward3Frame(3, []uint64{1, 2}, row3{id: 3, flags: flagSample, pos: 7, prompt: 7, tokens: 1, blocks: []uint32{5}},
+			row3{id: 4, flags: ns, pos: 8, prompt: 12, tokens: 4, blocks: []uint32{0, 1, 6}})}, ""},
 	{"NEW table too short", false, [][]byte{forward3Frame(1, nil, row3{id: 1, flags: ns, prompt: 5, tokens: 5, blocks: []uint32{0}})},
 		"row 0: sequence 1: a table of 1 blocks of 4 tokens does not cover its 5 tokens"},
 	{"known table too short", false, [][]byte{

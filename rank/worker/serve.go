@@ -33,7 +33,9 @@ type ServeConfig struct {
 	MaxVersion uint32
 	// The paged KV cache HELLO_OK version 3 reports, which FORWARD rows
 	// are checked against: KVBlocks blocks (0: none, rows bring no
-	// blocks) of BlockSize tokens (default 16); MaxModelLen is the
+	// blocks) of BlockSize tokens (default 16). With blocks the worker
+	// keeps the token at each slot as its KV and computes the logits from
+	// the history read back through a row's table. MaxModelLen is the
 	// model's context (0: none), reported only.
 	KVBlocks, BlockSize, MaxModelLen int
 }
@@ -95,7 +97,7 @@ type server struct {
 	batch []*rank.Seq // the rows of the current FORWARD
 	fwd2  forward2    // versions 2 and 3: the decoded FORWARD
 	held  seqs        // version 2: the sequences this worker holds
-	paged paged       // version 3: the sequences and blocks it holds
+	paged paged       // version 3: the sequences, tables and KV it holds
 	row   []float32
 	in    []byte
 	out   []byte

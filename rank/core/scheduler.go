@@ -206,8 +206,9 @@ func (s *Scheduler) Idle() bool {
 // Next builds step k of epoch: the tokens sampled at step k-1, the
 // sequences that finished then (or are preempted now), the tokens every
 // running row feeds, and as many waiting requests as fit, oldest first,
-// with their KV blocks and the prefill chunks. It returns nil when the
-// scheduler is idle.
+// with their KV blocks, the prefill chunks and, with prefix caching, the
+// cached prefixes they start with. It returns nil when the scheduler is
+// idle.
 func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	if s.Idle() {
 		return nil
@@ -263,9 +264,11 @@ func (s *Scheduler) feedRunning() int {
 
 // admit moves waiting requests into st's batch, oldest first, while the
 // batch's rows, tokens, step bytes, KV blocks and the step's token budget
-// (left) allow. Each feeds as much of its prompt and output as the budget
-// leaves; one that cannot feed them all is prefilled in chunks over the
-// next steps and is the last admitted.
+// (left) allow. Each starts with its cached prefix, if any, and feeds as
+// much of the rest as the budget leaves; one that cannot feed it all is
+// prefilled in chunks over the next steps and is the last admitted. The
+// head waits a step, and everyone behind it, when the block after its
+// cached prefix is being computed for another row in this step.
 func (s *Scheduler) admit(st *broadcast.Step, left int) {
 	size := broadcast.StepSize(st)
 	tokens := 0

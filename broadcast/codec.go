@@ -13,8 +13,8 @@ import (
 // advertise it, so ranks of different versions refuse each other at
 // rendezvous. Version 2 added the leader ID to heartbeats and replay
 // replies; version 3 the MAC before the checksum of every message;
-// version 4 the KV block grants and prefill chunks of a step and the KV
-// capacity of a heartbeat.
+// version 4 the KV block grants, prefill chunks and prefix cache hits of
+// a step and the KV capacity of a heartbeat.
 const Version = 4
 
 // Message kinds, the fourth byte of the magic.
@@ -33,10 +33,11 @@ const (
 	MaxTokens     = 4096
 	MaxGrants     = 4096
 	MaxChunks     = 4096
+	MaxHits       = 4096
 	// MaxGrantBlocks bounds the blocks of one grant: 2^21 blocks of one
 	// token would hold a sequence twice MaxPromptLen long.
 	MaxGrantBlocks = 1 << 21
-	stepHeaderLen  = 52
+	stepHeaderLen  = 56
 	heartbeatLen   = 88
 	checksumLen    = 4
 	// trailerLen is what ends every message: the MAC, then the CRC.
@@ -45,6 +46,7 @@ const (
 	tokenLen       = 12
 	grantFixed     = 12
 	chunkLen       = 12
+	hitLen         = 12
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -81,7 +83,7 @@ type Token struct {
 // Step is one decode step as rank 0 publishes it. Applying it means: append
 // Tokens to their sequences, drop Removed, append Admitted, grow the named
 // rows' block tables by Grants, set the Fed of the rows named in Chunks, in
-// that order.
+// that order; Hits say which admitted rows start with a cached prefix.
 type Step struct {
 	Epoch uint32
 	// Leader identifies the rank 0 process that published the step (a
@@ -168,7 +170,7 @@ func StepSize(s *Step) int {
 	for _, g := range s.Grants {
 		n += GrantSize(len(g.Blocks))
 	}
-	return n + chunkLen*len(s.Chunks)
+	return n + chunkLen*len(s.Chunks) + hitLen*len(s.Hits)
 }
 
 // GrantSize is the encoded size of a grant of n blocks.
@@ -176,6 +178,9 @@ func GrantSize(n int) int { return grantFixed + 4*n }
 
 // ChunkSize is the encoded size of one chunk.
 const ChunkSize = chunkLen
+
+// HitSize is the encoded size of one prefix cache hit.
+const HitSize = hitLen
 
 // AdmissionSize is the encoded size of an admission carrying n tokens
 // (prompt and output together).
@@ -195,6 +200,7 @@ func (c *Codec) AppendStep(dst []byte, s *Step) []byte {
 	binary.LittleEndian.PutUint32(h[40:], s.Leader)
 	binary.LittleEndian.PutUint32(h[44:], uint32(len(s.Grants)))
 	binary.LittleEndian.PutUint32(h[48:], uint32(len(s.Chunks)))
+	binary.LittleEndian.PutUint32(h[52:], uint32(len(s.Hits)))
 	for _, t := range s.Tokens {
 		dst = binary.LittleEndian.AppendUint64(dst, t.Seq)
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(t.Token))
@@ -223,6 +229,10 @@ func (c *Codec) AppendStep(dst []byte, s *Step) []byte {
 	for _, ch := range s.Chunks {
 		dst = binary.LittleEndian.AppendUint64(dst, ch.Seq)
 		dst = binary.LittleEndian.AppendUint32(dst, ch.Fed)
+	}
+	for _, ht := range s.Hits {
+		dst = binary.LittleEndian.AppendUint64(dst, ht.Seq)
+		dst = binary.LittleEndian.AppendUint32(dst, ht.Tokens)
 	}
 	return c.seal(dst, start)
 }
@@ -275,34 +285,46 @@ func (c *Codec) DecodeStep(b []byte, s *Step) error {
 	if p, err = decodeGrants(p, s, n.grants); err != nil {
 		return err
 	}
-	if uint64(len(p)) < uint64(n.chunks)*chunkLen {
-		return fmt.Errorf("%w: %d chunks need %d bytes, have %d", ErrShort, n.chunks, n.chunks*chunkLen, len(p))
+	if uint64(len(p)) != uint64(n.chunks)*chunkLen+uint64(n.hits)*hitLen {
+		return decodeTailError(p, n)
 	}
 	s.Chunks = s.Chunks[:0]
 	for range n.chunks {
 		s.Chunks = append(s.Chunks, Chunk{Seq: binary.LittleEndian.Uint64(p), Fed: binary.LittleEndian.Uint32(p[8:])})
 		p = p[chunkLen:]
 	}
-	if len(p) != 0 {
-		return fmt.Errorf("%w: %d bytes after the last chunk", ErrTrailing, len(p))
+	s.Hits = s.Hits[:0]
+	for range n.hits {
+		s.Hits = append(s.Hits, Hit{Seq: binary.LittleEndian.Uint64(p), Tokens: binary.LittleEndian.Uint32(p[8:])})
+		p = p[hitLen:]
 	}
 	return nil
 }
 
-// stepCounts are the counts of a step's header.
-type stepCounts struct{ tok, rem, adm, grants, chunks uint32 }
+// decodeTailError says what is wrong with p, the bytes after the grants,
+// when they are not exactly the chunks and hits the counts announce.
+func decodeTailError(p []byte, n stepCounts) error {
+	need := uint64(n.chunks)*chunkLen + uint64(n.hits)*hitLen
+	if uint64(len(p)) < need {
+		return fmt.Errorf("%w: %d chunks and %d hits need %d bytes, have %d", ErrShort, n.chunks, n.hits, need, len(p))
+	}
+	return fmt.Errorf("%w: %d bytes after the last hit", ErrTrailing, uint64(len(p))-need)
+}
 
-// readCounts reads the counts at offsets 28, 32, 36, 44 and 48 of a step
-// and checks them against the limits.
+// stepCounts are the counts of a step's header.
+type stepCounts struct{ tok, rem, adm, grants, chunks, hits uint32 }
+
+// readCounts reads the counts at offsets 28, 32, 36, 44, 48 and 52 of a
+// step and checks them against the limits.
 func readCounts(body []byte) (stepCounts, error) {
 	n := stepCounts{
 		tok: binary.LittleEndian.Uint32(body[28:]), rem: binary.LittleEndian.Uint32(body[32:]),
 		adm: binary.LittleEndian.Uint32(body[36:]), grants: binary.LittleEndian.Uint32(body[44:]),
-		chunks: binary.LittleEndian.Uint32(body[48:]),
+		chunks: binary.LittleEndian.Uint32(body[48:]), hits: binary.LittleEndian.Uint32(body[52:]),
 	}
-	if n.tok > MaxTokens || n.rem > MaxRemovals || n.adm > MaxAdmissions || n.grants > MaxGrants || n.chunks > MaxChunks {
-		return n, fmt.Errorf("%w: tokens %d (max %d), removals %d (max %d), admissions %d (max %d), grants %d (max %d), chunks %d (max %d)",
-			ErrBounds, n.tok, MaxTokens, n.rem, MaxRemovals, n.adm, MaxAdmissions, n.grants, MaxGrants, n.chunks, MaxChunks)
+	if n.tok > MaxTokens || n.rem > MaxRemovals || n.adm > MaxAdmissions || n.grants > MaxGrants || n.chunks > MaxChunks || n.hits > MaxHits {
+		return n, fmt.Errorf("%w: tokens %d (max %d), removals %d (max %d), admissions %d (max %d), grants %d (max %d), chunks %d (max %d), hits %d (max %d)",
+			ErrBounds, n.tok, MaxTokens, n.rem, MaxRemovals, n.adm, MaxAdmissions, n.grants, MaxGrants, n.chunks, MaxChunks, n.hits, MaxHits)
 	}
 	return n, nil
 }
@@ -310,7 +332,8 @@ func readCounts(body []byte) (stepCounts, error) {
 // fixedBytes is the least the body after the header can hold with these
 // counts: every entry with no prompt, output or blocks.
 func (n stepCounts) fixedBytes() uint64 {
-	return uint64(n.tok)*tokenLen + uint64(n.rem)*8 + uint64(n.adm)*admissionFixed + uint64(n.grants)*grantFixed + uint64(n.chunks)*chunkLen
+	return uint64(n.tok)*tokenLen + uint64(n.rem)*8 + uint64(n.adm)*admissionFixed + uint64(n.grants)*grantFixed +
+		uint64(n.chunks)*chunkLen + uint64(n.hits)*hitLen
 }
 
 // decodeTokens decodes the tokens and removals, whose bytes the caller

@@ -50,6 +50,9 @@ func sampleSteps() map[string]*Step {
 		many.Grants = append(many.Grants, Grant{Seq: uint64(2000 + i), Blocks: []uint32{uint32(3 * i), uint32(3*i + 1)}[:1+i%2]})
 	}
 	many.Chunks = []Chunk{{Seq: 2024, Fed: 16}}
+	for i := range 10 {
+		many.Hits = append(many.Hits, Hit{Seq: uint64(2000 + 2*i), Tokens: uint32(16 * (i + 1))})
+	}
 	return map[string]*Step{
 		"empty": {Epoch: 0, Step: 1},
 		"one of each": {
@@ -59,7 +62,9 @@ func sampleSteps() map[string]*Step {
 			Admitted: []Admission{{Seq: 2, Prompt: []int32{5, 6, 7}}, {Seq: 3, Prompt: []int32{8}, Output: []int32{9, 10}}},
 			Grants:   []Grant{{Seq: 2, Blocks: []uint32{4}}},
 			Chunks:   []Chunk{{Seq: 3, Fed: 2}},
+			Hits:     []Hit{{Seq: 3, Tokens: 1}},
 		},
+		"hits only":      {Epoch: 2, Step: 3, Hits: []Hit{{Seq: 1, Tokens: 16}, {Seq: 2, Tokens: 32}}},
 		"many":           many,
 		"negative token": {Epoch: 1, Step: 9, Tokens: []Token{{Seq: 4, Token: -1}, {Seq: 5, Token: math.MinInt32}}},
 		"max values": {
@@ -69,6 +74,7 @@ func sampleSteps() map[string]*Step {
 			Admitted: []Admission{{Seq: math.MaxUint64 - 1, Prompt: []int32{math.MaxInt32, math.MinInt32, -1, 0}}},
 			Grants:   []Grant{{Seq: math.MaxUint64 - 1, Blocks: []uint32{math.MaxUint32, 0}}},
 			Chunks:   []Chunk{{Seq: math.MaxUint64 - 1, Fed: math.MaxUint32}},
+			Hits:     []Hit{{Seq: math.MaxUint64 - 1, Tokens: math.MaxUint32}},
 		},
 	}
 }
@@ -91,6 +97,9 @@ func normalise(s *Step) *Step {
 	}
 	if len(c.Chunks) == 0 {
 		c.Chunks = nil
+	}
+	if len(c.Hits) == 0 {
+		c.Hits = nil
 	}
 	c.Admitted = append([]Admission(nil), c.Admitted...)
 	for i := range c.Admitted {
@@ -317,10 +326,7 @@ func TestStepBounds(t *testing.T) {
 	withAdmission := func() []byte {
 		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Admitted: []Admission{{Seq: 1, Prompt: []int32{1, 2}}}})
 	}
-	put := func(b []byte, off int, v uint32) []byte {
-		binary.LittleEndian.PutUint32(b[off:], v)
-		return reseal(b)
-	}
+	put := putCount
 	withGrant := func() []byte {
 		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Grants: []Grant{{Seq: 1, Blocks: []uint32{1, 2}}}})
 	}
@@ -331,11 +337,7 @@ func TestStepBounds(t *testing.T) {
 	// and of the first grant's block count in withGrant().
 	promptLenOff := stepHeaderLen + 8
 	blocksOff := stepHeaderLen + 8
-	for _, tc := range []struct {
-		name string
-		msg  []byte
-		want error
-	}{
+	refuseAll(t, []boundsCase{
 		{"tokens over limit", put(base(), offTok, MaxTokens+1), ErrBounds},
 		{"tokens max uint32", put(base(), offTok, math.MaxUint32), ErrBounds},
 		{"removals over limit", put(base(), offRem, MaxRemovals+1), ErrBounds},
@@ -368,7 +370,51 @@ func TestStepBounds(t *testing.T) {
 		{"second grant claimed, header absent", put(withGrant(), offG, 2), ErrShort},
 		{"second chunk claimed, bytes absent", put(withChunk(), offC, 2), ErrShort},
 		{"chunk claimed, grant bytes read as it", put(withGrant(), offC, 1), ErrShort},
-	} {
+	})
+}
+
+// putCount writes v at off of a step and reseals it.
+func putCount(b []byte, off int, v uint32) []byte {
+	binary.LittleEndian.PutUint32(b[off:], v)
+	return reseal(b)
+}
+
+// TestStepHitBounds: hostile hit counts, and counts that make the chunks
+// and hits disagree with the bytes, are refused before allocating.
+func TestStepHitBounds(t *testing.T) {
+	const offC, offH = 48, 52
+	base := func() []byte { return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1}) }
+	withChunk := func() []byte {
+		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Chunks: []Chunk{{Seq: 1, Fed: 3}}})
+	}
+	withHit := func() []byte {
+		return testCodec.AppendStep(nil, &Step{Epoch: 1, Step: 1, Chunks: []Chunk{{Seq: 1, Fed: 3}}, Hits: []Hit{{Seq: 1, Tokens: 2}}})
+	}
+	put := putCount
+	refuseAll(t, []boundsCase{
+		{"hits over limit", put(base(), offH, MaxHits+1), ErrBounds},
+		{"hits max uint32", put(base(), offH, math.MaxUint32), ErrBounds},
+		{"hits at limit, bytes absent", put(base(), offH, MaxHits), ErrShort},
+		{"one hit, bytes absent", put(base(), offH, 1), ErrShort},
+		{"second hit claimed, bytes absent", put(withHit(), offH, 2), ErrShort},
+		{"hit unclaimed, its bytes trail", put(withHit(), offH, 0), ErrTrailing},
+		{"hit claimed, chunk bytes read as it", put(withChunk(), offH, 1), ErrShort},
+		{"chunk unclaimed, read as the hit", put(withHit(), offC, 0), ErrTrailing},
+	})
+}
+
+// boundsCase is a hostile message and the error it must be refused with.
+type boundsCase struct {
+	name string
+	msg  []byte
+	want error
+}
+
+// refuseAll decodes every case's message, expecting its error, with
+// few allocations: none sized from a hostile count.
+func refuseAll(t *testing.T, cases []boundsCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Step
 			var err error
@@ -653,22 +699,24 @@ func TestHeartbeatStrict(t *testing.T) {
 }
 
 // TestStepSizeTable pins StepSize to the layout in docs/protocol.md: a
-// 52-byte header and the 20-byte trailer, 12 bytes a token, 8 a removal,
-// 16 plus 4 a token an admission, 12 plus 4 a block a grant, 12 a chunk.
+// 56-byte header and the 20-byte trailer, 12 bytes a token, 8 a removal,
+// 16 plus 4 a token an admission, 12 plus 4 a block a grant, 12 a chunk,
+// 12 a hit.
 func TestStepSizeTable(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		s    *Step
 		want int
 	}{
-		{"empty", &Step{}, 72},
-		{"one token", &Step{Tokens: []Token{{}}}, 84},
-		{"one removal", &Step{Removed: []uint64{1}}, 80},
-		{"admission of 3+2", &Step{Admitted: []Admission{{Prompt: make([]int32, 3), Output: make([]int32, 2)}}}, 72 + 16 + 20},
-		{"grant of 1 block", &Step{Grants: []Grant{{Blocks: []uint32{1}}}}, 72 + 16},
-		{"grants of 2 and 5", &Step{Grants: []Grant{{Blocks: make([]uint32, 2)}, {Blocks: make([]uint32, 5)}}}, 72 + 20 + 32},
-		{"two chunks", &Step{Chunks: []Chunk{{}, {}}}, 72 + 24},
-		{"all", sampleSteps()["one of each"], 72 + 12 + 8 + (16 + 12) + (16 + 12) + 16 + 12},
+		{"empty", &Step{}, 76},
+		{"one token", &Step{Tokens: []Token{{}}}, 88},
+		{"one removal", &Step{Removed: []uint64{1}}, 84},
+		{"admission of 3+2", &Step{Admitted: []Admission{{Prompt: make([]int32, 3), Output: make([]int32, 2)}}}, 76 + 16 + 20},
+		{"grant of 1 block", &Step{Grants: []Grant{{Blocks: []uint32{1}}}}, 76 + 16},
+		{"grants of 2 and 5", &Step{Grants: []Grant{{Blocks: make([]uint32, 2)}, {Blocks: make([]uint32, 5)}}}, 76 + 20 + 32},
+		{"two chunks", &Step{Chunks: []Chunk{{}, {}}}, 76 + 24},
+		{"three hits", &Step{Hits: []Hit{{}, {}, {}}}, 76 + 36},
+		{"all", sampleSteps()["one of each"], 76 + 12 + 8 + (16 + 12) + (16 + 12) + 16 + 12 + 12},
 	} {
 		if got := StepSize(tc.s); got != tc.want {
 			t.Errorf("%s: StepSize %d, want %d", tc.name, got, tc.want)
@@ -677,8 +725,8 @@ func TestStepSizeTable(t *testing.T) {
 			t.Errorf("%s: encoding is %d bytes, want %d", tc.name, got, tc.want)
 		}
 	}
-	if GrantSize(3) != 24 || ChunkSize != 12 || AdmissionSize(2) != 24 {
-		t.Errorf("GrantSize(3) %d, ChunkSize %d, AdmissionSize(2) %d; want 24, 12, 24", GrantSize(3), ChunkSize, AdmissionSize(2))
+	if GrantSize(3) != 24 || ChunkSize != 12 || AdmissionSize(2) != 24 || HitSize != 12 {
+		t.Errorf("GrantSize(3) %d, ChunkSize %d, AdmissionSize(2) %d, HitSize %d; want 24, 12, 24, 12", GrantSize(3), ChunkSize, AdmissionSize(2), HitSize)
 	}
 }
 

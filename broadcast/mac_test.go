@@ -201,7 +201,7 @@ func TestMACBytesPinned(t *testing.T) {
 	hb := keyedCodec.AppendHeartbeat(nil, sampleHeartbeats()["typical"])
 	step := keyedCodec.AppendStep(nil, &Step{
 		Epoch: 1, Leader: 0x5eed1e55, Step: 2, Tokens: []Token{{Seq: 1, Token: 42}}, Removed: []uint64{1},
-		Grants: []Grant{{Seq: 2, Blocks: []uint32{7, 9}}}, Chunks: []Chunk{{Seq: 2, Fed: 3}},
+		Grants: []Grant{{Seq: 2, Blocks: []uint32{7, 9}}}, Chunks: []Chunk{{Seq: 2, Fed: 3}}, Hits: []Hit{{Seq: 2, Tokens: 4}},
 	})
 	for _, tc := range []struct {
 		name string
@@ -222,10 +222,12 @@ const (
 		"100000008813000000800000" + // KV: block size 16, 5000 blocks, max model len 32768
 		"541fa4e45acd15669761d27a59213c25" + "7ac4ade8"
 	pinnedStep = "5450435304000000864609208018c3f2010000000200000000000000010000000100000000000000551eed5e0100000001000000" +
+		"01000000" + // H: one hit, at offset 52
 		"01000000000000002a000000" + "0100000000000000" + // the token, the removal
 		"0200000000000000" + "02000000" + "0700000009000000" + // the grant: sequence 2, 2 blocks, 7 and 9
 		"0200000000000000" + "03000000" + // the chunk: sequence 2, fed 3
-		"af9056a4502e9328fd5321caaf450e42" + "04f48c92"
+		"0200000000000000" + "04000000" + // the hit: sequence 2, 4 tokens cached
+		"0adc788c2b8fa07e631442c9573e00f2" + "9d8d1a92"
 )
 
 // TestCodecNoAllocs: sealing and verifying reuse their HMAC states, so

@@ -216,16 +216,21 @@ func TestReplayReplyLayout(t *testing.T) {
 // newest step is always replayable), and does not keep a large step's
 // buffer alive for a small one.
 func TestWindowEvictsByBytes(t *testing.T) {
+	// msg is step k with removals removals, and a token if removals is
+	// 8: a step as long as two empty ones (76 bytes: 8×8 + 12).
 	msg := func(k uint64, removals int) []byte {
 		st := &Step{Epoch: 1, Step: k}
 		for i := range removals {
 			st.Removed = append(st.Removed, uint64(i+1))
 		}
+		if removals == 8 {
+			st.Tokens = []Token{{Seq: 1, Token: 2}}
+		}
 		return testCodec.AppendStep(nil, st)
 	}
 	small := len(msg(1, 0))
-	if len(msg(1, 9)) != 2*small {
-		t.Fatalf("a step of 9 removals is %d bytes, the test assumes 2×%d", len(msg(1, 9)), small)
+	if len(msg(1, 8)) != 2*small {
+		t.Fatalf("a step of 8 removals and a token is %d bytes, the test assumes 2×%d", len(msg(1, 8)), small)
 	}
 	served := func(w *Window, from, to uint64) *ReplayReply {
 		return w.Serve(&ReplayRequest{Epoch: 1, From: from, To: to}, 1<<20)
@@ -249,7 +254,7 @@ func TestWindowEvictsByBytes(t *testing.T) {
 	if rep := served(w, 3, 5); len(rep.Steps) != 3 || !bytes.Equal(rep.Steps[0], msg(3, 0)) || !bytes.Equal(rep.Steps[2], msg(5, 0)) {
 		t.Fatalf("served %d steps", len(rep.Steps))
 	}
-	w.Add(1, 6, msg(6, 9)) // worth two: steps 3 and 4 go
+	w.Add(1, 6, msg(6, 8)) // worth two: steps 3 and 4 go
 	check(w, 5, 3*small)
 	w.Add(1, 7, msg(7, 20)) // over the budget on its own: kept alone
 	check(w, 7, len(msg(7, 20)))

@@ -102,6 +102,10 @@ type DriverConfig struct {
 	// chunks over several steps (0: no bound; else at least MaxBatch, or
 	// Run refuses to start).
 	MaxNumBatchedTokens int
+	// PrefixCaching is core.SchedulerConfig.PrefixCaching: with KV, a
+	// request starts with the longest prefix of its tokens whose blocks
+	// the cache still holds, and computes only the rest.
+	PrefixCaching bool
 	// Resume are the requests in flight when the previous epoch stopped
 	// (Driver.InFlight of its rank 0): they are admitted first, with the
 	// tokens they already have, and go on streaming to their requesters.

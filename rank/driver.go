@@ -57,6 +57,9 @@ type Driver struct {
 	// maxStepTokens is the most tokens one applied step fed (status and
 	// metrics read it).
 	maxStepTokens atomic.Int64
+	// fedTokens is the tokens every applied step fed, summed: what the
+	// forward passes computed (a cached prefix is not).
+	fedTokens atomic.Int64
 }
 
 // leaderState is what only rank 0 keeps.
@@ -150,6 +153,7 @@ func NewDriver(cfg DriverConfig, tr broadcast.Transport, ex Executor, pick Picke
 		sc := core.SchedulerConfig{
 			MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, EOS: cfg.EOS, MaxStepBytes: cfg.stepBudget(), MaxBatchTokens: cfg.MaxBatchTokens,
 			KV: cfg.KV, MaxModelLen: cfg.MaxModelLen, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+			PrefixCaching: cfg.PrefixCaching,
 		}
 		d.l = &leaderState{
 			intake: make(chan *Request, cfg.MaxQueue),
@@ -221,9 +225,11 @@ func (d *Driver) Status() api.RankStatus {
 
 // applied notes what the step the mirror just applied fed.
 func (d *Driver) applied() {
-	if n := int64(d.mirror.StepTokens()); n > d.maxStepTokens.Load() {
+	n := int64(d.mirror.StepTokens())
+	if n > d.maxStepTokens.Load() {
 		d.maxStepTokens.Store(n) // only the Run goroutine writes it
 	}
+	d.fedTokens.Add(n)
 }
 
 func digestString(d uint64) string { return fmt.Sprintf("%016x", d) }

@@ -26,7 +26,7 @@ func (d *Driver) publishState() {
 	if d.l != nil {
 		p.waiting = d.l.core.Waiting()
 		if p.kv = d.l.core.Memory(); p.kv != nil {
-			d.cfg.Metrics.preempted(p.kv.Preemptions)
+			d.cfg.Metrics.kvCounts(p.kv)
 		}
 	} else {
 		p.leader = d.f.following

@@ -27,13 +27,19 @@ func kvJob(t *testing.T, kv *core.KVConfig, m *Metrics) (*cluster, *runningRank)
 // kvJobWith is kvJob with a token budget (DriverConfig.MaxNumBatchedTokens).
 func kvJobWith(t *testing.T, kv *core.KVConfig, budget int, m *Metrics) (*cluster, *runningRank) {
 	t.Helper()
+	return kvJobCaching(t, kv, budget, false, m)
+}
+
+// kvJobCaching is kvJobWith with prefix caching on or off.
+func kvJobCaching(t *testing.T, kv *core.KVConfig, budget int, caching bool, m *Metrics) (*cluster, *runningRank) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{hub: broadcast.NewHub(), cancel: cancel}
 	c.requester = c.hub.Connect()
 	t.Cleanup(c.requester.Close)
 	for r := range 2 {
 		cfg := driverConfig(r, 2)
-		cfg.MaxBatch, cfg.MaxQueue, cfg.KV, cfg.MaxNumBatchedTokens = 8, 64, kv, budget
+		cfg.MaxBatch, cfg.MaxQueue, cfg.KV, cfg.MaxNumBatchedTokens, cfg.PrefixCaching = 8, 64, kv, budget, caching
 		if r == 0 {
 			cfg.Metrics = m
 		}
@@ -239,4 +245,95 @@ func TestDriverBudgetBelowMaxBatch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MaxNumBatchedTokens (3)") || !strings.Contains(err.Error(), "MaxBatch (4)") {
 		t.Fatalf("Run with a budget of 3 and MaxBatch 4: %v", err)
 	}
+}
+
+// prefixRequest is request i of a load whose prompts share long
+// prefixes: one of three 24-token system prompts, then a suffix of its
+// own of 1 to 5 tokens.
+func prefixRequest(i int) *api.GenerateRequest {
+	req := kvRequest(i)
+	k := i % 3
+	prompt := make([]int32, 24, 29)
+	for j := range prompt {
+		prompt[j] = int32(3 + (k*31+j*17)%(drvVocab-3))
+	}
+	for j := range 1 + i%5 {
+		prompt = append(prompt, int32(3+(i*13+j)%(drvVocab-3)))
+	}
+	req.PromptTokenIDs = prompt
+	return req
+}
+
+// prefixRun sends the prefix load to a job with prefix caching on or
+// off: the first four requests one after the other (so the later ones
+// find the earlier ones' blocks whatever the timing), the rest at once.
+// It returns every request's tokens, rank 0's KV status once every block
+// is released, the tokens rank 0's steps fed in total, and the metrics.
+func prefixRun(t *testing.T, n int, caching bool) ([][]int32, *api.KVStatus, int64, string) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r0 := kvJobCaching(t, &core.KVConfig{BlockSize: 4, Blocks: 64, Watermark: 1}, 16, caching, m)
+	defer c.cancel()
+	got := make([][]int32, n)
+	generate := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		rep, err := client.Generate(ctx, c.requester, drvSubj, prefixRequest(i), nil)
+		if err == nil {
+			got[i] = rep.Tokens
+		}
+		return err
+	}
+	for i := range 4 {
+		if err := generate(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, n)
+	for i := 4; i < n; i++ {
+		go func() { errs <- generate(i) }()
+	}
+	for i := 4; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, 10*time.Second, "blocks still held after every request finished", func() bool { return r0.d.Status().KV.Used == 0 })
+	if st := c.status(t); st[0].Digest != st[1].Digest && st[0].Step == st[1].Step {
+		t.Fatalf("ranks diverged: %+v", st)
+	}
+	return got, r0.d.Status().KV, r0.d.fedTokens.Load(), scrape(t, reg)
+}
+
+// TestDriverPrefixCachingSameTokens: 16 seeded and greedy requests whose
+// prompts share long prefixes, through a job with prefix caching and one
+// without: every request has the same tokens in both, the ranks stay in
+// lockstep, and with caching rank 0 finds prefixes (its status and
+// metrics count them) and its forward passes feed fewer tokens.
+func TestDriverPrefixCachingSameTokens(t *testing.T) {
+	const n = 16
+	off, offKV, offFed, _ := prefixRun(t, n, false)
+	on, onKV, onFed, text := prefixRun(t, n, true)
+	for i := range n {
+		if !slices.Equal(on[i], off[i]) {
+			t.Errorf("request %d: %v with prefix caching, %v without", i, on[i], off[i])
+		}
+	}
+	if onKV.PrefixCacheHits == 0 || onKV.PrefixCacheQueries < onKV.PrefixCacheHits || offKV.PrefixCacheQueries != 0 || offKV.PrefixCacheHits != 0 {
+		t.Fatalf("kv status with caching %+v, without %+v: want hits with, no lookups without", onKV, offKV)
+	}
+	if onFed >= offFed {
+		t.Errorf("the steps fed %d tokens with prefix caching, %d without: want fewer", onFed, offFed)
+	}
+	if v := sample(text, "tpcoord_prefix_cache_hits_total"); v != float64(onKV.PrefixCacheHits) {
+		t.Errorf("tpcoord_prefix_cache_hits_total %v, status says %d", v, onKV.PrefixCacheHits)
+	}
+	if v := sample(text, "tpcoord_prefix_cache_queries_total"); v != float64(onKV.PrefixCacheQueries) {
+		t.Errorf("tpcoord_prefix_cache_queries_total %v, status says %d", v, onKV.PrefixCacheQueries)
+	}
+	t.Logf("%d of %d tokens hit; fed %d tokens with caching, %d without", onKV.PrefixCacheHits, onKV.PrefixCacheQueries, onFed, offFed)
 }

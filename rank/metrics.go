@@ -28,6 +28,9 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
 	preempts  prometheus.Counter
+	// prefixQueries and prefixHits: rank 0's prefix cache lookups, in
+	// tokens.
+	prefixQueries, prefixHits prometheus.Counter
 
 	src atomic.Pointer[Driver]
 	// Addr is where the metrics are served, for status replies.
@@ -35,7 +38,7 @@ type Metrics struct {
 
 	mu           sync.Mutex
 	rejectedBase map[string]uint64 // refused by earlier epochs' drivers
-	preemptSeen  uint64            // the attached driver's preemptions already counted
+	kvSeen       api.KVStatus      // the attached driver's counts already added to the counters
 
 	stateDesc, peersDesc, refusedDesc, stepDesc  *prometheus.Desc
 	kvUsageDesc, stepTokensDesc                  *prometheus.Desc
@@ -80,6 +83,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tpcoord_num_preemptions_total",
 			Help: "Rank 0: requests preempted (their KV blocks freed, to be recomputed) because a running sequence needed a block and none was free.",
 		}),
+		prefixQueries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tpcoord_prefix_cache_queries_total",
+			Help: "Rank 0: tokens looked up in the prefix cache (every admitted request's prompt and output), as vLLM's vllm:prefix_cache_queries.",
+		}),
+		prefixHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tpcoord_prefix_cache_hits_total",
+			Help: "Rank 0: tokens found in the prefix cache, whose KV blocks were shared instead of computed, as vLLM's vllm:prefix_cache_hits.",
+		}),
 		kvUsageDesc: prometheus.NewDesc("tpcoord_kv_cache_usage_perc",
 			"Rank 0: the fraction of the KV cache's blocks held by sequences (1 means 100 percent), as vLLM's vllm:kv_cache_usage_perc.", nil, nil),
 		stepTokensDesc: prometheus.NewDesc("tpcoord_step_tokens_max",
@@ -99,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for p := PhaseAwait; p < numLoopPhases; p++ {
 		m.phase[p] = phase.WithLabelValues(p.String())
 	}
-	for _, c := range []prometheus.Collector{phase, samplePer, bcast, m.requests, m.tokens, m.preempts, (*scrapeCollector)(m)} {
+	for _, c := range []prometheus.Collector{phase, samplePer, bcast, m.requests, m.tokens, m.preempts, m.prefixQueries, m.prefixHits, (*scrapeCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -131,7 +142,7 @@ func (m *Metrics) attach(d *Driver) {
 	}
 	prev := m.src.Swap(d)
 	m.mu.Lock()
-	m.preemptSeen = 0 // a new driver counts its epoch's preemptions from 0
+	m.kvSeen = api.KVStatus{} // a new driver counts its epoch's from 0
 	m.mu.Unlock()
 	if prev == nil {
 		return
@@ -251,17 +262,25 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// preempted counts the attached driver's preemptions up to total (its
-// epoch's count so far) into the counter that outlives epochs.
-func (m *Metrics) preempted(total uint64) {
+// kvCounts adds the attached driver's preemptions and prefix cache
+// lookups up to kv's (its epoch's counts so far) to the counters that
+// outlive epochs.
+func (m *Metrics) kvCounts(kv *api.KVStatus) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if total > m.preemptSeen {
-		m.preempts.Add(float64(total - m.preemptSeen))
-		m.preemptSeen = total
+	catchUp(m.preempts, &m.kvSeen.Preemptions, kv.Preemptions)
+	catchUp(m.prefixQueries, &m.kvSeen.PrefixCacheQueries, kv.PrefixCacheQueries)
+	catchUp(m.prefixHits, &m.kvSeen.PrefixCacheHits, kv.PrefixCacheHits)
+}
+
+// catchUp adds to c what total has grown by since *seen.
+func catchUp(c prometheus.Counter, seen *uint64, total uint64) {
+	if total > *seen {
+		c.Add(float64(total - *seen))
+		*seen = total
 	}
 }
 

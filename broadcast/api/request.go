@@ -196,12 +196,18 @@ type RankStatus struct {
 }
 
 // KVStatus is the KV cache rank 0 schedules: its blocks, those held by
-// sequences, and the requests preempted (by recompute) in this epoch.
+// sequences, the requests preempted (by recompute) in this epoch, and
+// its prefix cache's lookups in this epoch.
 type KVStatus struct {
 	BlockSize   int    `json:"block_size"`
 	Blocks      int    `json:"blocks"`
 	Used        int    `json:"used"`
 	Preemptions uint64 `json:"preemptions"`
+	// PrefixCacheQueries and PrefixCacheHits count tokens, as vLLM's
+	// prefix cache metrics do: every admitted request's length, and the
+	// part of it found cached (0 with prefix caching off).
+	PrefixCacheQueries uint64 `json:"prefix_cache_queries"`
+	PrefixCacheHits    uint64 `json:"prefix_cache_hits"`
 }
 
 // StepTiming is one recorded step, as status and dumps show it.

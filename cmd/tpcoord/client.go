@@ -246,12 +246,19 @@ func printStatus(w io.Writer, ranks []api.RankStatus) {
 	}
 }
 
-// printKV prints the KV cache rank 0 schedules, if it reports one.
+// printKV prints the KV cache rank 0 schedules, if it reports one, and
+// its prefix cache's hit rate once it has looked anything up.
 func printKV(w io.Writer, r *api.RankStatus) {
-	if kv := r.KV; kv != nil && kv.Blocks > 0 {
-		fmt.Fprintf(w, "rank %d kv cache: %d of %d blocks used (%.1f%%), %d tokens a block; %d preempted this epoch\n",
-			r.Rank, kv.Used, kv.Blocks, 100*float64(kv.Used)/float64(kv.Blocks), kv.BlockSize, kv.Preemptions)
+	kv := r.KV
+	if kv == nil || kv.Blocks == 0 {
+		return
 	}
+	fmt.Fprintf(w, "rank %d kv cache: %d of %d blocks used (%.1f%%), %d tokens a block; %d preempted this epoch",
+		r.Rank, kv.Used, kv.Blocks, 100*float64(kv.Used)/float64(kv.Blocks), kv.BlockSize, kv.Preemptions)
+	if q := kv.PrefixCacheQueries; q > 0 {
+		fmt.Fprintf(w, "; prefix cache: %d of %d tokens hit (%.1f%%)", kv.PrefixCacheHits, q, 100*float64(kv.PrefixCacheHits)/float64(q))
+	}
+	fmt.Fprintln(w)
 }
 
 // printNoise prints a sampling rank's noise pool, if it reports one:

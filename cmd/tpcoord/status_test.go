@@ -48,4 +48,10 @@ func TestPrintStatusKV(t *testing.T) {
 	if !strings.HasSuffix(b.String(), want) || strings.Contains(b.String(), "rank 1 kv") {
 		t.Errorf("status:\n%s\nwant it to end with %q", b.String(), want)
 	}
+	b.Reset()
+	printKV(&b, &api.RankStatus{KV: &api.KVStatus{BlockSize: 16, Blocks: 400, Used: 100, PrefixCacheQueries: 2048, PrefixCacheHits: 512}})
+	want = "rank 0 kv cache: 100 of 400 blocks used (25.0%), 16 tokens a block; 0 preempted this epoch; prefix cache: 512 of 2048 tokens hit (25.0%)\n"
+	if b.String() != want {
+		t.Errorf("status with prefix cache lookups:\n%s\nwant %q", b.String(), want)
+	}
 }

@@ -100,6 +100,13 @@ type Config struct {
 	// steps while the other rows go on decoding (chunked prefill). At
 	// least MaxBatch; 0: no bound. Default 2048.
 	MaxNumBatchedTokens int
+	// EnablePrefixCaching keeps the KV blocks of every sequence's full
+	// blocks findable by content once computed, so a request whose
+	// tokens start with a cached prefix (a shared system prompt, the n
+	// choices of one prompt, a preempted request coming back) shares
+	// those blocks and computes only the rest. Only with a KV cache
+	// scheduled. Default true, as vLLM's --enable-prefix-caching.
+	EnablePrefixCaching bool
 	// MaxQueue is the most requests waiting for a batch slot; more are
 	// refused as overloaded. Default 1024.
 	MaxQueue int
@@ -253,7 +260,7 @@ func DefaultConfig() Config {
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
 		Executor: ExecutorSynthetic, ForwardTime: 20 * time.Millisecond,
 		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
-		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2, BlockSize: 16, MaxNumBatchedTokens: 2048,
+		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2, BlockSize: 16, MaxNumBatchedTokens: 2048, EnablePrefixCaching: true,
 		RendezvousTimeout: 60 * time.Second,
 		HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second, LivenessGrace: rank.DefaultLivenessGrace,
 		OnPeerLoss: OnPeerLossFail, ClientTimeout: rank.DefaultClientTimeout, RankClaimWait: membership.DefaultClaimWait,

@@ -135,7 +135,8 @@ func (w *world) driverConfig(ex rank.Executor) (rank.DriverConfig, error) {
 	dcfg := rank.DriverConfig{
 		Job: cfg.Job, Prefix: cfg.Prefix, Rank: cfg.Rank, World: cfg.WorldSize, Epoch: w.epoch, Leader: w.leader, Key: r.key,
 		MaxBatch: cfg.MaxBatch, MaxQueue: cfg.MaxQueue, MaxLag: cfg.MaxLag, MaxBatchTokens: cfg.MaxBatchTokens, KV: kv, MaxModelLen: maxLen, Capacity: capacity, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
-		Heartbeat: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, LivenessGrace: cfg.LivenessGrace,
+		PrefixCaching: cfg.EnablePrefixCaching,
+		Heartbeat:     cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout, LivenessGrace: cfg.LivenessGrace,
 		ClientTimeout: cfg.ClientTimeout, ReplayTimeout: cfg.ReplayTimeout,
 		EOS: int32(cfg.EOS), Version: r.a.o.version, Member: r.cl.Name(), Logger: r.log,
 		ReplayWindow: cfg.ReplayWindow, MaxStepBytes: r.bus.MaxPayload,

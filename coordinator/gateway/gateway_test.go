@@ -416,7 +416,7 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 // gateway's /metrics under vLLM's names.
 func TestMetricsKVCache(t *testing.T) {
 	g, f := newTestGateway(t, "ab", nil)
-	f.kv = &api.KVStatus{BlockSize: 16, Blocks: 400, Used: 100, Preemptions: 3}
+	f.kv = &api.KVStatus{BlockSize: 16, Blocks: 400, Used: 100, Preemptions: 3, PrefixCacheQueries: 2048, PrefixCacheHits: 512}
 	srv := serve(t, g)
 	resp, err := srv.Client().Get(srv.URL + "/metrics")
 	if err != nil {
@@ -427,6 +427,8 @@ func TestMetricsKVCache(t *testing.T) {
 	for _, want := range []string{
 		`tpcoord_kv_cache_usage_perc{model_name="m"} 0.25`,
 		`tpcoord_num_preemptions_total{model_name="m"} 3`,
+		`tpcoord_prefix_cache_queries_total{model_name="m"} 2048`,
+		`tpcoord_prefix_cache_hits_total{model_name="m"} 512`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, b)

@@ -91,9 +91,10 @@ func (m *metrics) observe(c *choice, end time.Time) {
 // cache when it schedules one, asked at scrape time (at most once a
 // second). The same snapshot tells /tokenize the job's context.
 type jobGauges struct {
-	g                            *Gateway
-	runningDesc, waitingDesc     *prometheus.Desc
-	kvUsageDesc, preemptionsDesc *prometheus.Desc
+	g                                 *Gateway
+	runningDesc, waitingDesc          *prometheus.Desc
+	kvUsageDesc, preemptionsDesc      *prometheus.Desc
+	prefixQueriesDesc, prefixHitsDesc *prometheus.Desc
 
 	mu   sync.Mutex
 	at   time.Time
@@ -105,7 +106,11 @@ func newJobGauges(g *Gateway, labels prometheus.Labels) *jobGauges {
 		runningDesc:     prometheus.NewDesc("tpcoord_num_requests_running", "Requests rank 0 is decoding (rows of the batch).", nil, labels),
 		waitingDesc:     prometheus.NewDesc("tpcoord_num_requests_waiting", "Requests waiting in rank 0's queue.", nil, labels),
 		kvUsageDesc:     prometheus.NewDesc("tpcoord_kv_cache_usage_perc", "Fraction of rank 0's KV cache blocks held by sequences (1 is all), when it schedules one.", nil, labels),
-		preemptionsDesc: prometheus.NewDesc("tpcoord_num_preemptions_total", "Requests rank 0 preempted (blocks freed, recomputed later) in its epoch, when it schedules a KV cache.", nil, labels)}
+		preemptionsDesc: prometheus.NewDesc("tpcoord_num_preemptions_total", "Requests rank 0 preempted (blocks freed, recomputed later) in its epoch, when it schedules a KV cache.", nil, labels),
+		prefixQueriesDesc: prometheus.NewDesc("tpcoord_prefix_cache_queries_total",
+			"Tokens rank 0 looked up in its prefix cache in its epoch (every admitted request's length), as vLLM's vllm:prefix_cache_queries.", nil, labels),
+		prefixHitsDesc: prometheus.NewDesc("tpcoord_prefix_cache_hits_total",
+			"Tokens rank 0 found in its prefix cache in its epoch (not computed again), as vLLM's vllm:prefix_cache_hits.", nil, labels)}
 }
 
 // rank0 is rank 0's status as last asked (at most once a second), or nil
@@ -130,6 +135,8 @@ func (j *jobGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- j.waitingDesc
 	ch <- j.kvUsageDesc
 	ch <- j.preemptionsDesc
+	ch <- j.prefixQueriesDesc
+	ch <- j.prefixHitsDesc
 }
 
 func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
@@ -142,5 +149,7 @@ func (j *jobGauges) Collect(ch chan<- prometheus.Metric) {
 	if kv := st.KV; kv != nil && kv.Blocks > 0 {
 		ch <- prometheus.MustNewConstMetric(j.kvUsageDesc, prometheus.GaugeValue, float64(kv.Used)/float64(kv.Blocks))
 		ch <- prometheus.MustNewConstMetric(j.preemptionsDesc, prometheus.CounterValue, float64(kv.Preemptions))
+		ch <- prometheus.MustNewConstMetric(j.prefixQueriesDesc, prometheus.CounterValue, float64(kv.PrefixCacheQueries))
+		ch <- prometheus.MustNewConstMetric(j.prefixHitsDesc, prometheus.CounterValue, float64(kv.PrefixCacheHits))
 	}
 }

@@ -233,7 +233,11 @@ func (l *Leader) Memory() *api.KVStatus {
 	if b == nil {
 		return nil
 	}
-	return &api.KVStatus{BlockSize: b.Config().BlockSize, Blocks: b.Config().Blocks, Used: b.Used(), Preemptions: l.sched.Preemptions()}
+	queries, hits := l.sched.PrefixCache()
+	return &api.KVStatus{
+		BlockSize: b.Config().BlockSize, Blocks: b.Config().Blocks, Used: b.Used(), Preemptions: l.sched.Preemptions(),
+		PrefixCacheQueries: queries, PrefixCacheHits: hits,
+	}
 }
 
 // Request returns the admitted request with sequence ID seq, or nil.

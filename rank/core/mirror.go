@@ -124,10 +124,10 @@ func (m *Mirror) Check(s *broadcast.Step) error {
 
 // Apply applies s: tokens are appended to their sequences (NoToken
 // appends nothing), removed sequences leave the batch, admitted ones join
-// at the end, grants extend the named rows' block tables, and every row's
-// Fed becomes its length, or the Fed its chunk names. The step is
-// validated completely before anything changes, so an error leaves the
-// mirror as it was.
+// at the end (with the cached prefix their hit names), grants extend the
+// named rows' block tables, and every row's Fed becomes its length, or
+// the Fed its chunk names. The step is validated completely before
+// anything changes, so an error leaves the mirror as it was.
 func (m *Mirror) Apply(s *broadcast.Step) error {
 	if err := m.Check(s); err != nil {
 		return err
@@ -142,11 +142,18 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 	if err := m.checkGrants(s, removed, admitted); err != nil {
 		return err
 	}
-	if err := m.checkChunks(s, removed, admitted); err != nil {
+	hits, err := m.checkHits(s, admitted)
+	if err != nil {
+		return err
+	}
+	if err := m.checkChunks(s, removed, admitted, hits); err != nil {
 		return err
 	}
 
-	before := 0 // tokens the rows that stay had fed
+	before := 0 // tokens the rows that stay had fed, and the cached ones
+	for _, h := range s.Hits {
+		before += int(h.Tokens)
+	}
 	for i, t := range s.Tokens {
 		if t.Token != NoToken {
 			m.rows[i].Output = append(m.rows[i].Output, t.Token)
@@ -166,7 +173,7 @@ func (m *Mirror) Apply(s *broadcast.Step) error {
 		m.rows = kept
 	}
 	for _, a := range s.Admitted {
-		m.rows = append(m.rows, &Seq{ID: a.Seq, Prompt: a.Prompt, Output: slices.Clone(a.Output)})
+		m.rows = append(m.rows, &Seq{ID: a.Seq, Prompt: a.Prompt, Output: slices.Clone(a.Output), Cached: hits[a.Seq]})
 	}
 	m.stepTokens = m.place(s) - before
 	m.applied = s.Step
@@ -200,7 +207,8 @@ func (m *Mirror) place(s *broadcast.Step) int {
 
 // StepTokens is how many tokens the last applied step feeds: the sum over
 // its rows of what each row's Fed grew by (all of it for a row the step
-// admitted). It is what the step's forward pass computes.
+// admitted, less its cached prefix). It is what the step's forward pass
+// computes.
 func (m *Mirror) StepTokens() int { return m.stepTokens }
 
 // checkTokens checks that s carries one token per row, in row order, and
@@ -277,12 +285,44 @@ func (m *Mirror) checkGrants(s *broadcast.Step, removed map[uint64]bool, admitte
 	return nil
 }
 
+// checkHits checks that every hit names a row admitted in s, at most
+// once, with a cached prefix of at least one token and fewer than the
+// row's length (one token at least is computed, for its logits), and
+// returns the cached tokens by sequence. Whether the prefix is a whole
+// number of blocks is the worker's to check: the mirror does not know
+// the block size.
+func (m *Mirror) checkHits(s *broadcast.Step, admitted map[uint64]int) (map[uint64]int, error) {
+	if len(s.Hits) == 0 {
+		return nil, nil
+	}
+	hits := make(map[uint64]int, len(s.Hits))
+	for _, h := range s.Hits {
+		i, ok := admitted[h.Seq]
+		if !ok {
+			return nil, fmt.Errorf("%w: step %d has a prefix cache hit for sequence %d, which it does not admit", ErrDiverged, s.Step, h.Seq)
+		}
+		if _, dup := hits[h.Seq]; dup {
+			return nil, fmt.Errorf("%w: step %d has two prefix cache hits for sequence %d", ErrDiverged, s.Step, h.Seq)
+		}
+		if n := len(s.Admitted[i].Prompt) + len(s.Admitted[i].Output); h.Tokens == 0 || int64(h.Tokens) >= int64(n) {
+			return nil, fmt.Errorf("%w: step %d prefix cache hit of sequence %d holds %d of its %d tokens: a hit holds at least one, and fewer than all",
+				ErrDiverged, s.Step, h.Seq, h.Tokens, n)
+		}
+		hits[h.Seq] = int(h.Tokens)
+	}
+	return hits, nil
+}
+
 // checkChunks checks that every chunk is for a row of the batch s leaves,
-// at most one per sequence, and feeds it more than before but not all.
-func (m *Mirror) checkChunks(s *broadcast.Step, removed map[uint64]bool, admitted map[uint64]int) error {
+// at most one per sequence, and feeds it more than before (an admitted
+// row's cached prefix counts as fed) but not all.
+func (m *Mirror) checkChunks(s *broadcast.Step, removed map[uint64]bool, admitted map[uint64]int, hits map[uint64]int) error {
 	seen := make(map[uint64]bool, len(s.Chunks))
 	for _, c := range s.Chunks {
 		length, fed, ok := m.after(s, c.Seq, removed, admitted)
+		if _, in := admitted[c.Seq]; in {
+			fed = hits[c.Seq]
+		}
 		switch {
 		case !ok:
 			return fmt.Errorf("%w: step %d has a chunk for sequence %d, which is not in the batch", ErrDiverged, s.Step, c.Seq)

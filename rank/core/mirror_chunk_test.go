@@ -103,6 +103,15 @@ func TestMirrorChunkDivergence(t *testing.T) {
 		{"valid grants before a bad chunk", 9, broadcast.Step{Tokens: ok, Admitted: adm4,
 			Grants: []broadcast.Grant{{Seq: 4, Blocks: []uint32{4}}, {Seq: 3, Blocks: []uint32{5}}},
 			Chunks: []broadcast.Chunk{{Seq: 3, Fed: 4}, {Seq: 9, Fed: 1}}}},
+		{"hit for a row not admitted", 2, broadcast.Step{Tokens: ok, Hits: []broadcast.Hit{{Seq: 2, Tokens: 1}}}},
+		{"hit for an unknown sequence", 9, broadcast.Step{Tokens: ok, Admitted: adm4, Hits: []broadcast.Hit{{Seq: 9, Tokens: 1}}}},
+		{"hit twice", 4, broadcast.Step{Tokens: ok, Admitted: adm4, Hits: []broadcast.Hit{{Seq: 4, Tokens: 1}, {Seq: 4, Tokens: 2}}}},
+		{"hit of the whole length", 4, broadcast.Step{Tokens: ok, Admitted: adm4, Hits: []broadcast.Hit{{Seq: 4, Tokens: 3}}}},
+		{"hit of more than the length", 4, broadcast.Step{Tokens: ok, Admitted: adm4, Hits: []broadcast.Hit{{Seq: 4, Tokens: 1 << 31}}}},
+		{"hit of no tokens", 4, broadcast.Step{Tokens: ok, Admitted: adm4, Hits: []broadcast.Hit{{Seq: 4, Tokens: 0}}}},
+		{"chunk of a hit row feeding nothing computed", 4, broadcast.Step{Tokens: ok, Admitted: adm4,
+			Hits: []broadcast.Hit{{Seq: 4, Tokens: 2}}, Chunks: []broadcast.Chunk{{Seq: 4, Fed: 2}}}},
+		{"hit of a removed row not admitted again", 1, broadcast.Step{Tokens: ok, Removed: []uint64{1}, Hits: []broadcast.Hit{{Seq: 1, Tokens: 1}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := chunkedRows(t)
@@ -125,6 +134,42 @@ func TestMirrorChunkDivergence(t *testing.T) {
 	}
 }
 
+// TestMirrorHits: a hit gives an admitted row its cached prefix, which
+// the step does not feed: StepTokens counts only the tokens computed, and
+// a chunk of the row counts from the prefix.
+func TestMirrorHits(t *testing.T) {
+	m := chunkedRows(t)
+	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 2,
+		Tokens: []broadcast.Token{{Seq: 1, Token: 11}, {Seq: 2, Token: 22}, {Seq: 3, Token: NoToken}},
+		Admitted: []broadcast.Admission{
+			{Seq: 4, Prompt: []int32{20, 21, 22, 23, 24}},
+			{Seq: 5, Prompt: []int32{30, 31, 32, 33, 34, 35, 36, 37, 38}},
+		},
+		Grants: []broadcast.Grant{{Seq: 4, Blocks: []uint32{1, 6}}, {Seq: 5, Blocks: []uint32{2, 7, 8}}},
+		Chunks: []broadcast.Chunk{{Seq: 3, Fed: 4}, {Seq: 5, Fed: 6}},
+		Hits:   []broadcast.Hit{{Seq: 4, Tokens: 2}, {Seq: 5, Tokens: 2}},
+	})
+	r4, r5 := m.Lookup(4), m.Lookup(5)
+	if r4.Cached != 2 || r4.Fed != 5 || r5.Cached != 2 || r5.Fed != 6 || m.Lookup(3).Cached != 0 {
+		t.Fatalf("sequence 4 cached %d fed %d, 5 cached %d fed %d", r4.Cached, r4.Fed, r5.Cached, r5.Fed)
+	}
+	// 1 and 2 decode one each, 3 goes from 2 to 4, 4 computes 3 of 5,
+	// 5 computes 4 (2 to 6).
+	if got := m.StepTokens(); got != 1+1+2+3+4 {
+		t.Fatalf("step tokens %d, want 11: a cached prefix is not fed", got)
+	}
+	if !slices.Equal(r4.Blocks, []BlockID{1, 6}) {
+		t.Fatalf("sequence 4's table %v", r4.Blocks)
+	}
+	// Later steps keep the prefix; the row is fed like any other.
+	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 3,
+		Tokens: []broadcast.Token{{Seq: 1, Token: 12}, {Seq: 2, Token: 23}, {Seq: 3, Token: NoToken}, {Seq: 4, Token: 25}, {Seq: 5, Token: NoToken}},
+	})
+	if r4 := m.Lookup(4); r4.Cached != 2 || r4.Fed != 6 || m.StepTokens() != 1+1+2+1+3 {
+		t.Fatalf("step 3: sequence 4 cached %d fed %d, step tokens %d", r4.Cached, r4.Fed, m.StepTokens())
+	}
+}
+
 // TestMirrorDigestCoversTables: two steps that differ only in a grant or
 // a chunk leave different digests.
 func TestMirrorDigestCoversTables(t *testing.T) {
@@ -136,5 +181,19 @@ func TestMirrorDigestCoversTables(t *testing.T) {
 	}
 	if base := digest(5, 4); base == digest(6, 4) || base == digest(5, 5) {
 		t.Fatal("the digest does not cover the step's grants and chunks")
+	}
+}
+
+// TestMirrorDigestCoversHits: two steps that differ only in a hit leave
+// different digests.
+func TestMirrorDigestCoversHits(t *testing.T) {
+	digest := func(cached uint32) uint64 {
+		m := chunkedRows(t)
+		mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 2, Tokens: []broadcast.Token{{Seq: 1, Token: 11}, {Seq: 2, Token: 22}, {Seq: 3, Token: NoToken}},
+			Admitted: []broadcast.Admission{{Seq: 4, Prompt: []int32{1, 2, 3, 4, 5}}}, Hits: []broadcast.Hit{{Seq: 4, Tokens: cached}}})
+		return m.Digest()
+	}
+	if digest(2) == digest(4) {
+		t.Fatal("the digest does not cover the step's hits")
 	}
 }

@@ -21,7 +21,7 @@ type snapshot struct {
 func snap(m *Mirror) snapshot {
 	s := snapshot{epoch: m.Epoch(), applied: m.Applied(), digest: m.Digest(), stepTokens: m.StepTokens()}
 	for _, r := range m.Rows() {
-		s.rows = append(s.rows, Seq{ID: r.ID, Prompt: slices.Clone(r.Prompt), Output: slices.Clone(r.Output), Fed: r.Fed, Blocks: slices.Clone(r.Blocks)})
+		s.rows = append(s.rows, Seq{ID: r.ID, Prompt: slices.Clone(r.Prompt), Output: slices.Clone(r.Output), Fed: r.Fed, Cached: r.Cached, Blocks: slices.Clone(r.Blocks)})
 	}
 	return s
 }
@@ -30,7 +30,7 @@ func (s snapshot) equal(o snapshot) bool {
 	return s.epoch == o.epoch && s.applied == o.applied && s.digest == o.digest && s.stepTokens == o.stepTokens &&
 		slices.EqualFunc(s.rows, o.rows, func(a, b Seq) bool {
 			return a.ID == b.ID && slices.Equal(a.Prompt, b.Prompt) && slices.Equal(a.Output, b.Output) &&
-				a.Fed == b.Fed && slices.Equal(a.Blocks, b.Blocks)
+				a.Fed == b.Fed && a.Cached == b.Cached && slices.Equal(a.Blocks, b.Blocks)
 		})
 }
 

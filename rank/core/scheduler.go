@@ -34,7 +34,8 @@ type Request struct {
 	// Fed is how many of its first tokens (prompt, then output) the
 	// workers' caches hold once the last scheduled step has run: 0 while
 	// it waits, its length once its prefill is done. A preempted or
-	// resumed request starts again from 0.
+	// resumed request starts again from 0, or from the prefix it finds
+	// in the KV cache.
 	Fed int
 
 	// Tag is the driver's handle for the requester (its reply subject):
@@ -51,10 +52,25 @@ type Request struct {
 	// Ext is the driver's own state of the request (its timings and
 	// tracing), carried with it across epochs. The core never reads it.
 	Ext any
+
+	// With prefix caching: hashes are the chained hashes of its full
+	// blocks computed so far (its tokens only ever grow, so they stay
+	// valid), and registered the blocks of its table the cache has been
+	// told about (they were full, and fed by a pass that has run).
+	hashes     []BlockHash
+	registered int
 }
 
 // length is the request's prompt and output so far.
 func (r *Request) length() int { return len(r.Prompt) + len(r.Output) }
+
+// token is the request's token i: prompt, then output.
+func (r *Request) token(i int) int32 {
+	if i < len(r.Prompt) {
+		return r.Prompt[i]
+	}
+	return r.Output[i-len(r.Prompt)]
+}
 
 // Event is something a requester must hear about after a step: a new
 // token, the end of its request, or both.
@@ -96,6 +112,12 @@ type SchedulerConfig struct {
 	// chunks when they do not fit. 0: no bound; otherwise at least
 	// MaxBatch, so that every decoding row always fits.
 	MaxNumBatchedTokens int
+	// PrefixCaching, with KV, keeps the full blocks of every sequence
+	// findable by content after their forward pass has run, and starts a
+	// request admitted later with the longest prefix of its tokens found
+	// there: it shares those blocks and computes only the rest. Off (or
+	// without KV): every request computes all its tokens.
+	PrefixCaching bool
 }
 
 // Validate reports a bound that cannot work.
@@ -124,6 +146,12 @@ type Scheduler struct {
 	blocks      *Blocks
 	preemptions uint64
 	preempted   []*Request // by the last Next
+	// With prefix caching: the hashes of the blocks this step's pass
+	// fills (registered at the next Next), the tokens looked up and
+	// found at admissions, and a buffer for a block's tokens.
+	pending       map[BlockHash]struct{}
+	queries, hits uint64
+	scratch       []int32
 }
 
 // NewScheduler returns an empty scheduler.
@@ -138,6 +166,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			return nil, err
 		}
 		s.blocks = b
+		if cfg.PrefixCaching {
+			s.pending = map[BlockHash]struct{}{}
+		}
 	}
 	return s, nil
 }
@@ -175,8 +206,9 @@ func (s *Scheduler) Idle() bool {
 // Next builds step k of epoch: the tokens sampled at step k-1, the
 // sequences that finished then (or are preempted now), the tokens every
 // running row feeds, and as many waiting requests as fit, oldest first,
-// with their KV blocks and the prefill chunks. It returns nil when the
-// scheduler is idle.
+// with their KV blocks, the prefill chunks and, with prefix caching, the
+// cached prefixes they start with. It returns nil when the scheduler is
+// idle.
 func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	if s.Idle() {
 		return nil
@@ -185,6 +217,7 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	s.tokens, s.removals = nil, nil
 	clear(s.preempted)
 	s.preempted = s.preempted[:0]
+	s.cacheFed() // before the removals free them
 	for _, id := range st.Removed {
 		if r := s.active[id]; r != nil && s.byTag[r.Tag] == r {
 			delete(s.byTag, r.Tag)
@@ -197,6 +230,7 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 		if r.Fed < r.length() {
 			st.Chunks = append(st.Chunks, broadcast.Chunk{Seq: r.Seq, Fed: uint32(r.Fed)})
 		}
+		s.markPending(r)
 	}
 	if !preempted { // after a preemption, admitting would only thrash
 		s.admit(st, left)
@@ -230,9 +264,11 @@ func (s *Scheduler) feedRunning() int {
 
 // admit moves waiting requests into st's batch, oldest first, while the
 // batch's rows, tokens, step bytes, KV blocks and the step's token budget
-// (left) allow. Each feeds as much of its prompt and output as the budget
-// leaves; one that cannot feed them all is prefilled in chunks over the
-// next steps and is the last admitted.
+// (left) allow. Each starts with its cached prefix, if any, and feeds as
+// much of the rest as the budget leaves; one that cannot feed it all is
+// prefilled in chunks over the next steps and is the last admitted. The
+// head waits a step, and everyone behind it, when the block after its
+// cached prefix is being computed for another row in this step.
 func (s *Scheduler) admit(st *broadcast.Step, left int) {
 	size := broadcast.StepSize(st)
 	tokens := 0
@@ -244,54 +280,78 @@ func (s *Scheduler) admit(st *broadcast.Step, left int) {
 	for len(s.waiting) > 0 && len(s.active) < s.cfg.MaxBatch && left > 0 {
 		r := s.waiting[0]
 		need := r.length()
-		feed := min(need, left)
+		hit, cached, wait := s.lookup(r)
+		if wait {
+			break // its next block is being computed: it will hit it
+		}
+		feed := min(need-cached, left)
 		if s.cfg.MaxBatchTokens > 0 && len(s.active) > 0 && tokens+need > s.cfg.MaxBatchTokens {
 			break // the head waits until rows finish; nobody overtakes it
 		}
-		if s.blocks != nil && !s.blocks.CanAdmit(feed) {
+		if s.blocks != nil && !s.blocks.CanAdmitHit(hit, cached+feed) {
 			break // likewise, until blocks free up
 		}
 		tokens += need
-		n := s.admissionBytes(need, feed)
+		n := s.admissionBytes(need, cached, feed)
 		if s.cfg.MaxStepBytes > 0 && len(st.Admitted) > 0 && size+n > s.cfg.MaxStepBytes {
 			break // the rest go in later steps
 		}
 		size += n
 		left -= feed
-		s.join(st, r, feed)
-		if feed < need {
-			st.Chunks = append(st.Chunks, broadcast.Chunk{Seq: r.Seq, Fed: uint32(feed)})
+		s.join(st, r, hit, feed)
+		if r.Fed < need {
+			st.Chunks = append(st.Chunks, broadcast.Chunk{Seq: r.Seq, Fed: uint32(r.Fed)})
 			break // one prompt is prefilled at a time
 		}
 	}
 }
 
-// admissionBytes is what admitting a request of need tokens, feeding
-// feed of them, adds to the step: the admission, its grant, its chunk.
-func (s *Scheduler) admissionBytes(need, feed int) int {
+// admissionBytes is what admitting a request of need tokens, cached of
+// them found in the cache and feed more computed, adds to the step: the
+// admission, its grant, its chunk, its hit.
+func (s *Scheduler) admissionBytes(need, cached, feed int) int {
 	n := broadcast.AdmissionSize(need)
 	if s.blocks != nil {
-		if b := s.blocks.Config().Need(feed); b > 0 {
+		if b := s.blocks.Config().Need(cached + feed); b > 0 {
 			n += broadcast.GrantSize(b)
 		}
 	}
-	if feed < need {
+	if cached+feed < need {
 		n += broadcast.ChunkSize
+	}
+	if cached > 0 {
+		n += broadcast.HitSize
 	}
 	return n
 }
 
-// join takes the head of the queue, r, into st's batch, feeding its first
-// feed tokens, with the blocks they need (CanAdmit said they fit).
-func (s *Scheduler) join(st *broadcast.Step, r *Request, feed int) {
+// join takes the head of the queue, r, into st's batch: it shares hit
+// (the blocks of its cached prefix, if any) and feeds feed tokens after
+// them, with the blocks they need (CanAdmitHit said they fit). Its grant
+// lists the shared blocks first, then the new ones: its whole table.
+func (s *Scheduler) join(st *broadcast.Step, r *Request, hit []BlockID, feed int) {
 	s.waiting = s.waiting[1:]
 	s.active[r.Seq] = r
 	s.running = append(s.running, r)
-	r.Fed = feed
 	st.Admitted = append(st.Admitted, broadcast.Admission{Seq: r.Seq, Prompt: r.Prompt, Output: r.Output})
-	if s.blocks != nil {
-		added, _ := s.blocks.Grow(r.Seq, feed)
-		grant(st, r.Seq, added)
+	r.Fed = feed
+	if s.blocks == nil {
+		return
+	}
+	cached := len(hit) * s.blocks.Config().BlockSize
+	r.Fed += cached
+	if len(hit) > 0 {
+		// The hit is Match's, on this pool, unchanged since: it shares.
+		_ = s.blocks.Share(r.Seq, hit)
+		st.Hits = append(st.Hits, broadcast.Hit{Seq: r.Seq, Tokens: uint32(cached)})
+	}
+	s.blocks.Grow(r.Seq, r.Fed)
+	grant(st, r.Seq, s.blocks.Table(r.Seq))
+	r.registered = len(hit)
+	if s.pending != nil {
+		s.queries += uint64(r.length())
+		s.hits += uint64(cached)
+		s.markPending(r)
 	}
 }
 
@@ -348,7 +408,7 @@ func (s *Scheduler) growRunning(st *broadcast.Step) bool {
 // front of the queue with the tokens it has, to be prefilled again.
 func (s *Scheduler) preempt(r *Request, st *broadcast.Step) {
 	s.leave(r.Seq)
-	r.Fed = 0
+	r.Fed, r.registered = 0, 0
 	st.Removed = append(st.Removed, r.Seq)
 	s.waiting = slices.Insert(s.waiting, 0, r)
 	s.preemptions++
@@ -395,6 +455,10 @@ func (r refusal) Unwrap() []error { return []error{r.kind, r.error} }
 
 // Preemptions counts the requests preempted so far.
 func (s *Scheduler) Preemptions() uint64 { return s.preemptions }
+
+// PrefixCache counts, in tokens, what admissions looked up in the prefix
+// cache (every admitted request's length) and found there.
+func (s *Scheduler) PrefixCache() (queries, hits uint64) { return s.queries, s.hits }
 
 // Blocks is the KV block manager (nil without KV).
 func (s *Scheduler) Blocks() *Blocks { return s.blocks }
@@ -489,6 +553,9 @@ func (s *Scheduler) Resume(reqs []*Request) {
 	for _, r := range reqs {
 		s.nextSeq = max(s.nextSeq, r.Seq+1)
 		r.Fed = 0 // the new epoch's workers hold none of it
+		// Its hashes may be of another block size; the new pool
+		// caches nothing yet anyway.
+		r.hashes, r.registered = nil, 0
 	}
 	s.waiting = append(slices.Clone(reqs), s.waiting...)
 	for _, r := range reqs {

@@ -4,9 +4,12 @@ agent's blocks) bookkeeping, and the packing of a step's new tokens into
 forward passes of at most --prefill-chunk tokens.
 
 With v3 the agent hands out the blocks; with v1 and v2 the runtime takes
-them from its own free list. Every check here depends only on the FORWARD
-and on state every rank updates identically, so all ranks accept or
-refuse a step together and never leave a collective unmatched.
+them from its own free list. Under v3 a block may be in several live
+tables (a cached prefix: full blocks that a NEW row starting at position
+p > 0 reads and never writes), but a block a row writes is in no other.
+Every check here depends only on the FORWARD and on state every rank
+updates identically, so all ranks accept or refuse a step together and
+never leave a collective unmatched.
 """
 
 import numpy as np
@@ -51,7 +54,10 @@ class Runtime:
 
     def reset(self):
         self.seqs = {}
-        self.owner = {}  # block id -> the sequence whose table holds it
+        self.holders = {}  # block id -> the ids of the live sequences whose tables hold it
+        # v3: the blocks whose last write reached their last slot, so a
+        # cached prefix may read them. Freed blocks keep their contents.
+        self.full = set()
         # v1/v2: the blocks the runtime hands out, lowest id first.
         self.free = list(range(self.pool.blocks - 1, -1, -1))
 
@@ -60,9 +66,18 @@ class Runtime:
         if seq is None:
             return
         for b in seq.blocks:
-            del self.owner[b]
+            self._drop(b, seq_id)
         if to_free_list:
             self.free.extend(reversed(seq.blocks))
+
+    def _hold(self, b, seq_id):
+        self.holders.setdefault(b, set()).add(seq_id)
+
+    def _drop(self, b, seq_id):
+        ids = self.holders[b]
+        ids.discard(seq_id)
+        if not ids:
+            del self.holders[b]
 
     def _check_tokens(self, seq_id, tokens):
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab):
@@ -79,16 +94,23 @@ class Runtime:
             raise StepError("row %d (sequence %d) has no tokens" % (i, seq_id))
         self._check_tokens(seq_id, tokens)
 
-    def _lookup(self, seq_id, flags, position):
-        """The v2/v3 NEW and position rules: -> the sequence (a new one for NEW)."""
+    def _lookup(self, seq_id, flags, position, cached=False):
+        """The v2/v3 NEW and position rules: -> the sequence (a new one for
+        NEW). cached (v3): a NEW row may start at a multiple of the block
+        size, its first `position` tokens a cached prefix."""
         known = self.seqs.get(seq_id)
         if flags & NEW:
             if known is not None:
                 raise StepError("sequence %d is flagged NEW but the worker already holds it "
                                 "(%d tokens)" % (seq_id, known.length))
-            if position != 0:
+            if not cached and position != 0:
                 raise StepError("sequence %d is NEW but its position is %d, not 0" % (seq_id, position))
-            return Sequence()
+            if position % self.bs:
+                raise StepError("sequence %d is NEW at position %d, not a multiple of the block size %d"
+                                % (seq_id, position, self.bs))
+            seq = Sequence()
+            seq.length = position
+            return seq
         if known is None:
             raise StepError("sequence %d is not flagged NEW but the worker does not hold it" % seq_id)
         if position != known.length:
@@ -114,7 +136,7 @@ class Runtime:
             for _ in range(n):
                 b = self.free.pop()
                 seq.blocks.append(b)
-                self.owner[b] = seq_id
+                self._hold(b, seq_id)
 
     def step_v3(self, finished, rows):
         """rows: [(seq id, flags, position, prompt length, tokens, [new block ids])].
@@ -122,36 +144,77 @@ class Runtime:
         their row indices)."""
         for seq_id in finished:
             self._release(seq_id, False)
-        work, seen, claimed = [], set(), {}
+        work, seen, granted = [], set(), {}
         for i, (seq_id, flags, position, _p, tokens, blocks) in enumerate(rows):
             self._check_row(i, seq_id, flags, NEW | SAMPLE, tokens, seen)
-            seq = self._lookup(seq_id, flags, position)
-            self._check_blocks(seq_id, blocks, claimed)
-            have, end = len(seq.blocks) + len(blocks), position + len(tokens)
-            if have < blocks_for(end, self.bs):
-                raise StepError("sequence %d: its table of %d blocks (%d tokens) does not cover position %d + "
-                                "%d tokens (%d blocks of %d)" % (seq_id, have, have * self.bs, position,
-                                                                len(tokens), blocks_for(end, self.bs), self.bs))
-            work.append((seq_id, seq, tokens, blocks, bool(flags & SAMPLE)))
-        for seq_id, seq, _, blocks, _ in work:
+            seq = self._lookup(seq_id, flags, position, cached=True)
+            table = seq.blocks + blocks
+            self._check_table(seq_id, table, position, len(tokens))
+            cached = position // self.bs if flags & NEW else 0  # blocks of a cached prefix
+            self._check_prefix(seq_id, table, cached)
+            for b in blocks:
+                granted.setdefault(b, set()).add(seq_id)
+            work.append((seq_id, seq, tokens, blocks, cached, bool(flags & SAMPLE)))
+        for seq_id, seq, tokens, blocks, _, _ in work:
+            self._check_writes(seq_id, seq.blocks + blocks, seq.length, len(tokens), granted)
+        for seq_id, seq, tokens, blocks, cached, _ in work:
+            # The blocks after a cached prefix are the row's own: not full until it fills them.
+            self.full.difference_update(blocks[cached:])
+            self._mark_full(seq.blocks + blocks, seq.length, seq.length + len(tokens))
             seq.blocks.extend(blocks)
             for b in blocks:
-                self.owner[b] = seq_id
+                self._hold(b, seq_id)
             self.seqs[seq_id] = seq
-        return self._run([(seq, tokens, sample) for _, seq, tokens, _, sample in work])
+        return self._run([(seq, tokens, sample) for _, seq, tokens, _, _, sample in work])
 
-    def _check_blocks(self, seq_id, blocks, claimed):
-        """Every new block id is in the pool and in no other live table
-        (nor twice in this FORWARD); claimed collects this FORWARD's."""
-        for b in blocks:
+    def _check_table(self, seq_id, table, position, t):
+        """Every block id is in the pool, at most once in the table, and
+        the table covers tokens [0, position + t)."""
+        index = {}
+        for j, b in enumerate(table):
             if b >= self.pool.blocks:
                 raise StepError("sequence %d: block %d is outside the worker's %d blocks"
                                 % (seq_id, b, self.pool.blocks))
-            holder = self.owner.get(b, claimed.get(b))
-            if holder is not None:
-                raise StepError("sequence %d: block %d is already in the table of sequence %d"
-                                % (seq_id, b, holder))
-            claimed[b] = seq_id
+            if b in index:
+                raise StepError("sequence %d: block %d is twice in its table (at %d and %d)"
+                                % (seq_id, b, index[b], j))
+            index[b] = j
+        need = blocks_for(position + t, self.bs)
+        if len(table) < need:
+            raise StepError("sequence %d: its table of %d blocks (%d tokens) does not cover position %d + %d tokens "
+                            "(%d blocks of %d)" % (seq_id, len(table), len(table) * self.bs, position, t, need,
+                                                  self.bs))
+
+    def _check_prefix(self, seq_id, table, cached):
+        """A NEW row's cached prefix, the first `cached` blocks of its
+        table, is read and never written: each must have been filled."""
+        for j in range(cached):
+            if table[j] not in self.full:
+                raise StepError("sequence %d: block %d of its cached prefix (tokens [%d, %d)) was never filled"
+                                % (seq_id, table[j], j * self.bs, (j + 1) * self.bs))
+
+    def _check_writes(self, seq_id, table, position, t, granted):
+        """The blocks holding tokens [position, position + t), which this
+        row writes, are in no other live table, counting this FORWARD's
+        new blocks (granted: block -> ids), so no other row reads or
+        writes them."""
+        for j in range(position // self.bs, blocks_for(position + t, self.bs)):
+            b = table[j]
+            others = (self.holders.get(b, set()) | granted.get(b, set())) - {seq_id}
+            if others:
+                lo, hi = max(position, j * self.bs), min(position + t, (j + 1) * self.bs)
+                raise StepError("sequence %d writes block %d (tokens [%d, %d)), which is also in the table of "
+                                "sequence %d" % (seq_id, b, lo, hi, min(others)))
+
+    def _mark_full(self, table, start, end):
+        """Record which blocks tokens [start, end) leave full: a block is
+        full when this write reaches its last slot, and no longer full
+        when a write into it stops short of it."""
+        for j in range(start // self.bs, blocks_for(end, self.bs)):
+            if end >= (j + 1) * self.bs:
+                self.full.add(table[j])
+            else:
+                self.full.discard(table[j])
 
     def step_v2(self, finished, rows):
         """rows: [(seq id, flags, position, prompt length, int array of tokens)].

@@ -161,7 +161,8 @@ class ListenWorkerTest(unittest.TestCase):
         cases = [
             ("new but known", [(7, NEW | SAMPLE, 0, 3, [1, 2, 3], [6])],
              "sequence 7 is flagged NEW but the worker already holds it (3 tokens)"),
-            ("new at a position", [(9, NEW, 2, 3, [1], [6])], "sequence 9 is NEW but its position is 2, not 0"),
+            ("new at a position", [(9, NEW, 2, 3, [1], [6])],
+             "sequence 9 is NEW at position 2, not a multiple of the block size 4"),
             ("unknown", [(8, SAMPLE, 3, 3, [4], [])], "sequence 8 is not flagged NEW but the worker does not hold it"),
             ("position", [(7, SAMPLE, 4, 3, [4], [])],
              "sequence 7: FORWARD says position 4, the worker's cache holds 3"),
@@ -175,11 +176,12 @@ class ListenWorkerTest(unittest.TestCase):
              "sequence 7: its table of 1 blocks (4 tokens) does not cover position 3 + 2 tokens (2 blocks of 4)"),
             ("new not covered", [(9, NEW, 0, 1, [1], [])],
              "sequence 9: its table of 0 blocks (0 tokens) does not cover position 0 + 1 tokens (1 blocks of 4)"),
-            ("live table", [(9, NEW, 0, 1, [1], [5])], "sequence 9: block 5 is already in the table of sequence 7"),
+            ("live table", [(9, NEW, 0, 1, [1], [5])],
+             "sequence 9 writes block 5 (tokens [0, 1)), which is also in the table of sequence 7"),
             ("two rows", [(9, NEW, 0, 1, [1], [10]), (10, NEW, 0, 1, [1], [10])],
-             "sequence 10: block 10 is already in the table of sequence 9"),
-            ("one row", [(9, NEW, 0, 5, [1] * 5, [11, 11])],
-             "sequence 9: block 11 is already in the table of sequence 9"),
+             "sequence 9 writes block 10 (tokens [0, 1)), which is also in the table of sequence 10"),
+            ("one row", [(9, NEW, 0, 5, [1] * 5, [11, 11])], "sequence 9: block 11 is twice in its table (at 0 and 1)"),
+            ("known row", [(7, SAMPLE, 3, 3, [4, 5], [5])], "sequence 7: block 5 is twice in its table (at 0 and 1)"),
         ]
         for tag, rows, want in cases:
             with self.subTest(tag):
@@ -201,6 +203,39 @@ class ListenWorkerTest(unittest.TestCase):
         self.assertEqual(c.forward_ok(), (2, 2))
         expected = self.ref.logits([1, 2, 3])[None].repeat(2, 1)
         check_logits(self, c.shm.logits(2), expected, "blocks reused after finished")
+
+    def test_v3_cached_prefix(self):
+        # 9 is NEW at position 8 over 7's first two blocks while 7 decodes;
+        # after 7 finished, 11 is NEW at 4 over its first block, and 12
+        # writes over 7's last block, freed.
+        c = self.connect(version=3)
+        c.hello_ok()
+        c.forward_v3(1, [], [(7, NEW | SAMPLE, 0, 10, list(range(1, 11)), [5, 6, 7])])
+        self.assertEqual(c.forward_ok(), (1, 1))
+        c.forward_v3(2, [], [(7, SAMPLE, 10, 10, [11], []), (9, NEW | SAMPLE, 8, 10, [20, 21], [5, 6, 8])])
+        self.assertEqual(c.forward_ok(), (2, 2))
+        expected = torch.stack([self.ref.logits(list(range(1, 12))), self.ref.logits(list(range(1, 9)) + [20, 21])])
+        check_logits(self, c.shm.logits(2), expected, "a cached prefix of a live sequence")
+        c.forward_v3(3, [7], [(11, NEW | SAMPLE, 4, 5, [30], [5, 9]), (12, NEW | SAMPLE, 0, 5, [40] * 5, [7, 10])])
+        self.assertEqual(c.forward_ok(), (3, 2))
+        expected = torch.stack([self.ref.logits([1, 2, 3, 4, 30]), self.ref.logits([40] * 5)])
+        check_logits(self, c.shm.logits(2), expected, "a cached prefix of a finished sequence")
+        c.forward_v3(4, [], [(9, SAMPLE, 10, 10, [22], [])])
+        self.assertEqual(c.forward_ok(), (4, 1))
+        check_logits(self, c.shm.logits(1), self.ref.logits(list(range(1, 9)) + [20, 21, 22])[None],
+                     "a prefix row decoding")
+
+    def test_v3_cached_prefix_refusals(self):
+        for tag, rows, want in testlib.PREFIX_REFUSALS:
+            with self.subTest(tag):
+                c = self.connect(version=3)
+                c.hello_ok()
+                c.forward_v3(1, [], [testlib.PREFIX_LIVE])
+                self.assertEqual(c.forward_ok(), (1, 1))
+                c.forward_v3(2, [], rows)
+                with self.assertRaises(WorkerError) as cm:
+                    c.forward_ok()
+                self.assertIn(want, str(cm.exception))
 
     def test_vocab_mismatch_reports_checkpoint_values(self):
         # The agent compares and refuses; the worker states what it runs.

@@ -1,10 +1,10 @@
 """Tensor parallelism: TP 1, 2 and 4 processes (torch.multiprocessing,
 gloo on 127.0.0.1) run a decode scenario whose batch changes every step
 (protocol v2, the runtime's own blocks), and greedy decoding through
-protocol v3 FORWARDs (chunked prefill, shuffled block tables) on the
-checkpoints the e2e tests build; rank 0's logits must match an unsharded
-full-recompute reference, and the v3 greedy tokens those of
-e2e/testdata/llama_reference.py."""
+protocol v3 FORWARDs (chunked prefill, shuffled block tables, rows
+starting with a cached prefix) on the checkpoints the e2e tests build;
+rank 0's logits must match an unsharded full-recompute reference, and the
+v3 greedy tokens those of e2e/testdata/llama_reference.py."""
 
 import datetime
 import os
@@ -13,13 +13,14 @@ import sys
 import tempfile
 import unittest
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
 import testlib
 from config import ModelConfig
 from model import Comm, TPModel, block_bytes
-from runtime import Runtime
+from runtime import Runtime, StepError
 from safetensors_io import Checkpoint
 
 # float32 compute against the float64 reference: differences are rounding
@@ -61,6 +62,24 @@ def _greedy_v3(runtime, agent, rank, world):
     return record
 
 
+def _check_prefix_refusals(runtime, rank):
+    """Every rank refuses testlib.PREFIX_REFUSALS alike, before any
+    collective (a refused FORWARD changes nothing, so they run in turn)."""
+    runtime.step_v3([], [_row(testlib.PREFIX_LIVE)])
+    for tag, rows, want in testlib.PREFIX_REFUSALS:
+        try:
+            runtime.step_v3([], [_row(r) for r in rows])
+        except StepError as e:
+            assert want in str(e), "rank %d, %s: %r lacks %r" % (rank, tag, str(e), want)
+        else:
+            raise AssertionError("rank %d, %s: the FORWARD was accepted" % (rank, tag))
+
+
+def _row(row):
+    seq_id, flags, position, p, tokens, blocks = row
+    return seq_id, flags, position, p, np.array(tokens, dtype=np.int64), list(blocks)
+
+
 def _child(rank, world, port, cases, outdir):
     """One TP rank: run every case; rank 0 saves its logits (and the v3
     greedy tokens). The pool's memory must stay where it was allocated."""
@@ -79,9 +98,12 @@ def _child(rank, world, port, cases, outdir):
         else:
             model = _load(case["dir"], rank, world, torch.float32, None, case["blocks"], case["block_size"])
             ptrs = model.pool.data_ptrs()
-            agent = testlib.V3Agent(case["requests"], case["block_size"], case["blocks"], case["chunk"], seed=i)
+            agent_class = testlib.PrefixAgent if case["kind"] == "prefix" else testlib.V3Agent
+            agent = agent_class(case["requests"], case["block_size"], case["blocks"], case["chunk"], seed=i)
             record = _greedy_v3(Runtime(model, case["prefill_chunk"]), agent, rank, world)
             outs = dict(record=record, tokens=agent.outputs())
+            if case["kind"] == "prefix":
+                _check_prefix_refusals(Runtime(model, case["prefill_chunk"]), rank)
         assert model.pool.data_ptrs() == ptrs, "rank %d: the KV pool moved" % rank
         want = model.pool.blocks * block_bytes(model.cfg, model.lay.kv_heads, model.dtype, model.pool.block_size)
         assert model.pool.nbytes() == want, "rank %d: pool of %d bytes, not %d" % (rank, model.pool.nbytes(), want)
@@ -106,9 +128,11 @@ class TPTest(unittest.TestCase):
         print("\nmax |TP - unsharded reference| over float32-compute cases: %.3g" % TPTest.max_diff,
               file=sys.stderr)
 
-    def run_world(self, world, specs, v3=()):
+    def run_world(self, world, specs, v3=(), prefix=()):
         """specs: v2 cases [(name, generator flags, compute dtype, prefill chunk[, mkldnn])];
-        v3: greedy cases [(name, generator flags, block size, blocks, FORWARD chunk, prefill chunk)]."""
+        v3: greedy cases [(name, generator flags, block size, blocks, FORWARD chunk, prefill chunk)];
+        prefix: v3 greedy cases of testlib.prefix_requests (block size 4, FORWARD chunk 5)
+        [(name, generator flags, blocks, prefill chunk)], then the refusals of cached prefixes."""
         cases, checks = [], []
         for name, flags, dtype, chunk, *mkldnn in specs:
             d = os.path.join(self.tmp, name)
@@ -125,6 +149,14 @@ class TPTest(unittest.TestCase):
                               prefill_chunk=prefill))
             checks.append(lambda got, name=name, d=d, requests=requests, ref=testlib.Reference(cfg, weights):
                           self.check_v3(name, d, requests, ref, got))
+        for name, flags, blocks, prefill in prefix:
+            d = os.path.join(self.tmp, name)
+            cfg, weights = testlib.make_checkpoint(d, **flags)
+            requests = testlib.prefix_requests(cfg["vocab_size"])
+            cases.append(dict(kind="prefix", dir=d, requests=requests, block_size=4, blocks=blocks, chunk=5,
+                              prefill_chunk=prefill))
+            checks.append(lambda got, name=name, d=d, requests=[(p, n) for p, n, _, _ in requests],
+                          ref=testlib.Reference(cfg, weights): self.check_v3(name, d, requests, ref, got))
         outdir = tempfile.mkdtemp(dir=self.tmp)
         mp.spawn(_child, args=(world, testlib.free_port(), cases, outdir), nprocs=world, join=True)
         for i, check in enumerate(checks):
@@ -171,17 +203,27 @@ class TPTest(unittest.TestCase):
         return [("tp%d-v3-e2e-llama-f32" % world, testlib.E2E_LLAMA_F32, 4, 24, 5, 8),
                 ("tp%d-v3-e2e-granite-bf16" % world, testlib.E2E_GRANITE_BF16, 3, 28, 7, 4)]
 
+    @staticmethod
+    def prefix_cases(world):
+        """Rows starting with a cached prefix, on the e2e llama f32
+        checkpoint: prefill passes of 8 and 3 tokens (a prefix row's
+        suffix split across passes too)."""
+        return [("tp%d-v3-prefix-llama-f32" % world, testlib.E2E_LLAMA_F32, 40, 8),
+                ("tp%d-v3-prefix-llama-f32-pass3" % world, testlib.E2E_LLAMA_F32, 40, 3)]
+
     def test_tp1(self):
         # The float32 matmuls through oneDNN (default) and through torch's BLAS.
         self.run_world(1, [("tp1-f32", dict(seed=11), torch.float32, 8),
                            ("tp1-f32-blas", dict(seed=13), torch.float32, 8, False),
-                           ("tp1-bf16-compute", dict(seed=12), torch.bfloat16, 512)], self.v3_cases(1))
+                           ("tp1-bf16-compute", dict(seed=12), torch.bfloat16, 512)], self.v3_cases(1),
+                       self.prefix_cases(1))
 
     def test_tp2(self):
         # 4 KV heads split 2 per rank; vocab 1001 does not divide by 2.
         self.run_world(2, [("tp2-f16-tied", dict(seed=21, dtype="f16", kv_heads=4, vocab=1001,
                                                  tie_embeddings=True), torch.float32, 8),
-                           ("tp2-bf16-compute", dict(seed=22, dtype="bf16"), torch.bfloat16, 8)], self.v3_cases(2))
+                           ("tp2-bf16-compute", dict(seed=22, dtype="bf16"), torch.bfloat16, 8)], self.v3_cases(2),
+                       self.prefix_cases(2))
 
     def test_tp4(self):
         # 2 KV heads replicated over 4 ranks; chunk 2 also splits the decode batch.

@@ -233,7 +233,7 @@ class V3Agent:
         self.bs, self.chunk = block_size, chunk
         self.free = list(range(blocks))
         self.rng.shuffle(self.free)
-        self.reqs = [dict(id=ids_from + k, prompt=list(p), max=n, out=[], fed=0, blocks=[], join=2 * k)
+        self.reqs = [dict(id=ids_from + k, prompt=list(p), max=n, out=[], fed=0, start=0, blocks=[], join=2 * k)
                      for k, (p, n) in enumerate(requests)]
         self.step, self.finished, self.rows = 0, [], []
 
@@ -257,9 +257,13 @@ class V3Agent:
             if r["join"] >= self.step or len(r["out"]) == r["max"]:
                 continue
             history = r["prompt"] + r["out"]
+            if r["join"] + 1 == self.step:
+                self._join(r)
             t = min(self.chunk, len(history) - r["fed"])
-            flags = (self.NEW if r["fed"] == 0 else 0) | (self.SAMPLE if r["fed"] + t == len(history) else 0)
-            blocks = self._give(r, r["fed"] + t)
+            new = r["fed"] == r["start"]
+            flags = (self.NEW if new else 0) | (self.SAMPLE if r["fed"] + t == len(history) else 0)
+            shared = list(r["blocks"]) if new else []  # a cached prefix's blocks
+            blocks = shared + self._give(r, r["fed"] + t)
             rows.append((r["id"], flags, r["fed"], len(r["prompt"]),
                          np.array(history[r["fed"]:r["fed"] + t], dtype=np.int64), blocks))
             r["fed"] += t
@@ -274,9 +278,16 @@ class V3Agent:
             r["out"].append(int(t))
             if len(r["out"]) == r["max"]:
                 self.finished.append(r["id"])
-                for b in r["blocks"]:
-                    self.free.insert(self.rng.randrange(len(self.free) + 1), b)
+                self._release(r)
                 r["blocks"] = []
+
+    def _join(self, r):
+        """A request's first step: it starts with nothing cached."""
+
+    def _release(self, r):
+        """A finished request's blocks go back to the free list at random places."""
+        for b in r["blocks"]:
+            self.free.insert(self.rng.randrange(len(self.free) + 1), b)
 
     def histories(self):
         """The rows sampled this step: (id, whole history before the token)."""
@@ -285,3 +296,85 @@ class V3Agent:
 
     def outputs(self):
         return [r["out"] for r in self.reqs]
+
+
+class PrefixAgent(V3Agent):
+    """V3Agent whose requests may start with a cached prefix, as rank 0's
+    prefix cache hands them out: requests [(prompt, max tokens, join step,
+    share)], share None or (index of an earlier request, n): at its join
+    step the request is NEW at position n * block size, the first n blocks
+    of that request's table at the head of its own. The blocks shared so
+    stay out of the free list for good (the test's cache never evicts
+    them), even once their request finished; its other blocks go to the
+    end of the free list, so the next request to need blocks writes over
+    them.
+
+    The test must let the earlier request fill those n blocks in a step
+    before the join step."""
+
+    def __init__(self, requests, block_size, blocks, chunk, seed=0, ids_from=100):
+        super().__init__([(p, n) for p, n, _, _ in requests], block_size, blocks, chunk, seed, ids_from)
+        self.pinned = set()
+        for r, (_, _, join, share) in zip(self.reqs, requests):
+            r["join"], r["share"], r["keep"] = join - 1, share, 0
+        for _, _, _, share in requests:
+            if share is not None:
+                src = self.reqs[share[0]]
+                src["keep"] = max(src["keep"], share[1])
+
+    def _join(self, r):
+        if r["share"] is None:
+            return
+        src, n = self.reqs[r["share"][0]], r["share"][1]
+        head = (src["blocks"] or src["kept"])[:n]
+        if src["fed"] < n * self.bs or len(head) < n:
+            raise AssertionError("request %d shares %d blocks of request %d, which holds %d tokens"
+                                 % (r["id"], n, src["id"], src["fed"]))
+        r["blocks"] = head
+        self.pinned.update(head)
+        r["fed"] = r["start"] = n * self.bs
+
+    def _release(self, r):
+        r["kept"] = r["blocks"][:r["keep"]]
+        self.pinned.update(r["kept"])
+        self.free.extend(b for b in reversed(r["blocks"]) if b not in self.pinned)
+
+
+def prefix_requests(vocab):
+    """PrefixAgent requests for a block size of 4 and FORWARD chunks of 5:
+    A (14 tokens, 3.5 blocks) decodes 6 tokens. B (A's first 8 tokens, then
+    its own) joins at step 3 with A's first 2 blocks, C (A's first 12) at
+    step 4 with A's first 3, both while A is live; A finishes at step 9
+    (B at step 8), where D joins with A's first 2 blocks (in no live table
+    then) and E, without a prefix, takes the blocks A and B freed; F joins
+    at step 10 with a one-token suffix (a NEW row of one token), sharing
+    A's first 2 blocks with D."""
+    def tokens(n, k):
+        return [(53 * k + 7 * j + 3) % vocab for j in range(n)]
+    a = tokens(14, 1)
+    return [(a, 6, 1, None),
+            (a[:8] + tokens(6, 2), 4, 3, (0, 2)),
+            (a[:12] + tokens(3, 3), 3, 4, (0, 3)),
+            (a[:8] + tokens(5, 4), 3, 9, (0, 2)),
+            (tokens(10, 5), 2, 9, None),
+            (a[:8] + tokens(1, 6), 3, 10, (0, 2))]
+
+
+# Protocol 3 refusals of cached prefixes, block size 4: PREFIX_LIVE is live
+# (6 tokens in blocks 5 and 6, so block 5 is full and block 6 is not) when
+# each FORWARD of PREFIX_REFUSALS [(tag, rows, the ERROR's text)] comes.
+PREFIX_LIVE = (1, 3, 0, 6, [1, 2, 3, 4, 5, 6], [5, 6])
+PREFIX_REFUSALS = [
+    ("position not a multiple of the block size", [(2, 1, 2, 3, [1], [5])],
+     "sequence 2 is NEW at position 2, not a multiple of the block size 4"),
+    ("writes a block of a live table", [(2, 3, 4, 6, [5, 6], [5, 6])],
+     "sequence 2 writes block 6 (tokens [4, 6)), which is also in the table of sequence 1"),
+    ("table not covering position + T", [(2, 3, 4, 9, [5, 6, 7, 8, 9], [5, 8])],
+     "sequence 2: its table of 2 blocks (8 tokens) does not cover position 4 + 5 tokens (3 blocks of 4)"),
+    ("prefix block not full", [(2, 3, 8, 9, [9], [5, 6, 8])],
+     "sequence 2: block 6 of its cached prefix (tokens [4, 8)) was never filled"),
+    ("prefix block filled in the same FORWARD", [(3, 1, 0, 4, [1, 2, 3, 4], [9]), (4, 3, 4, 5, [1], [9, 10])],
+     "sequence 4: block 9 of its cached prefix (tokens [0, 4)) was never filled"),
+    ("two rows write one block", [(3, 3, 4, 5, [1], [5, 9]), (4, 3, 0, 1, [1], [9])],
+     "sequence 3 writes block 9 (tokens [4, 5)), which is also in the table of sequence 4"),
+]

@@ -484,3 +484,22 @@ func TestTorchLongPrompts(t *testing.T) {
 	}
 	stopAndCheckDigests(t, j, 2)
 }
+
+// TestTorchPrefixCachingSameTokens: the PyTorch worker at TP 2 gives the
+// same tokens with prefix caching on (the default) and off, over shared
+// system prompts, n = 4 choices and multi-turn chats: its ranks attend
+// over the blocks of cached prefixes without writing them.
+func TestTorchPrefixCachingSameTokens(t *testing.T) {
+	py := torchPython(t)
+	ck := makeCheckpoint(t, py, llamaF32...)
+	run := func(extra ...string) ([][]int32, uint64, uint64) {
+		j := torchJobPool(t, py, ck, 2, "0.25", append([]string{"--max-batch", "8", "--max-num-batched-tokens", "96", "--forward-timeout", "120s"}, extra...)...)
+		got := runPrefixWorkload(t, j, ck.vocab, 70, 4)
+		q, h := prefixHits(t, j)
+		stopAndCheckDigests(t, j, 2)
+		return got, q, h
+	}
+	on, onQ, onH := run()
+	off, _, offH := run("--enable-prefix-caching=false")
+	comparePrefixRuns(t, on, off, onH, offH, onQ)
+}

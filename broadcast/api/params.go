@@ -26,6 +26,13 @@ type Params struct {
 	Logprobs          *int              `json:"logprobs,omitempty"`
 }
 
+// MaxLogitBias bounds a request's logit_bias entries. Every entry costs
+// rank 0 a parse when the request arrives and an add at every step, and n
+// choices multiply both: 64 choices of 30,000 entries kept rank 0 busy
+// long enough to miss heartbeats. 1,024 is more than OpenAI's API allows
+// (300) and far more than banning or boosting a list of words needs.
+const MaxLogitBias = 1024
+
 // GreedyBelow is the temperature under which sampling is greedy (argmax).
 const GreedyBelow = 1e-5
 
@@ -65,6 +72,9 @@ func (p *Params) Validate(vocab int) error {
 		return fielderr.New("min_tokens", "must be >= 0, got %d", p.MinTokens)
 	case p.Logprobs != nil && (*p.Logprobs < 0 || *p.Logprobs > 20):
 		return fielderr.New("logprobs", "must be in [0, 20], got %d", *p.Logprobs)
+	}
+	if len(p.LogitBias) > MaxLogitBias {
+		return fielderr.New("logit_bias", "has %d entries, at most %d", len(p.LogitBias), MaxLogitBias)
 	}
 	for tok, b := range p.LogitBias {
 		if tok < 0 || int(tok) >= vocab {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // serveOn runs g's Serve on a free loopback port until the test ends and
@@ -186,5 +188,28 @@ func TestChoicesDeclareTheirGroup(t *testing.T) {
 		if len(reqs) != max(tc.group, 1) {
 			t.Errorf("%s: %d NATS requests, want %d", tc.body, len(reqs), max(tc.group, 1))
 		}
+	}
+}
+
+// Finding 1: a logit_bias larger than rank 0 takes is refused by the
+// gateway with a 400 naming the field, before anything reaches rank 0.
+func TestLogitBiasBoundedOverHTTP(t *testing.T) {
+	g, f := newTestGateway(t, "ab", nil)
+	var b strings.Builder
+	b.WriteString(`{"prompt":[1],"max_tokens":1,"n":64,"logit_bias":{`)
+	for i := range api.MaxLogitBias + 1 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"%d":-1`, i)
+	}
+	b.WriteString(`}}`)
+	resp := post(t, serve(t, g), "/v1/completions", b.String())
+	if e := decode[errorBody](t, resp); resp.StatusCode != http.StatusBadRequest || e.Error.Param == nil || *e.Error.Param != "logit_bias" ||
+		!strings.Contains(e.Error.Message, "1025 entries, at most 1024") {
+		t.Fatalf("status %d %+v, want 400 naming logit_bias and the numbers", resp.StatusCode, e.Error)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("rank 0 got %d requests", n)
 	}
 }

@@ -244,6 +244,9 @@ func (f *samplingFields) logitBias(p *api.Params) *apiError {
 	if len(f.LogitBias) == 0 {
 		return nil
 	}
+	if len(f.LogitBias) > api.MaxLogitBias {
+		return badRequest("logit_bias", "has %d entries, at most %d", len(f.LogitBias), api.MaxLogitBias)
+	}
 	p.LogitBias = make(map[int32]float32, len(f.LogitBias))
 	for k, v := range f.LogitBias {
 		id, err := strconv.ParseInt(k, 10, 32)

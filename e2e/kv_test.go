@@ -162,7 +162,8 @@ func checkKVOverHTTP(t *testing.T, j *job) {
 }
 
 // TestKVCapacityMismatchStopsJob: ranks whose workers report different
-// pools stop the job, naming the rank and both figures.
+// pools stop the job, naming the rank and both figures; --kv-blocks at
+// most the smallest pool makes them agree on what rank 0 schedules.
 func TestKVCapacityMismatchStopsJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -174,6 +175,12 @@ func TestKVCapacityMismatchStopsJob(t *testing.T) {
 	if want := "blocks: rank 0 has 40, rank 1 has 41"; !strings.Contains(out, want) {
 		t.Fatalf("launch output lacks %q:\n%s", want, tail(out, 30))
 	}
+	j := launch(t, "--nproc", "2", "--job", "e2e-kv-lowered", "--vocab", "4096", "--kv-blocks", "40",
+		"--executor", "worker", "--worker-cmd", tpcoordBin+" worker --socket {socket} --log-format text --kv-blocks 4{rank} --max-model-len 512")
+	if _, errs := generateJob(t, j, kvRequests(4, 4096)); errors.Join(errs...) != nil {
+		t.Fatalf("pools of 40 and 41 blocks lowered to 40: %v", errors.Join(errs...))
+	}
+	stopAndCheckDigests(t, j, 2)
 }
 
 // runLaunch runs `tpcoord launch` with args to its end and returns its

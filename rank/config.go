@@ -93,9 +93,11 @@ type DriverConfig struct {
 	KV *core.KVConfig
 	// MaxModelLen is core.SchedulerConfig.MaxModelLen (0: no bound).
 	MaxModelLen int
-	// Capacity is the KV cache this rank's executor reported. Heartbeats
-	// carry it, and rank 0 stops the job when a follower's differs from
-	// its own: the ranks' workers would page different pools.
+	// Capacity is the KV cache this rank's executor reported, with the
+	// blocks rank 0 schedules of it (--kv-blocks may lower them).
+	// Heartbeats carry it, and rank 0 stops the job when a follower's
+	// differs from its own: the ranks' workers would page different
+	// pools.
 	Capacity KVCapacity
 	// MaxNumBatchedTokens is core.SchedulerConfig.MaxNumBatchedTokens,
 	// the tokens one forward pass feeds: longer prompts are prefilled in

@@ -138,7 +138,9 @@ func (d *Driver) onHeartbeat(m *broadcast.Msg) {
 		d.reject("heartbeat_other_leader", fmt.Errorf("rank %d follows leader %08x, this rank 0 is %08x", hb.Rank, hb.Leader, d.cfg.Leader), "subject", m.Subject)
 		return
 	}
-	d.checkCapacity(hb.Rank, hb.KV)
+	if hb.Epoch == d.cfg.Epoch { // a stale epoch's worker is gone
+		d.checkCapacity(hb.Rank, hb.KV)
+	}
 	d.mu.Lock()
 	d.peerTab.HeardFrom(int(hb.Rank), &hb, d.cfg.Clock())
 	d.mu.Unlock()

@@ -125,5 +125,5 @@ func (d *Driver) checkCapacity(rank uint32, kv broadcast.KVCapacity) {
 			diffs = append(diffs, fmt.Sprintf("%s: rank 0 has %d, rank %d has %d", f.name, f.mine, rank, f.their))
 		}
 	}
-	d.Abort(fmt.Errorf("%w (%s): every rank's worker must run the same model with the same --block-size and KV pool size", ErrCapacityMismatch, strings.Join(diffs, "; ")))
+	d.Abort(fmt.Errorf("%w (%s): every rank's worker must run the same model with the same --block-size and KV pool size (--kv-blocks at most the smallest pool makes rank 0 schedule that many)", ErrCapacityMismatch, strings.Join(diffs, "; ")))
 }

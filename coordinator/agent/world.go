@@ -129,6 +129,11 @@ func (w *world) driverConfig(ex rank.Executor) (rank.DriverConfig, error) {
 	if err != nil {
 		return rank.DriverConfig{}, err
 	}
+	if kv != nil && capacity.Blocks > 0 {
+		// The ranks must agree on the pool rank 0 schedules: their
+		// workers' may differ as long as --kv-blocks lowers them alike.
+		capacity.Blocks = kv.Blocks
+	}
 	if kv != nil && cfg.Rank == 0 {
 		r.log.Info("KV cache", "blocks", kv.Blocks, "block_size", kv.BlockSize, "tokens", kv.Blocks*kv.BlockSize, "max_model_len", maxLen)
 	}

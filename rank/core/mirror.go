@@ -243,8 +243,12 @@ func (m *Mirror) checkMembers(s *broadcast.Step) (map[uint64]bool, map[uint64]in
 	admitted := make(map[uint64]int, len(s.Admitted))
 	for i, a := range s.Admitted {
 		_, dup := admitted[a.Seq]
-		if _, ok := m.index[a.Seq]; (ok && !removed[a.Seq]) || dup {
-			return nil, nil, fmt.Errorf("%w: step %d admits sequence %d, which is already in the batch", ErrDiverged, s.Step, a.Seq)
+		if _, ok := m.index[a.Seq]; ok || dup {
+			// Removed in this step too: the workers' view of a sequence
+			// is its ID, so one step may not end it and start it again
+			// (the scheduler re-admits a preempted request in a later
+			// step).
+			return nil, nil, fmt.Errorf("%w: step %d admits sequence %d, which is already in the batch (or removed by the same step)", ErrDiverged, s.Step, a.Seq)
 		}
 		admitted[a.Seq] = i
 	}

@@ -54,17 +54,24 @@ func TestMirrorChunksAndGrants(t *testing.T) {
 	if got := m.Lookup(3).Blocks; !slices.Equal(got, []BlockID{2, 5}) {
 		t.Fatalf("sequence 3's table %v, want [2 5]", got)
 	}
-	// Step 3: no chunk, so 3 is fed whole (2 more); 1 is removed and
-	// admitted again, prefilled from 0 (its previous Fed does not count).
+	// Step 3: no chunk, so 3 is fed whole (2 more); 1 is removed.
 	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 3,
-		Tokens:   []broadcast.Token{{Seq: 1, Token: 12}, {Seq: 2, Token: 23}, {Seq: 3, Token: NoToken}},
-		Removed:  []uint64{1},
+		Tokens:  []broadcast.Token{{Seq: 1, Token: 12}, {Seq: 2, Token: 23}, {Seq: 3, Token: NoToken}},
+		Removed: []uint64{1},
+	})
+	if got := feds(m); !slices.Equal(got, []int{4, 6}) || m.StepTokens() != 1+2 {
+		t.Fatalf("after step 3: fed %v (rows %v), step tokens %d", got, ids(m.Rows()), m.StepTokens())
+	}
+	// Step 4: 1 is admitted again, prefilled from 0 (its previous Fed
+	// does not count), with a new table.
+	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 4,
+		Tokens:   []broadcast.Token{{Seq: 2, Token: 24}, {Seq: 3, Token: 31}},
 		Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{10}, Output: []int32{11, 12}}},
 		Grants:   []broadcast.Grant{{Seq: 1, Blocks: []uint32{7}}},
 		Chunks:   []broadcast.Chunk{{Seq: 1, Fed: 1}},
 	})
-	if got := feds(m); !slices.Equal(got, []int{4, 6, 1}) || m.StepTokens() != 1+2+1 {
-		t.Fatalf("after step 3: fed %v (rows %v), step tokens %d", got, ids(m.Rows()), m.StepTokens())
+	if got := feds(m); !slices.Equal(got, []int{5, 7, 1}) || m.StepTokens() != 1+1+1 {
+		t.Fatalf("after step 4: fed %v (rows %v), step tokens %d", got, ids(m.Rows()), m.StepTokens())
 	}
 	if got := m.Lookup(1).Blocks; !slices.Equal(got, []BlockID{7}) {
 		t.Fatalf("re-admitted sequence 1's table %v, want only its new block", got)

@@ -217,12 +217,18 @@ func TestMirrorDivergence(t *testing.T) {
 	}
 }
 
-// TestMirrorReadmitAfterRemoval: a sequence removed and admitted in the
-// same step is legal (the removal happens first).
+// TestMirrorReadmitAfterRemoval: a sequence removed by a step may come
+// back in a later step, starting over; the same step may not end it and
+// start it again (the workers know a sequence by its ID alone).
 func TestMirrorReadmitAfterRemoval(t *testing.T) {
 	m := threeRows(t)
-	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 2, Tokens: tokensFor(1, 2, 3), Removed: []uint64{1},
+	err := m.Apply(&broadcast.Step{Epoch: 1, Step: 2, Tokens: tokensFor(1, 2, 3), Removed: []uint64{1},
 		Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{99}}}})
+	if !errors.Is(err, ErrDiverged) {
+		t.Fatalf("removed and admitted in one step: %v, want ErrDiverged", err)
+	}
+	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 2, Tokens: tokensFor(1, 2, 3), Removed: []uint64{1}})
+	mustApply(t, m, &broadcast.Step{Epoch: 1, Step: 3, Tokens: tokensFor(2, 3), Admitted: []broadcast.Admission{{Seq: 1, Prompt: []int32{99}}}})
 	if got := ids(m.Rows()); !slices.Equal(got, []uint64{2, 3, 1}) {
 		t.Fatalf("rows %v", got)
 	}

@@ -46,9 +46,11 @@ func cmpHeld(h heldSeq, id uint64) int { return cmp.Compare(h.id, id) }
 //
 // Every held id is finished and every row sent NEW when the epoch changes,
 // and also when the step does not follow the last FORWARD's: steps are
-// numbered one by one, so a gap means a step ran with no rows (none sent),
-// where every sequence left the batch; one that is back was admitted
-// again, with a new table, and rank 0 prefills it again from its start.
+// numbered one by one, so a gap means a step ran without a FORWARD: no
+// rows, or (for a version 1 or 2 worker) only a row being prefilled, so
+// every sequence the worker held had left the batch; one that is back was
+// admitted again, with a new table, and rank 0 prefills it again from its
+// start.
 //
 // An error (a duplicate id, an empty sequence, a row with nothing to feed,
 // a table that shrank) leaves d unusable: the connection is then out of

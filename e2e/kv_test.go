@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
+	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // kvRequests are n seeded requests whose prompts (40 to 250 tokens) and
@@ -37,16 +39,29 @@ func kvRequests(n, vocab int) []*api.GenerateRequest {
 }
 
 // generateJob sends every request to j at once and returns each one's
-// tokens and error.
+// tokens and error, giving them 3 minutes.
 func generateJob(t *testing.T, j *job, reqs []*api.GenerateRequest) ([][]int32, []error) {
 	t.Helper()
+	return generateWithin(t, j, reqs, 3*time.Minute)
+}
+
+// generateWithin is generateJob with a deadline of d.
+func generateWithin(t *testing.T, j *job, reqs []*api.GenerateRequest, d time.Duration) ([][]int32, []error) {
+	t.Helper()
 	nc, subj := connect(t, j)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	out, errs := make([][]int32, len(reqs)), make([]error, len(reqs))
-	for i, r := range generateAll(nc, subj, reqs) {
-		if errs[i] = r.err; r.err == nil {
-			out[i] = r.rep.Tokens
-		}
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() {
+			rep, err := client.Generate(ctx, nc, subj, r, nil)
+			if errs[i] = err; err == nil {
+				out[i] = rep.Tokens
+			}
+		})
 	}
+	wg.Wait()
 	return out, errs
 }
 

@@ -463,7 +463,9 @@ func TestTorchLongPrompts(t *testing.T) {
 		p.IgnoreEOS = true
 		reqs[i] = &api.GenerateRequest{PromptTokenIDs: prompt(3000, i), MaxTokens: 50, Params: p}
 	}
-	got, errs := generateJob(t, j, reqs)
+	// 192,000 prompt tokens to prefill on two small CPU processes: minutes
+	// on a loaded machine.
+	got, errs := generateWithin(t, j, reqs, 10*time.Minute)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}

@@ -133,9 +133,14 @@ func (o Options) workerCmd() string {
 }
 
 // launchArgs are launch's flags for a job of round r, with prefix caching
-// or without.
+// or without. The heartbeat and client timeouts are generous: a model
+// worker's prefill keeps both cores of a small shared host busy for
+// seconds, which can hold a rank's heartbeat or this client's keepalive
+// past launch's defaults (1 s, 2 s), and the bench measures the cache,
+// not failure detection.
 func (o Options) launchArgs(r int, caching bool) []string {
 	args := []string{
+		"--heartbeat-timeout", "10s", "--client-timeout", "10s",
 		"--nproc", strconv.Itoa(o.NProc), "--job", fmt.Sprintf("bench-prefix-%d-%s", r, modeName(caching)),
 		"--vocab", strconv.Itoa(o.Vocab), "--eos", strconv.Itoa(o.EOS), "--max-batch", strconv.Itoa(o.maxBatch()),
 		"--noise", "inline", "--executor", "worker", "--worker-cmd", o.workerCmd(),

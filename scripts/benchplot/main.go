@@ -9,9 +9,9 @@
 // the file when absent); without it the section goes to --md-out.
 //
 // Files are named after the bench command (sampler.jsonl, broadcast.jsonl,
-// e2e.jsonl, noise.jsonl, step.jsonl; pytorch.jsonl holds the PyTorch
-// sampler lines, torch.jsonl scripts/bench-torch.sh's real-model lines). A
-// "bench" field in a line overrides its file name.
+// e2e.jsonl, noise.jsonl, step.jsonl, prefix.jsonl; pytorch.jsonl holds the
+// PyTorch sampler lines, torch.jsonl scripts/bench-torch.sh's real-model
+// lines). A "bench" field in a line overrides its file name.
 // commands.txt ("name<TAB>command" per line) and machine.txt (free text)
 // are optional and quoted in the section. Commands this program does not
 // know get a generic table of their fields.
@@ -167,7 +167,7 @@ func load(dir string) (*results, error) {
 	return res, nil
 }
 
-var knownOrder = []string{"sampler", "portable", "plain-greedy", "pytorch", "noise", "broadcast", "step", "e2e", "e2e-path", "launch", "serve"}
+var knownOrder = []string{"sampler", "portable", "plain-greedy", "pytorch", "noise", "broadcast", "step", "e2e", "e2e-path", "launch", "serve", "prefix"}
 
 func rank(file string) int {
 	b := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
@@ -258,6 +258,8 @@ func (g *gen) run(date string) error {
 			err = g.torch(recs)
 		case "serve":
 			err = g.serve(recs)
+		case "prefix":
+			err = g.prefix(recs)
 		case "pool-e2e":
 			err = g.poolE2E(recs)
 		case "plain-greedy":

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -36,6 +37,9 @@ type launchOptions struct {
 	NATSInRank0   bool
 	AgentBinary   string
 	gw            gatewayOptions
+	// ownFlags are a command's flags beyond launch's (serve-model's): not
+	// passed on to the ranks either.
+	ownFlags []string
 }
 
 func newLaunchCmd() *cobra.Command {
@@ -79,7 +83,12 @@ the ready file as http_url.`,
 			return runLaunchCmd(cmd, &o)
 		},
 	}
-	fs := cmd.Flags()
+	o.flags(cmd.Flags())
+	return cmd
+}
+
+// flags binds launch's flags, the agent's among them, to o.
+func (o *launchOptions) flags(fs *pflag.FlagSet) {
 	o.agent.flags(fs)
 	hide(fs, "world-size", "rank", "join", "bind") // launch decides them: refused (refuseAgentOnly)
 	o.agent.fields["NProc"] = "nproc"
@@ -94,7 +103,6 @@ the ready file as http_url.`,
 	fs.StringVar(&o.AgentBinary, "agent-binary", "", "the binary the ranks run ('BINARY agent ...'); default: tpcoord's agent-only build beside this binary (its name + \"-agent\") if it is the same build, else this binary. A rank 0 that hosts the NATS server (--nats-in-rank0) runs this binary: the agent-only build has no server")
 	o.gw.flags(fs, "http", "")
 	fs.BoolVar(&o.TuneRuntime, "tune-runtime", true, "set each rank's Go runtime for a shared host: GOMAXPROCS = cores/nproc, sysmon kept from parking (GODEBUG=schedtrace=2147483647); variables already set win")
-	return cmd
 }
 
 // launchOwnFlags are launch's flags that are not passed on to the ranks
@@ -144,7 +152,7 @@ func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 		cfg.Binary = agentBinary(cfg.Self, log)
 	}
 	cfg.Env = rankproc.Env(os.Environ(), o.NProc, o.TuneRuntime)
-	cfg.AgentArgs = flaglayer.Args(fs, launchOwnFlags...)
+	cfg.AgentArgs = flaglayer.Args(fs, slices.Concat(launchOwnFlags, o.ownFlags)...)
 	cfg.Logger = log
 	if gw != nil {
 		if err := gw.start(cmd.Context(), a, log); err != nil {

@@ -64,7 +64,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
-	root.SetArgs(args)
+	root.SetArgs(normalizeArgs(args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()

@@ -80,13 +80,28 @@ class ModelConfig:
 
     @classmethod
     def load(cls, directory):
+        """config.json of directory; generation_config.json's eos_token_id,
+        if that file gives one, overrides config.json's (as Hugging Face's
+        generate and tpcoord serve-model take it)."""
         path = os.path.join(directory, "config.json")
-        try:
-            with open(path, "rb") as f:
-                cfg = json.loads(f.read().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ConfigError("%s: %s" % (path, e)) from None
-        return cls(cfg, path)
+        mc = cls(_read_json(path), path)
+        gen_path = os.path.join(directory, "generation_config.json")
+        if os.path.exists(gen_path):
+            gen = _read_json(gen_path)
+            if not isinstance(gen, dict):
+                raise ConfigError("%s: not a JSON object" % gen_path)
+            eos = gen.get("eos_token_id")
+            if eos is not None and eos != []:
+                mc.eos = _eos(gen, gen_path)
+        return mc
+
+
+def _read_json(path):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ConfigError("%s: %s" % (path, e)) from None
 
 
 def _eos(cfg, path):

@@ -243,6 +243,28 @@ class ConfigTest(unittest.TestCase):
         self.assertAlmostEqual(c.attention_scale, 16 ** -0.5)
         self.assertEqual((c.rope_theta, c.embedding_multiplier, c.logits_scaling), (10000.0, 1.0, 1.0))
 
+    def test_generation_config_eos(self):
+        """generation_config.json's eos_token_id overrides config.json's, as
+        tpcoord serve-model reads it; a null or none keeps config.json's."""
+        with tempfile.TemporaryDirectory() as d:
+            base = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=128, eos_token_id=2)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(base, f)
+            self.assertEqual(ModelConfig.load(d).eos, 2)
+            gen = os.path.join(d, "generation_config.json")
+            for content, want in (({"eos_token_id": [5, 2]}, 5), ({"eos_token_id": 7}, 7),
+                                  ({"eos_token_id": None}, 2), ({"temperature": 0.7}, 2)):
+                with open(gen, "w") as f:
+                    json.dump(content, f)
+                self.assertEqual(ModelConfig.load(d).eos, want, content)
+            for content in ('{"eos_token_id": "x"}', "[1]", "{"):
+                with open(gen, "w") as f:
+                    f.write(content)
+                with self.assertRaises(ConfigError) as cm:
+                    ModelConfig.load(d)
+                self.assertIn("generation_config.json", str(cm.exception))
+
     def test_tp_split(self):
         c = self.cfg()
         for world, want in ((3, "tensor parallelism 3 does not divide num_attention_heads 4"),):

@@ -354,8 +354,10 @@ func torchJobPool(t *testing.T, py string, ck *checkpoint, nproc int, gib string
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Long prefills keep both cores of a small shared host busy: a missed
+	// 1 s heartbeat there is the host's, not the job's (see issue notes).
 	args := append([]string{"--nproc", strconv.Itoa(nproc), "--job", fmt.Sprintf("torch-pool-%d", nproc),
-		"--vocab", strconv.Itoa(ck.vocab), "--eos", strconv.Itoa(ck.eos), "--executor", "worker",
+		"--vocab", strconv.Itoa(ck.vocab), "--eos", strconv.Itoa(ck.eos), "--executor", "worker", "--heartbeat-timeout", "5s",
 		"--worker-cmd", fmt.Sprintf("%s %s --socket {socket} --model %s --threads 1 --kv-cache-gib %s", py, worker, ck.dir, gib)}, extra...)
 	return launch(t, args...)
 }

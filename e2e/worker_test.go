@@ -195,3 +195,22 @@ func TestWorkerHandshakeRefused(t *testing.T) {
 		t.Errorf("output does not contain %q:\n%s", want, out)
 	}
 }
+
+// TestWorkerStartTimeoutFlag: a worker that never connects is given up
+// on after --worker-start-timeout, and the job's error says so.
+func TestWorkerStartTimeoutFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	out, err := runLaunch(ctx, "--nproc", "1", "--job", "e2e-wstart", "--log-format", "text", "--executor", "worker",
+		"--worker-start-timeout", "2s", "--worker-cmd", "sleep 60")
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("launch: %v (context %v), want it to fail:\n%s", err, ctx.Err(), tail(out, 20))
+	}
+	if took := time.Since(start); took > 45*time.Second {
+		t.Errorf("the job took %v to give up on a 2 s start timeout", took)
+	}
+	if !strings.Contains(out, "2s") || !strings.Contains(out, "start timeout") {
+		t.Errorf("launch output does not name the start timeout of 2s:\n%s", tail(out, 20))
+	}
+}

@@ -128,6 +128,7 @@ func (c *agentOptions) workerFlags(fs *pflag.FlagSet, def agent.Config) {
 	fs.StringVar(&c.Worker.Socket, f.name("Worker.Socket", "worker-socket"), w.Socket, `worker executor: connect to a running worker listening on this Unix socket ("{rank}" is replaced by the rank)`)
 	fs.StringVar(&c.Worker.DType, f.name("Worker.DType", "worker-dtype"), w.DType, "worker executor: logits type the worker writes: float32, float16 or bfloat16 (16-bit types are widened to float32 on the agent)")
 	fs.DurationVar(&c.Worker.ForwardTimeout, f.name("Worker.ForwardTimeout", "forward-timeout"), w.ForwardTimeout, "worker executor: deadline of one forward step; a worker that does not answer in time aborts the job")
+	fs.DurationVar(&c.Worker.StartTimeout, f.name("Worker.StartTimeout", "worker-start-timeout"), w.StartTimeout, "worker executor: deadline to start or reach the worker and finish its handshake, model loading included")
 }
 
 func (c *agentOptions) telemetryFlags(fs *pflag.FlagSet, def agent.Config) {

@@ -231,6 +231,10 @@ type WorkerConfig struct {
 	// does not answer in time aborts the job. Default
 	// worker.DefaultForwardTimeout (30s).
 	ForwardTimeout time.Duration
+	// StartTimeout bounds starting or connecting to the worker and its
+	// handshake, model loading included (a large checkpoint over a slow
+	// disk may need more). Default worker.DefaultStartTimeout (5m).
+	StartTimeout time.Duration
 }
 
 // GossipTuning overrides memberlist's failure-detector timings; zero keeps
@@ -259,7 +263,7 @@ func DefaultConfig() Config {
 		Job: "default", WorldSize: 1, Bind: "127.0.0.1:7946",
 		NATS: "nats://127.0.0.1:4222", Prefix: "tpc",
 		Executor: ExecutorSynthetic, ForwardTime: 20 * time.Millisecond,
-		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout},
+		Worker: WorkerConfig{DType: "float32", ForwardTimeout: worker.DefaultForwardTimeout, StartTimeout: worker.DefaultStartTimeout},
 		Vocab:  100352, EOS: 0, MaxBatch: 32, MaxQueue: 1024, MaxLag: 2, BlockSize: 16, MaxNumBatchedTokens: 2048, EnablePrefixCaching: true,
 		RendezvousTimeout: 60 * time.Second,
 		HeartbeatInterval: rank.DefaultHeartbeat, HeartbeatTimeout: time.Second, LivenessGrace: rank.DefaultLivenessGrace,

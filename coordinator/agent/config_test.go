@@ -48,6 +48,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.Executor = ExecutorWorker }, "Worker.Cmd"},
 		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.Socket = ExecutorWorker, "x", "y" }, "Worker.Cmd"},
 		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.ForwardTimeout = ExecutorWorker, "x", 0 }, "Worker.ForwardTimeout"},
+		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.StartTimeout = ExecutorWorker, "x", 0 }, "Worker.StartTimeout"},
 		{func(c *Config) { c.Executor, c.Worker.Cmd, c.Worker.DType = ExecutorWorker, "x", "int8" }, "Worker.DType"},
 		{func(c *Config) { c.Executor, c.Worker.Cmd = ExecutorWorker, "x 'y" }, "Worker.Cmd"},
 	} {

@@ -59,6 +59,8 @@ func (w *WorkerConfig) validate(executor Executor) error {
 		return fielderr.New("Cmd", "give a worker command or a worker socket, not both")
 	case w.ForwardTimeout <= 0:
 		return fielderr.New("ForwardTimeout", "must be > 0, got %v", w.ForwardTimeout)
+	case w.StartTimeout <= 0:
+		return fielderr.New("StartTimeout", "must be > 0, got %v", w.StartTimeout)
 	}
 	if _, err := worker.ParseDType(w.DType); err != nil {
 		return fielderr.New("DType", "%w", err)
@@ -88,7 +90,7 @@ func defaultExecutors(cfg *Config, log *slog.Logger) ExecutorFactory {
 		}
 		wc := worker.Config{
 			Rank: e.Rank, World: e.World, Vocab: cfg.Vocab, MaxBatch: cfg.MaxBatch, EOS: int32(cfg.EOS), BlockSize: cfg.BlockSize,
-			DType: dt, Logits: cfg.Samples(), ForwardTimeout: cfg.Worker.ForwardTimeout,
+			DType: dt, Logits: cfg.Samples(), ForwardTimeout: cfg.Worker.ForwardTimeout, StartTimeout: cfg.Worker.StartTimeout,
 			Stdout: os.Stderr, Stderr: os.Stderr, Logger: log, Env: e.Env(),
 		}
 		if cfg.Worker.Cmd != "" {

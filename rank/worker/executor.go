@@ -22,6 +22,10 @@ import (
 // DefaultForwardTimeout is Config.ForwardTimeout's default.
 const DefaultForwardTimeout = 30 * time.Second
 
+// DefaultStartTimeout is Config.StartTimeout's default: time to load a
+// model and join its collectives before answering HELLO.
+const DefaultStartTimeout = 5 * time.Minute
+
 // Config configures the worker executor: the agent's side of a model
 // worker process (docs/worker-protocol.md).
 type Config struct {
@@ -66,7 +70,7 @@ func (c *Config) defaults() {
 		c.ForwardTimeout = DefaultForwardTimeout
 	}
 	if c.StartTimeout <= 0 {
-		c.StartTimeout = 5 * time.Minute
+		c.StartTimeout = DefaultStartTimeout
 	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = 5 * time.Second
@@ -254,6 +258,9 @@ func (w *Executor) spawn(ctx context.Context) error {
 		default:
 		}
 		if ctx.Err() != nil {
+			if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+				return fmt.Errorf("process %d did not connect within the start timeout %v (--worker-start-timeout): %w", w.pid, w.cfg.StartTimeout, context.Cause(ctx))
+			}
 			return fmt.Errorf("process %d did not connect: %w", w.pid, context.Cause(ctx))
 		}
 		return fmt.Errorf("accept the worker's connection: %w", err)
@@ -280,7 +287,7 @@ func (w *Executor) handshake(ctx context.Context) error {
 	if err != nil {
 		err = w.explain(ctx, err)
 		if errors.Is(err, errHung) || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v", errHung, w.cfg.StartTimeout)
+			return fmt.Errorf("handshake: %w: no HELLO_OK within the start timeout %v (--worker-start-timeout)", errHung, w.cfg.StartTimeout)
 		}
 		return fmt.Errorf("handshake: %w", err)
 	}

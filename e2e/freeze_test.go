@@ -95,7 +95,12 @@ func frozenWorkload(n int) []*api.GenerateRequest {
 
 // generateAll runs reqs at once through the Go client (with keepalives).
 func generateAll(nc *natsbus.Conn, subj broadcast.Subjects, reqs []*api.GenerateRequest) []frozenResult {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return generateAllWithin(nc, subj, reqs, 3*time.Minute)
+}
+
+// generateAllWithin is generateAll with a deadline of d.
+func generateAllWithin(nc *natsbus.Conn, subj broadcast.Subjects, reqs []*api.GenerateRequest, d time.Duration) []frozenResult {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	out := make([]frozenResult, len(reqs))
 	var wg sync.WaitGroup

@@ -199,17 +199,8 @@ type rankStatus struct {
 }
 
 func (j *job) status() ([]rankStatus, error) {
-	out, err := exec.Command(tpcoordBin, "status", "--nats", j.info.NATSURL, "--job", j.info.Job, "--json").Output()
-	if err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
-	var s struct {
-		Ranks []rankStatus `json:"ranks"`
-	}
-	if err := json.Unmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("status output %q: %w", out, err)
-	}
-	return s.Ranks, nil
+	var ranks []rankStatus
+	return ranks, statusInto(j, &ranks)
 }
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {

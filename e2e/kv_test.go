@@ -10,12 +10,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
-	"github.com/tpcoord/tpcoord/rank/client"
 )
 
 // kvRequests are n seeded requests whose prompts (40 to 250 tokens) and
@@ -49,19 +47,12 @@ func generateJob(t *testing.T, j *job, reqs []*api.GenerateRequest) ([][]int32, 
 func generateWithin(t *testing.T, j *job, reqs []*api.GenerateRequest, d time.Duration) ([][]int32, []error) {
 	t.Helper()
 	nc, subj := connect(t, j)
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
 	out, errs := make([][]int32, len(reqs)), make([]error, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		wg.Go(func() {
-			rep, err := client.Generate(ctx, nc, subj, r, nil)
-			if errs[i] = err; err == nil {
-				out[i] = rep.Tokens
-			}
-		})
+	for i, r := range generateAllWithin(nc, subj, reqs, d) {
+		if errs[i] = r.err; r.err == nil {
+			out[i] = r.rep.Tokens
+		}
 	}
-	wg.Wait()
 	return out, errs
 }
 

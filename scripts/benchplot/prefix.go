@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"image/color"
 	"math"
@@ -47,19 +46,8 @@ type prefixSummary struct {
 // prefix writes the summary's table and plot (prefix.png).
 func (g *gen) prefix(recs []record) error {
 	var s prefixSummary
-	found := false
-	for _, r := range recs {
-		if r.str("kind") != "summary" {
-			continue
-		}
-		b, _ := json.Marshal(r.vals)
-		if err := json.Unmarshal(b, &s); err != nil {
-			return fmt.Errorf("prefix summary: %w", err)
-		}
-		found = true
-	}
-	if !found {
-		return fmt.Errorf("prefix: no summary line")
+	if err := summaryOf(recs, "prefix", &s); err != nil {
+		return err
 	}
 	g.p("### Prefix caching on and off: TP %d, %d rounds\n\n", s.NProc, s.Rounds)
 	g.p("TTFT: %d requests one after another, a shared %d-token prefix and a %d-token suffix each; the first request's TTFT is the median over rounds, the rest's pooled over rounds. Chat: %d conversations × %d turns at once.\n\n",

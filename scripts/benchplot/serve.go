@@ -38,19 +38,8 @@ type serveSummary struct {
 // serve writes the summary's table and plot (serve.png).
 func (g *gen) serve(recs []record) error {
 	var s serveSummary
-	found := false
-	for _, r := range recs {
-		if r.str("kind") != "summary" {
-			continue
-		}
-		b, _ := json.Marshal(r.vals)
-		if err := json.Unmarshal(b, &s); err != nil {
-			return fmt.Errorf("serve summary: %w", err)
-		}
-		found = true
-	}
-	if !found {
-		return fmt.Errorf("serve: no summary line")
+	if err := summaryOf(recs, "serve", &s); err != nil {
+		return err
 	}
 	g.p("### HTTP gateway against NATS: %d streaming clients, %d ranks, %.0f ms forward\n\n", s.Clients, s.NProc, s.ForwardTimeMS)
 	g.p("| path | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |\n|---|---|---|---|---|---|\n")
@@ -107,4 +96,24 @@ func servePlot(s serveSummary) (*plot.Plot, error) {
 	p.Legend.Top = true
 	p.NominalX("TTFT p50", "TTFT p99", "ITL p50", "ITL p99")
 	return p, nil
+}
+
+// summaryOf decodes the summary line of bench's records into dst (the
+// last, if several), or says there is none.
+func summaryOf(recs []record, bench string, dst any) error {
+	found := false
+	for _, r := range recs {
+		if r.str("kind") != "summary" {
+			continue
+		}
+		b, _ := json.Marshal(r.vals)
+		if err := json.Unmarshal(b, dst); err != nil {
+			return fmt.Errorf("%s summary: %w", bench, err)
+		}
+		found = true
+	}
+	if !found {
+		return fmt.Errorf("%s: no summary line", bench)
+	}
+	return nil
 }

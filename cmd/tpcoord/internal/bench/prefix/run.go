@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
@@ -34,7 +33,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	s := Summary{Kind: "summary", Machine: stats.ThisMachine(), AVX512F: hasAVX512F(), Setup: o.setup(), LoadBefore: loadAvg()}
+	s := Summary{Kind: "summary", Machine: stats.ThisMachine(), AVX512F: stats.HasAVX512F(), Setup: o.setup(), LoadBefore: stats.LoadAvg()}
 	fmt.Fprintf(progress, "bench prefix: load average %s; %d rounds of two jobs of %d ranks\n", s.LoadBefore, o.Rounds, o.NProc)
 	if !o.JSON {
 		printHeader(stdout, o)
@@ -61,7 +60,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 			}
 		}
 	}
-	s.LoadAfter = loadAvg()
+	s.LoadAfter = stats.LoadAvg()
 	compare(&s, ttft, chat)
 	return printSummary(stdout, s, o)
 }
@@ -151,31 +150,4 @@ func kvStatus(ctx context.Context, j *job.Job) (api.KVStatus, int, error) {
 		}
 	}
 	return api.KVStatus{}, 0, errors.New("status: rank 0 did not answer, or schedules no KV cache")
-}
-
-// loadAvg is /proc/loadavg's 1, 5 and 15 minute averages ("" if unknown).
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// hasAVX512F says whether /proc/cpuinfo lists the avx512f flag.
-func hasAVX512F() bool {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return false
-	}
-	for line := range strings.Lines(string(b)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
-			return strings.Contains(" "+strings.TrimSpace(v)+" ", " avx512f ")
-		}
-	}
-	return false
 }

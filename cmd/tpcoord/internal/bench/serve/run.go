@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
 	"github.com/tpcoord/tpcoord/cmd/tpcoord/internal/bench/job"
@@ -32,7 +31,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	s := Summary{Kind: "summary", Machine: stats.ThisMachine(), Setup: o.setup(), LoadBefore: loadAvg()}
+	s := Summary{Kind: "summary", Machine: stats.ThisMachine(), Setup: o.setup(), LoadBefore: stats.LoadAvg()}
 	fmt.Fprintf(progress, "bench serve: load average %s; starting a job of %d ranks\n", s.LoadBefore, o.NProc)
 	args := []string{
 		"--nproc", strconv.Itoa(o.NProc), "--job", "bench-serve", "--vocab", strconv.Itoa(o.Vocab),
@@ -55,7 +54,7 @@ func Run(ctx context.Context, o Options, stdout, progress io.Writer) error {
 		return j.Fail(err)
 	}
 	j.StopQuietly(progress, "bench serve")
-	s.LoadAfter = loadAvg()
+	s.LoadAfter = stats.LoadAvg()
 	compare(&s, rounds)
 	return printSummary(stdout, s, o.JSON)
 }
@@ -151,19 +150,6 @@ func runRounds(ctx context.Context, paths []sender, o Options, stdout, progress 
 		}
 	}
 	return out, nil
-}
-
-// loadAvg is /proc/loadavg's 1, 5 and 15 minute averages ("" if unknown).
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func printHeader(w io.Writer, o Options) {

@@ -39,6 +39,34 @@ func CPUModel() string {
 	return runtime.GOARCH
 }
 
+// LoadAvg is /proc/loadavg's 1, 5 and 15 minute averages ("" if
+// unknown): how busy the shared host was around a run.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// HasAVX512F says whether /proc/cpuinfo lists the avx512f flag.
+func HasAVX512F() bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			return strings.Contains(" "+strings.TrimSpace(v)+" ", " avx512f ")
+		}
+	}
+	return false
+}
+
 // WriteJSONLine writes v as one line of JSON.
 func WriteJSONLine(w io.Writer, v any) error {
 	b, err := json.Marshal(v)

@@ -7,7 +7,8 @@
 // token history, noise identity and optionally a pool noise row) and call
 // s.Sample(rows, results). Logprobs are computed afterwards, off the
 // critical path, with s.Logprobs. The processing order is vLLM v0
-// Sampler's: allowed_token_ids, logit_bias, min_tokens, penalties, greedy,
+// Sampler's, after a grammar's mask (Row.Allow, structured outputs):
+// allowed_token_ids, logit_bias, min_tokens, penalties, greedy,
 // temperature, top-k, top-p, min-p, then the Gumbel-max draw; the source
 // states the exact arithmetic of each step next to the constants it uses.
 //

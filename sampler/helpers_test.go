@@ -111,7 +111,7 @@ func draw(t *testing.T, s interface{ Sample([]Row, []Result) }, row Row, n int, 
 	return counts
 }
 
-// processed applies steps 1 to 4 in float32 exactly as documented, densely
+// processed applies the Allow mask and steps 1 to 4 in float32 exactly as documented, densely
 // and independently of the sampler's sparse overrides.
 func processed(row Row) []float32 {
 	p := row.Params
@@ -125,6 +125,13 @@ func processed(row Row) []float32 {
 		convertRow(l, row.Logits16, row.Dtype)
 	}
 	inf := float32(math.Inf(-1))
+	if row.Allow != nil {
+		for i := range l {
+			if i/64 >= len(row.Allow) || row.Allow[i/64]>>(i%64)&1 == 0 {
+				l[i] = inf
+			}
+		}
+	}
 	if len(p.AllowedTokenIDs) > 0 {
 		for i := range l {
 			if !slices.Contains(p.AllowedTokenIDs, int32(i)) {

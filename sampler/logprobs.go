@@ -8,8 +8,8 @@ import (
 )
 
 // Logprobs computes the log-probability of token and the top n tokens of
-// row. The distribution is the log-softmax of the processed logits (steps 1
-// to 4, see the processing order) scaled by the temperature (1 for greedy
+// row. The distribution is the log-softmax of the processed logits (the
+// row's Allow mask, then steps 1 to 4, see the processing order) scaled by the temperature (1 for greedy
 // rows), before top-k, top-p and min-p truncation, in float64.
 //
 // It is meant to run after the token has been published, off the critical
@@ -35,6 +35,9 @@ func (s *Sampler) Logprobs(row Row, token int32, n int) (api.Logprobs, error) {
 	}
 	s.grow(vocab)
 	base := s.baseRow(&row)
+	if row.Allow != nil {
+		base = s.maskRow(&row, base)
+	}
 	if err := s.buildOverrides(&row, p, base); err != nil {
 		return api.Logprobs{}, err
 	}

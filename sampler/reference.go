@@ -134,6 +134,9 @@ func (r *Reference) load(row *Row) ([]float32, error) {
 	} else {
 		convertRow(l, row.Logits16, row.Dtype)
 	}
+	if row.Allow != nil {
+		applyMask(l, l, row.Allow)
+	}
 	for i, v := range l {
 		if v != v || math.IsInf(float64(v), 1) {
 			return nil, fmt.Errorf("sampler: logits row has %v at token %d", v, i)

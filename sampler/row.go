@@ -80,6 +80,15 @@ type Row struct {
 	// plus its largest noise cannot reach the best score is skipped
 	// without reading its noise.
 	NoiseBlockMax []float32
+
+	// Allow, when non-nil, is the set of tokens the row may produce (a
+	// grammar's mask): bit i%64 of Allow[i/64] is set for an allowed token
+	// i; a token past the end of Allow is not allowed. Every other token's
+	// logit is −Inf before any other step, so the Gumbel-max over the
+	// allowed tokens samples exactly from the distribution renormalised
+	// over them, and top-k, top-p and min-p act on that distribution. The
+	// caller owns Allow; the sampler only reads it.
+	Allow []uint64
 }
 
 // Vocab is the row's vocabulary size.

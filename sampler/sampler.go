@@ -86,6 +86,7 @@ type Sampler struct {
 	tab  [tabSize + 1]float32 // tab[j] = Gumbel at key j<<tabShift; tab[tabSize] at key MaxUint32
 
 	conv     []float32
+	masked   []float32 // maskRow's copy of a float32 row
 	blockMax []float32
 	hmask    []uint16 // top-p head bitmap, blockSize/16 words per block
 	expArgs  expSumArgs
@@ -182,6 +183,9 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	}
 	s.grow(vocab)
 	base := s.baseRow(r)
+	if r.Allow != nil {
+		base = s.maskRow(r, base)
+	}
 	if err := s.buildOverrides(r, p, base); err != nil {
 		return -1, err
 	}

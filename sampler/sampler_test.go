@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -406,4 +407,98 @@ func bf16Row(l []float32) []uint16 {
 		h[i] = f16.Float32ToBFloat16(v)
 	}
 	return h
+}
+
+// randomAllow is a mask over vocab tokens keeping each token with
+// probability 1/keepOneIn (at least one token kept), from a fixed seed.
+func randomAllow(vocab, keepOneIn int, seed uint64) []uint64 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	allow := make([]uint64, (vocab+63)/64)
+	for i := range vocab {
+		if r.IntN(keepOneIn) == 0 {
+			allow[i/64] |= 1 << (i % 64)
+		}
+	}
+	allow[0] |= 1
+	return allow
+}
+
+// TestAllowMatchesFullRow: with a grammar's mask every path (inline, pool
+// and bound noise, sparse and dense, float32 and half rows) returns exactly
+// the full-row argmax over the allowed tokens, never a refused one. The
+// masks are dense, sparse, whole words on and off, and shorter than the
+// row (the tokens past its end are refused).
+func TestAllowMatchesFullRow(t *testing.T) {
+	logits := zipfRow(1000, 1.0, 8)
+	half := make([]uint16, len(logits))
+	for i, v := range logits {
+		half[i] = f16.Float32ToHalf(v)
+	}
+	words := make([]uint64, 16)
+	for i := range words {
+		words[i] = [3]uint64{0, math.MaxUint64, 0x8000000000000001}[i%3]
+	}
+	masks := map[string][]uint64{
+		"half": randomAllow(1000, 2, 1), "sparse": randomAllow(1000, 97, 2),
+		"words": words, "short": randomAllow(300, 3, 3),
+	}
+	s, dense := New(DefaultConfig()), New(DefaultConfig())
+	dense.denseOnly = true
+	for mname, allow := range masks {
+		for _, c := range exactCases() {
+			t.Run(mname+"/"+c.name, func(t *testing.T) {
+				p := c.params
+				noise, bounds := make([]float32, len(logits)), make([]float32, len(logits))
+				for d := range scale(40) {
+					row := Row{Logits: logits, Params: &p, Prompt: c.prompt, Output: c.output, EOS: -1, NoiseKey: 9, NoiseRow: uint64(d), Allow: allow}
+					if !slices.ContainsFunc(processed(row), func(v float32) bool { return v > float32(math.Inf(-1)) }) {
+						var out [1]Result
+						if s.Sample([]Row{row}, out[:]); !errors.Is(out[0].Err, ErrNoCandidates) {
+							t.Fatalf("no token survives, yet got %+v", out[0])
+						}
+						return
+					}
+					want := fullRow(row)
+					if allow[want/64]>>(want%64)&1 == 0 {
+						t.Fatalf("the full row chose refused token %d", want)
+					}
+					hrow := row
+					hrow.Logits, hrow.Logits16, hrow.Dtype = nil, half, Float16
+					hconv := make([]float32, len(logits))
+					convertRow(hconv, half, Float16)
+					hwant := row
+					hwant.Logits = hconv
+					pooled, bounded := withPoolNoise(row, noise, bounds)
+					var out [7]Result
+					s.Sample([]Row{row, pooled, bounded, hrow}, out[:4])
+					dense.Sample([]Row{row, pooled, bounded}, out[4:])
+					for i, r := range out {
+						w := want
+						if i == 3 {
+							w = fullRow(hwant)
+						}
+						if r.Err != nil || r.Token != w {
+							t.Fatalf("draw %d, path %d: got %d %v, full row gives %d", d, i, r.Token, r.Err, w)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestAllowLeavesTheCallersRow: masking a float32 row works on a copy.
+func TestAllowLeavesTheCallersRow(t *testing.T) {
+	logits := gaussRow(500, 2, 2, 4)
+	keep := slices.Clone(logits)
+	p := api.Params{Temperature: 1}
+	row := Row{Logits: logits, Params: &p, EOS: -1, Allow: randomAllow(500, 5, 9)}
+	var out [1]Result
+	New(DefaultConfig()).Sample([]Row{row}, out[:])
+	if !slices.Equal(logits, keep) {
+		t.Fatal("Sample changed the caller's logits")
+	}
+	if _, err := New(DefaultConfig()).Logprobs(row, out[0].Token, 3); err != nil || !slices.Equal(logits, keep) {
+		t.Fatalf("Logprobs: %v, or it changed the caller's logits", err)
+	}
 }

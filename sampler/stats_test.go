@@ -14,6 +14,7 @@ type statCase struct {
 	prompt []int32
 	output []int32
 	pool   bool
+	allow  []uint64
 }
 
 func statCases() []statCase {
@@ -39,6 +40,10 @@ func statCases() []statCase {
 		{name: "allowed", logits: row, params: api.Params{Temperature: 1, AllowedTokenIDs: []int32{1, 2, 3, 50, 51, 52, 199}}},
 		{name: "masked support", logits: masked, params: api.Params{Temperature: 1.5}},
 		{name: "masked support topp", logits: masked, params: api.Params{Temperature: 1, TopP: 0.85}, pool: true},
+		{name: "grammar mask", logits: row, params: api.Params{Temperature: 1}, allow: randomAllow(200, 3, 41)},
+		{name: "grammar mask pool", logits: row, params: api.Params{Temperature: 0.8}, allow: randomAllow(200, 2, 42), pool: true},
+		{name: "grammar mask topp", logits: row, params: api.Params{Temperature: 1, TopP: 0.8}, allow: randomAllow(200, 2, 43)},
+		{name: "grammar mask topk bias", logits: row, params: api.Params{Temperature: 1, TopK: 20, LogitBias: map[int32]float32{5: 3}}, allow: randomAllow(200, 4, 44)},
 	}
 }
 
@@ -50,7 +55,7 @@ func TestChiSquareModes(t *testing.T) {
 	for _, c := range statCases() {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.params
-			row := Row{Logits: c.logits, Params: &p, Prompt: c.prompt, Output: c.output, EOS: -1}
+			row := Row{Logits: c.logits, Params: &p, Prompt: c.prompt, Output: c.output, EOS: -1, Allow: c.allow}
 			probs := targetProbs(row)
 			chiSquare(t, draw(t, New(DefaultConfig()), row, n, 1234, c.pool), probs, n)
 			chiSquare(t, draw(t, NewReference(DefaultConfig()), row, n, 1234, false), probs, n)

@@ -24,6 +24,8 @@ type Params struct {
 	IgnoreEOS         bool              `json:"ignore_eos,omitempty"`
 	Seed              *uint64           `json:"seed,omitempty"`
 	Logprobs          *int              `json:"logprobs,omitempty"`
+	// StructuredOutputs, when set, constrains the output to a language.
+	StructuredOutputs *StructuredOutputs `json:"structured_outputs,omitempty"`
 }
 
 // MaxLogitBias bounds a request's logit_bias entries. Every entry costs
@@ -72,6 +74,14 @@ func (p *Params) Validate(vocab int) error {
 		return fielderr.New("min_tokens", "must be >= 0, got %d", p.MinTokens)
 	case p.Logprobs != nil && (*p.Logprobs < 0 || *p.Logprobs > 20):
 		return fielderr.New("logprobs", "must be in [0, 20], got %d", *p.Logprobs)
+	}
+	if p.StructuredOutputs != nil {
+		if err := p.StructuredOutputs.Validate(); err != nil {
+			return err
+		}
+		if p.IgnoreEOS {
+			return fielderr.New("ignore_eos", "cannot be set with structured outputs: the output ends where its grammar does")
+		}
 	}
 	if len(p.LogitBias) > MaxLogitBias {
 		return fielderr.New("logit_bias", "has %d entries, at most %d", len(p.LogitBias), MaxLogitBias)

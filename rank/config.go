@@ -119,6 +119,10 @@ type DriverConfig struct {
 	// logits on followers too. Followers do not know the requests'
 	// parameters, so rows are sampled with the default ones.
 	FollowerPick Picker
+	// Grammars, on rank 0, checks the structured outputs of requests as
+	// they arrive (the Picker follows them); nil: such requests are
+	// refused, naming the missing tokenizer.
+	Grammars Grammars
 }
 
 // Defaults of DriverConfig's fields, which defaults() fills in for zero

@@ -169,6 +169,10 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		d.reply(m.Reply, api.FailedReply(err, api.CodeInvalid))
 		return
 	}
+	if err := d.checkStructured(req.StructuredOutputs); err != nil {
+		d.reply(m.Reply, api.FailedReply(err, api.CodeInvalid))
+		return
+	}
 	// A group larger than the queue would fill it and be refused as
 	// overloaded at every try: it is refused for good.
 	if req.Group > d.cfg.MaxQueue {

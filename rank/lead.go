@@ -126,12 +126,14 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	}
 	d.l.lp.start() // the previous step's logprobs, while the card works
 	if !d.sendStep(ctx, sctx, k, sc) {
+		settle(d.pick)
 		return nil // cancelled while the step was being written
 	}
 	logits, err := d.ex.Forward(fctx, Batch{Epoch: d.cfg.Epoch, Step: k, Rows: rows})
 	fwd.End()
 	d.sendLogprobs()
 	if err != nil {
+		settle(d.pick)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -155,7 +157,7 @@ func (d *Driver) forwardAndSample(ctx, sctx context.Context, k uint64, rows []*S
 	}
 	d.cfg.Flight.enter(PhaseReply, time.Now())
 	smp.End()
-	d.l.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs)
+	d.l.lp.capture(rows, sc.reqs, logits, sc.tokens, sc.errs, rowMasks(d.pick))
 	d.stream(d.l.core.Sampled(rows, sc.tokens, sc.errs))
 	return nil
 }
@@ -290,4 +292,20 @@ func (d *Driver) checkDigests() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.peerTab.Diverged()
+}
+
+// settle has a picker that prepared for a step wait for that preparation,
+// when the step will not be sampled.
+func settle(p Picker) {
+	if s, ok := p.(interface{ Settle() }); ok {
+		s.Settle()
+	}
+}
+
+// rowMasks returns the picker's grammar masks of the last batch, or nil.
+func rowMasks(p Picker) func(int) []uint64 {
+	if m, ok := p.(interface{ RowMask(int) []uint64 }); ok {
+		return m.RowMask
+	}
+	return nil
 }

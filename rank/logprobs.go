@@ -28,6 +28,7 @@ type lpJob struct {
 	n              int
 	prompt, output []int32
 	logits         []float32
+	allow          []uint64 // the grammar's mask the token was sampled under; nil: none
 	res            api.Logprobs
 	err            error
 	finish         bool // the request finished with this token: reply after the logprobs
@@ -39,8 +40,9 @@ func newLogprober(vocab int, eos int32) *logprober {
 
 // capture copies the rows whose requests want logprobs. It runs before
 // Scheduler.Sampled appends the tokens, so a row's output is the history
-// the token was sampled from.
-func (l *logprober) capture(rows []*Seq, reqs []*Request, logits []float32, tokens []int32, errs []error) {
+// the token was sampled from. mask, if not nil, gives the grammar mask of
+// a row, which the logprobs are computed under too.
+func (l *logprober) capture(rows []*Seq, reqs []*Request, logits []float32, tokens []int32, errs []error, mask func(int) []uint64) {
 	for i, r := range rows {
 		req := reqs[i]
 		if req == nil || req.Params.Logprobs == nil || errs[i] != nil || tokens[i] < 0 {
@@ -53,10 +55,14 @@ func (l *logprober) capture(rows []*Seq, reqs []*Request, logits []float32, toke
 			buf = make([]float32, l.vocab)
 		}
 		copy(buf, logits[i*l.vocab:(i+1)*l.vocab])
-		l.jobs = append(l.jobs, &lpJob{
+		j := &lpJob{
 			req: req, index: len(r.Output), token: tokens[i], n: *req.Params.Logprobs,
 			prompt: r.Prompt, output: slices.Clone(r.Output), logits: buf,
-		})
+		}
+		if mask != nil {
+			j.allow = slices.Clone(mask(i))
+		}
+		l.jobs = append(l.jobs, j)
 	}
 }
 
@@ -80,7 +86,7 @@ func (l *logprober) start() {
 	go func() {
 		defer close(l.done)
 		for _, j := range jobs {
-			row := sampler.Row{Logits: j.logits, Params: &j.req.Params, Prompt: j.prompt, Output: j.output, EOS: l.eos}
+			row := sampler.Row{Logits: j.logits, Params: &j.req.Params, Prompt: j.prompt, Output: j.output, EOS: l.eos, Allow: j.allow}
 			j.res, j.err = l.s.Logprobs(row, j.token, j.n)
 		}
 	}()

@@ -34,6 +34,7 @@ type Sampling struct {
 	out     []sampler.Result
 	taken   []noisepool.Row
 	picked  []int             // the batch row of each of rows
+	st      *structured       // nil: structured outputs are refused at intake
 	active  map[uint64]uint64 // streams activated in the pool: key to end
 	seen    map[uint64]bool   // streams of the current batch
 	// takeErrs counts rows that fell back to inline noise because the pool
@@ -81,6 +82,9 @@ type SamplingConfig struct {
 	// NoiseSync rows are generated (their cost stays on the critical path)
 	// but not read; the tokens differ from the log-space sampler's.
 	Softmax bool
+	// Grammars compiles structured outputs; nil when rank 0 has no
+	// tokenizer (requests with structured outputs are then refused).
+	Grammars Grammars
 }
 
 // NewSampling returns a Picker over the given vocabulary. base comes from
@@ -111,6 +115,9 @@ func NewSamplingWith(cfg SamplingConfig) *Sampling {
 	if cfg.Noise == NoisePool {
 		p.pool = cfg.Pool
 	}
+	if cfg.Grammars != nil {
+		p.st = newStructured(cfg.Grammars, cfg.EOS, cfg.Vocab)
+	}
 	return p
 }
 
@@ -136,6 +143,9 @@ func rowParams(req *Request) api.Params {
 // finished last step, whose prefetched rows would otherwise hold slots,
 // and producers, until Pick. Without a pool it does nothing.
 func (p *Sampling) Prefetch(rows []*Seq, reqs []*Request) {
+	if p.st != nil {
+		p.st.prepare(rows, reqs) // the grammars' masks too
+	}
 	if p.pool == nil {
 		return
 	}
@@ -200,15 +210,27 @@ func (p *Sampling) retireUnseen() {
 func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab int, tokens []int32, errs []error) {
 	p.rows, p.out, p.taken, p.picked = p.rows[:0], p.out[:0], p.taken[:0], p.picked[:0]
 	clear(p.seen)
+	var masks [][]uint64
+	var merrs []error
+	if p.st != nil {
+		masks, merrs = p.st.masksFor(rows, reqs)
+	}
 	for i, r := range rows {
 		if r.Prefilling() {
 			tokens[i], errs[i] = NoToken, nil
+			continue
+		}
+		if merrs != nil && merrs[i] != nil {
+			tokens[i], errs[i] = NoToken, merrs[i]
 			continue
 		}
 		sr := sampler.Row{
 			Logits: logits[i*vocab : (i+1)*vocab],
 			Prompt: r.Prompt, Output: r.Output, EOS: p.eos,
 			NoiseRow: uint64(len(r.Output)),
+		}
+		if masks != nil {
+			sr.Allow = masks[i]
 		}
 		params := rowParams(reqs[i])
 		if reqs[i] != nil {
@@ -251,6 +273,25 @@ func (p *Sampling) Pick(rows []*Seq, reqs []*Request, logits []float32, vocab in
 	clear(p.rows)
 	clear(p.out)
 	clear(p.taken)
+}
+
+// RowMask is the grammar mask that batch row i was sampled under in the
+// last Pick, nil for a row without structured outputs. It is valid until
+// the next Prefetch or Pick.
+func (p *Sampling) RowMask(i int) []uint64 {
+	if p.st == nil || i >= len(p.st.masks) {
+		return nil
+	}
+	return p.st.masks[i]
+}
+
+// Settle waits for the masks being made for a step that will not be
+// sampled (its forward pass failed, or rank 0 is stopping).
+func (p *Sampling) Settle() {
+	if p.st != nil {
+		p.st.collect()
+		p.st.prepared = false
+	}
 }
 
 // Stats reports the noise pool's counters for status, or nil without one;

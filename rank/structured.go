@@ -141,8 +141,15 @@ func (s *structured) makeMasks(rows []*Seq, reqs []*Request) {
 		}
 		clear(st.mask)
 		copy(st.mask, st.c.Allowed())
-		if st.c.CanEnd() && s.eos >= 0 && int(s.eos) < s.words*64 {
-			st.mask[s.eos/64] |= 1 << (s.eos % 64)
+		if s.eos >= 0 && int(s.eos) < s.words*64 {
+			// EOS where the output may end, and only there, even if its
+			// text would fit (a tokenizer that does not mark it special).
+			bit := uint64(1) << (s.eos % 64)
+			if st.c.CanEnd() {
+				st.mask[s.eos/64] |= bit
+			} else {
+				st.mask[s.eos/64] &^= bit
+			}
 		}
 		s.masks[i] = st.mask
 	}

@@ -16,12 +16,16 @@ import (
 // written as its regex field ("3 9 4"); a choice of ["bad"] fails to start.
 type scriptGrammars struct {
 	starts atomic.Int64
+	// leakEOS: every mask allows token 5, the tests' EOS, as a grammar
+	// over a tokenizer that does not mark EOS special would.
+	leakEOS bool
 }
 
 type scriptConstraint struct {
-	want  []int32
-	at    int
-	allow []uint64
+	want    []int32
+	at      int
+	allow   []uint64
+	leakEOS bool
 }
 
 func (g *scriptGrammars) Check(so *api.StructuredOutputs) error {
@@ -34,7 +38,7 @@ func (g *scriptGrammars) Start(so *api.StructuredOutputs) (Constraint, error) {
 		return nil, errors.New("this grammar does not start")
 	}
 	g.starts.Add(1)
-	c := &scriptConstraint{allow: make([]uint64, 8)}
+	c := &scriptConstraint{allow: make([]uint64, 8), leakEOS: g.leakEOS}
 	for _, f := range strings.Fields(so.Regex) {
 		var tok int32
 		if _, err := fmt.Sscan(f, &tok); err != nil {
@@ -50,6 +54,9 @@ func (c *scriptConstraint) Allowed() []uint64 {
 	if c.at < len(c.want) {
 		t := c.want[c.at]
 		c.allow[t/64] |= 1 << (t % 64)
+	}
+	if c.leakEOS {
+		c.allow[0] |= 1 << 5
 	}
 	return c.allow
 }
@@ -118,8 +125,8 @@ func runScripted(t *testing.T, p *Sampling, prefetch bool, reqs []*Request, maxS
 }
 
 // TestSamplingFollowsConstraints: constrained rows sample exactly their
-// script then EOS (only allowed where the script may end), with and
-// without Prefetch, beside an unconstrained row that the masks leave as it
+// script then EOS (only allowed where the script may end, even when the
+// grammar's mask allows it), with and without Prefetch, beside an unconstrained row that the masks leave as it
 // would be alone.
 func TestSamplingFollowsConstraints(t *testing.T) {
 	seed := uint64(3)
@@ -133,7 +140,7 @@ func TestSamplingFollowsConstraints(t *testing.T) {
 	}
 	reqs := []*Request{mk("3 9 4"), mk("100 200 300 400"), mk("")}
 	for _, prefetch := range []bool{true, false} {
-		g := &scriptGrammars{}
+		g := &scriptGrammars{leakEOS: prefetch}
 		p := NewSamplingWith(SamplingConfig{Vocab: 512, EOS: 5, Base: 1, Grammars: g})
 		out := runScripted(t, p, prefetch, reqs, 8)
 		if !slices.Equal(out[0], []int32{3, 9, 4}) || !slices.Equal(out[1], []int32{100, 200, 300, 400}) {

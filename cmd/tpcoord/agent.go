@@ -177,6 +177,9 @@ Exit codes: 0 stopped cleanly, 1 runtime error, 2 configuration error,
 		},
 	}
 	o.flags(cmd.Flags())
+	// Launch's own --tokenizer is the gateway's, which it also gives rank 0.
+	cmd.Flags().StringVar(&o.Tokenizer, o.fields.name("Tokenizer", "tokenizer"), "",
+		`the model's tokenizer (tokenizer.json, its directory, or "tiktoken:<encoding>"): rank 0 reads its vocabulary to follow structured outputs (JSON Schema, regex, choice, grammar); without it such requests are refused. Not in the agent-only build`)
 	return cmd
 }
 
@@ -188,7 +191,7 @@ func runAgent(ctx context.Context, o *agentOptions, log *slog.Logger) error {
 	stopWatchdog := sd.StartWatchdog()
 	defer stopWatchdog()
 	otel.SetErrorHandler(telemetry.ErrorHandler(log))
-	a, err := agent.New(o.Config, agent.WithLogger(log), agent.WithNotifier(sd), agent.WithVersion(buildinfo.Get().Version))
+	a, err := agent.New(o.Config, agent.WithLogger(log), agent.WithNotifier(sd), agent.WithVersion(buildinfo.Get().Version), agent.WithVocabLoader(vocabLoader))
 	if err != nil {
 		return o.fields.configErr(err)
 	}

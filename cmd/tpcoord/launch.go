@@ -174,7 +174,7 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 		natsURL = a.NATS
 	}
 	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
-		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile,
+		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile, Tokenizer: o.gw.tokenizer,
 		ReadyTimeout: a.RendezvousTimeout + 30*time.Second, StopGrace: o.StopGrace, Output: cmd.ErrOrStderr()}
 	self, err := os.Executable()
 	if err != nil {

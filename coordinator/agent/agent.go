@@ -11,6 +11,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/fielderr"
 	"github.com/tpcoord/tpcoord/internal/telemetry"
 	"github.com/tpcoord/tpcoord/rank"
 )
@@ -31,7 +32,17 @@ type options struct {
 	notifier  Notifier
 	version   string
 	getenv    func(string) string
+	vocab     VocabLoader
 }
+
+// VocabLoader reads a tokenizer's vocabulary for structured outputs:
+// pieces[id] is the bytes token id decodes to, special[id] marks the
+// tokens a grammar never allows.
+type VocabLoader func(spec string) (pieces [][]byte, special []bool, err error)
+
+// WithVocabLoader reads Config.Tokenizer with load. Without it (the
+// agent-only build, which has no tokenizers) a Tokenizer is refused.
+func WithVocabLoader(load VocabLoader) Option { return func(o *options) { o.vocab = load } }
 
 // WithLogger sets the agent's logger (default: none).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -87,6 +98,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tokenizer != "" && cfg.Samples() && o.vocab == nil {
+		return nil, fielderr.New("Tokenizer", "this build reads no tokenizers (the agent-only build): run rank 0 from the full tpcoord binary (launch does), or leave the tokenizer out")
 	}
 	a := &Agent{cfg: cfg, o: o, log: o.log.With("job", cfg.Job, "rank", cfg.Rank)}
 	if a.o.executors == nil {

@@ -71,6 +71,11 @@ type Config struct {
 	Vocab int
 	// EOS is the end-of-sequence token, -1 for none. Default 0.
 	EOS int
+	// Tokenizer is the model's tokenizer (a tokenizer.json, its directory,
+	// or tiktoken:<encoding>). Rank 0 reads its vocabulary to follow
+	// structured outputs (grammars); without it such requests are
+	// refused. Other ranks ignore it. Default "".
+	Tokenizer string
 	// MaxBatch is the most sequences decoded per step. Default 32.
 	MaxBatch int
 	// MaxBatchTokens bounds the prompt+output tokens across the batch's
@@ -351,6 +356,8 @@ func (c *Config) validateModel() error {
 		return fielderr.New("Vocab", "must be in [16, %d], got %d", 1<<24, c.Vocab)
 	case c.EOS < -1 || c.EOS >= c.Vocab:
 		return fielderr.New("EOS", "must be -1 or a token in [0, %d), got %d", c.Vocab, c.EOS)
+	case c.Tokenizer != "" && c.EOS < 0:
+		return fielderr.New("Tokenizer", "structured outputs need an end-of-sequence token: set EOS too")
 	case c.MaxBatch < 1 || c.MaxBatch > broadcast.MaxAdmissions:
 		return fielderr.New("MaxBatch", "must be in [1, %d], got %d", broadcast.MaxAdmissions, c.MaxBatch)
 	case c.MaxBatchTokens < 0:

@@ -31,6 +31,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.NATSServe, c.OnPeerLoss = true, OnPeerLossWait }, "NATSServe"},
 		{func(c *Config) { c.Executor = Executor("gpu") }, "Executor"},
 		{func(c *Config) { c.EOS = c.Vocab }, "EOS"},
+		{func(c *Config) { c.Tokenizer, c.EOS = "tiktoken:cl100k_base", -1 }, "Tokenizer"},
 		{func(c *Config) { c.HeartbeatTimeout = c.HeartbeatInterval }, "HeartbeatTimeout"},
 		{func(c *Config) { c.StepQueueBytes = 0 }, "StepQueueBytes"},
 		{func(c *Config) { c.LivenessGrace = 0 }, "LivenessGrace"},
@@ -92,5 +93,24 @@ func TestDigest(t *testing.T) {
 	a.JobKeyFile = "/run/credentials/job.key"
 	if a.Digest() != b.Digest() {
 		t.Error("the job key file's path changes the config digest")
+	}
+}
+
+// TestTokenizerNeedsALoader: a rank 0 given a tokenizer by a build that
+// reads none (the agent-only build) refuses to start, naming the field; a
+// follower does not read it.
+func TestTokenizerNeedsALoader(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Tokenizer = "tiktoken:cl100k_base"
+	var fe *fielderr.Error
+	if _, err := New(cfg); !errors.As(err, &fe) || fe.Field != "Tokenizer" {
+		t.Fatalf("rank 0 without a loader: %v", err)
+	}
+	if _, err := New(cfg, WithVocabLoader(func(string) ([][]byte, []bool, error) { return nil, nil, nil })); err != nil {
+		t.Fatalf("with a loader: %v", err)
+	}
+	cfg.WorldSize, cfg.Rank, cfg.Join = 2, 1, []string{"127.0.0.1:1"}
+	if _, err := New(cfg); err != nil {
+		t.Fatalf("a follower: %v", err)
 	}
 }

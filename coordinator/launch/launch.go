@@ -34,6 +34,10 @@ type Config struct {
 	// build (AgentBinary). Rank 0 runs Self when it hosts the NATS server
 	// (NATSInRank0): the agent-only build has none.
 	Binary string
+	// Tokenizer, if set, is given to rank 0 (--tokenizer), which reads its
+	// vocabulary to follow structured outputs; rank 0 then runs Self, as
+	// the agent-only build has no tokenizers.
+	Tokenizer string
 	// AgentArgs are passed to every rank after launch's own (--rank,
 	// --world-size, --nats, --local, --bind, --join); later flags win.
 	AgentArgs []string
@@ -182,6 +186,9 @@ func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 	args := append([]string{"agent", "--rank", strconv.Itoa(r), "--world-size", n, "--local"}, s.cfg.AgentArgs...)
 	if r == 0 {
 		args = append(args, "--bind", rank0)
+		if s.cfg.Tokenizer != "" {
+			args = append(args, "--tokenizer", s.cfg.Tokenizer)
+		}
 		if serve {
 			args = append(args, "--nats-serve")
 		}
@@ -194,9 +201,10 @@ func (s *Supervisor) rankArgs(r int, rank0 string, serve bool) []string {
 	return args
 }
 
-// binary is the binary rank r runs.
+// binary is the binary rank r runs: Self for a rank 0 that hosts the NATS
+// server or reads a tokenizer, which the agent-only build cannot.
 func (s *Supervisor) binary(r int) string {
-	if s.cfg.Binary == "" || r == 0 && s.serve {
+	if s.cfg.Binary == "" || r == 0 && (s.serve || s.cfg.Tokenizer != "") {
 		return s.cfg.Self
 	}
 	return s.cfg.Binary

@@ -139,3 +139,8 @@ func stripSpaces(b []byte, n int) ([]byte, int) {
 	}
 	return b, n
 }
+
+// Pieces returns every token's bytes (pieces[id]) and whether it is
+// special (special tokens decode to nothing). The slices are the
+// tokenizer's own: read-only.
+func (t *Tokenizer) Pieces() (pieces [][]byte, special []bool) { return t.pieces, t.special }

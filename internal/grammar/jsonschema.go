@@ -152,7 +152,7 @@ var keywords = map[string]group{
 	"examples": gAnnotation, "$schema": gAnnotation, "$id": gAnnotation,
 	"$comment": gAnnotation, "deprecated": gAnnotation, "readOnly": gAnnotation,
 	"writeOnly": gAnnotation,
-	"$defs": gDefs, "definitions": gDefs,
+	"$defs":     gDefs, "definitions": gDefs,
 	"$ref":  gRef,
 	"anyOf": gCombinator, "allOf": gCombinator, "oneOf": gCombinator,
 	"enum": gEnum, "const": gEnum,
@@ -252,12 +252,6 @@ func (c *compiler) anyValueRef() *Expr {
 		defineAny(&c.b, c.anyValue, c.anyObj)
 	}
 	return Ref(c.anyValue)
-}
-
-// anyObjectRef returns a reference to the rule of any JSON object.
-func (c *compiler) anyObjectRef() *Expr {
-	c.anyValueRef()
-	return Ref(c.anyObj)
 }
 
 // shared returns e, or a reference to a new rule of body e when e is big

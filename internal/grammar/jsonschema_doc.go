@@ -26,8 +26,8 @@ const (
 // document order, which is the order properties are generated in.
 type node struct {
 	kind kind
-	b    bool    // kBool
-	str  string  // kString; kNumber: the literal as written
+	b    bool     // kBool
+	str  string   // kString; kNumber: the literal as written
 	keys []string // kObject, in document order
 	vals []*node  // kObject: the value of keys[i]; kArray: the elements
 }

@@ -115,7 +115,9 @@ func numRange(lo, hi *limit) *Expr {
 // b's.
 func posRange(a limit, b *limit) *Expr {
 	A, aIn := a.d.ip, !a.excl
-	atA := func(u *string, uIn bool) *Expr { return Seq(Lit(A.String()), fracSuffix(between(a.d.frac, aIn, u, uIn))) }
+	atA := func(u *string, uIn bool) *Expr {
+		return Seq(Lit(A.String()), fracSuffix(between(a.d.frac, aIn, u, uIn)))
+	}
 	next := new(big.Int).Add(A, big.NewInt(1))
 	if b == nil {
 		return Alt(atA(nil, false), Seq(natRange(next, nil), anyFrac()))

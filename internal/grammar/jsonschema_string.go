@@ -49,16 +49,16 @@ func (c *compiler) str(n *node, ptr string) (*Expr, error) {
 	return Seq(quote, jsonEscape(body), quote), nil
 }
 
-// chars is min to max (< 0: any number of) JSON string characters.
-func (c *compiler) chars(min, max int) *Expr {
-	if max < 0 && min == 0 {
+// chars is lo to hi (< 0: any number of) JSON string characters.
+func (c *compiler) chars(lo, hi int) *Expr {
+	if hi < 0 && lo == 0 {
 		return Star(jsonChar())
 	}
 	if c.char < 0 {
 		c.char = c.b.Rule("char")
 		c.b.Define(c.char, jsonChar())
 	}
-	return Repeat(Ref(c.char), min, max)
+	return Repeat(Ref(c.char), lo, hi)
 }
 
 // count reads keyword k, a count from 0 to MaxRepeat.
@@ -78,9 +78,9 @@ func count(n *node, ptr, k string) (int, bool, error) {
 }
 
 // lengthsHold checks that every string of e (over characters) has a length
-// within [min, max] (max < 0: no bound): only then are minLength and
-// maxLength honoured beside a pattern or a format.
-func lengthsHold(e *Expr, ptr string, min, max int, isPattern bool) error {
+// within [minLen, maxLen] (maxLen < 0: no bound): only then are minLength
+// and maxLength honoured beside a pattern or a format.
+func lengthsHold(e *Expr, ptr string, minLen, maxLen int, isPattern bool) error {
 	lo, hi := lengthRange(e)
 	beside := "format"
 	if isPattern {
@@ -91,10 +91,10 @@ func lengthsHold(e *Expr, ptr string, min, max int, isPattern bool) error {
 		hiText = fmt.Sprint(hi)
 	}
 	msg := "supported beside %s only when every match of it has a length in range already (its matches have %d to %s characters)"
-	if lo < min {
+	if lo < minLen {
 		return errAt(ptr, "minLength", msg, beside, lo, hiText)
 	}
-	if max >= 0 && (hi < 0 || hi > max) {
+	if maxLen >= 0 && (hi < 0 || hi > maxLen) {
 		return errAt(ptr, "maxLength", msg, beside, lo, hiText)
 	}
 	return nil
@@ -127,7 +127,7 @@ func lengthRange(e *Expr) (lo, hi int) {
 		for _, s := range e.Subs {
 			l, h := lengthRange(s)
 			if l < none {
-				lo, hi = min(lo, l), maxLen(hi, h)
+				lo, hi = min(lo, l), maxOrUnbounded(hi, h)
 			}
 		}
 		return lo, hi
@@ -151,7 +151,7 @@ func addLen(a, b, capLen int) int {
 	return min(a+b, capLen)
 }
 
-func maxLen(a, b int) int {
+func maxOrUnbounded(a, b int) int {
 	if a < 0 || b < 0 {
 		return -1
 	}

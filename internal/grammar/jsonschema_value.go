@@ -262,7 +262,7 @@ func (c *compiler) resolve(ref string) (string, *node, error) {
 	}
 	frag, err := url.PathUnescape(frag)
 	if err != nil {
-		return "", nil, fmt.Errorf("%q: %v", ref, err)
+		return "", nil, fmt.Errorf("%q: %w", ref, err)
 	}
 	if frag == "" {
 		return "", c.root, nil
@@ -274,10 +274,10 @@ func (c *compiler) resolve(ref string) (string, *node, error) {
 	for _, tok := range strings.Split(frag[1:], "/") {
 		tok = unescapePointer(tok)
 		canon += "/" + escapePointer(tok)
-		switch {
-		case cur.kind == kObject:
+		switch cur.kind {
+		case kObject:
 			cur = cur.get(tok)
-		case cur.kind == kArray:
+		case kArray:
 			i, err := strconv.Atoi(tok)
 			if err != nil || i < 0 || i >= len(cur.vals) {
 				cur = nil

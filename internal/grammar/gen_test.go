@@ -24,7 +24,7 @@ const inf = 1 << 40
 
 // newWalker returns a walker over g with a fixed seed.
 func newWalker(g *Grammar, seed uint64) *walker {
-	w := &walker{g: g, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), maxDepth: 12, maxLen: 600}
+	w := &walker{g: g, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), maxDepth: 60, maxLen: 600}
 	w.cost = make([]int, len(g.Rules))
 	for i := range w.cost {
 		w.cost[i] = inf

@@ -149,6 +149,7 @@ var oracleCases = []oracleCase{
 		"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"},"d":{"type":"null"},
 		"e":{"type":"number"},"f":{"type":"string","format":"uuid"},"g":{"type":"integer"}},"required":["d"]}`,
 		see: []string{`{"d":null}`, `{"a":`, `"g":`, `null,"e"`}},
+	{name: "forty-optional", schema: fortyOptional(), see: []string{`"p0":`, `"p39":`, `{"p1":`}},
 	{name: "typeless", schema: `{"minLength":3,"minimum":10,"items":{"type":"integer"},"properties":{"x":{"type":"null"}},"required":["x"]}`,
 		see: []string{`{"x":null}`, `[`, `"`, `true`, `null`}},
 }
@@ -293,9 +294,11 @@ func TestRecursiveRef(t *testing.T) {
 	}
 }
 
-// TestSchemaErrors checks that each unsupported or invalid schema is
-// refused with a *SchemaError naming the JSON pointer and the keyword.
-func TestSchemaErrors(t *testing.T) {
+type errorCase struct{ schema, pointer, keyword string }
+
+// schemaErrorCases are schemas refused, with the pointer and keyword the
+// error must name.
+func schemaErrorCases() []errorCase {
 	deep := strings.Repeat(`{"type":"array","items":`, MaxSchemaDepth+1) + `{}` + strings.Repeat(`}`, MaxSchemaDepth+1)
 	many := func(n int, item string) string {
 		parts := make([]string, n)
@@ -304,7 +307,7 @@ func TestSchemaErrors(t *testing.T) {
 		}
 		return strings.Join(parts, ",")
 	}
-	cases := []struct{ schema, pointer, keyword string }{
+	return []errorCase{
 		{`{"type":"object","properties":{"age":{"type":"integer","multipleOf":3}}}`, "/properties/age/multipleOf", "multipleOf"},
 		{`{"type":"object","patternProperties":{"^a":{}}}`, "/patternProperties", "patternProperties"},
 		{`{"type":"object","propertyNames":{"maxLength":3}}`, "/propertyNames", "propertyNames"},
@@ -358,6 +361,13 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":`, "/type", ""},
 		{`{} {}`, "", ""},
 	}
+}
+
+// TestSchemaErrors checks that each unsupported or invalid schema of
+// schemaErrorCases is refused with a *SchemaError naming the JSON pointer
+// and the keyword.
+func TestSchemaErrors(t *testing.T) {
+	cases := schemaErrorCases()
 	for _, tc := range cases {
 		_, err := FromJSONSchema([]byte(tc.schema))
 		var se *SchemaError
@@ -368,5 +378,28 @@ func TestSchemaErrors(t *testing.T) {
 		if se.Pointer != tc.pointer || se.Keyword != tc.keyword {
 			t.Errorf("%.80s: got pointer %q keyword %q (%v), want %q %q", tc.schema, se.Pointer, se.Keyword, err, tc.pointer, tc.keyword)
 		}
+	}
+}
+
+// fortyOptional is an object of 40 optional properties of mixed types,
+// where the members after each one are shared rules.
+func fortyOptional() string {
+	types := []string{`{"type":"integer","minimum":-3}`, `{"type":"string","maxLength":2}`, `{"enum":[1,"a",null]}`, `{"type":"array","items":{"type":"boolean"},"maxItems":2}`}
+	props := make([]string, 40)
+	for i := range props {
+		props[i] = fmt.Sprintf(`"p%d":%s`, i, types[i%len(types)])
+	}
+	return `{"type":"object","properties":{` + strings.Join(props, ",") + `},"additionalProperties":false}`
+}
+
+// TestSchemaErrorText checks the error's text: pointer, then message.
+func TestSchemaErrorText(t *testing.T) {
+	_, err := FromJSONSchema([]byte(`{"type":"object","properties":{"age":{"type":"integer","multipleOf":3}}}`))
+	if err == nil || err.Error() != "json schema: /properties/age/multipleOf: multipleOf is not supported" {
+		t.Errorf("got %v", err)
+	}
+	_, err = FromJSONSchema([]byte(`false`))
+	if err == nil || err.Error() != "json schema: (root): the schema is false: no value satisfies it" {
+		t.Errorf("got %v", err)
 	}
 }

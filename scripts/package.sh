@@ -100,6 +100,13 @@ tracked() {
   fi
 }
 
+# runtime_only: the paths on stdin, less the workers' tests (test_*.py)
+# and the helpers only they import (testlib.py, agentlib.py): the package
+# ships what worker.py runs, and its README.
+runtime_only() {
+  grep -v -E '(^|/)(test_[^/]*\.py|testlib\.py|agentlib\.py)$' || true
+}
+
 # stage S: lay out under S what the packages install, as on the host.
 stage() {
   local s=$1 u f
@@ -118,7 +125,7 @@ stage() {
   tracked configs/systemd/examples | while read -r f; do
     install -D -m 0644 "$root/$f" "$s/usr/share/tpcoord/${f#configs/systemd/}"
   done
-  { tracked examples/worker; tracked examples/torch-worker; } | while read -r f; do
+  { tracked examples/worker; tracked examples/torch-worker; } | runtime_only | while read -r f; do
     install -D -m 0644 "$root/$f" "$s/usr/share/tpcoord/${f#examples/}"
   done
   chmod 0755 "$s/usr/share/tpcoord/worker/worker.py" "$s/usr/share/tpcoord/torch-worker/worker.py"

@@ -42,6 +42,9 @@ fi
 step "unit and e2e tests (race detector)"
 # The PyTorch worker's e2e tests run, not skip: deps.sh installed PyTorch.
 export TPC_REQUIRE_TORCH=1
+# The container image test runs, not skips: deps.sh installed buildah,
+# podman and runc.
+export TPC_REQUIRE_CONTAINER=1
 go test -race -shuffle=on -count=1 -timeout 20m ./...
 
 step "the PyTorch worker's own tests"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test suite: formatting, vet, golangci-lint (function lengths
 # included: funlen in .golangci.yml), no citations of files outside the
-# repository, unit and e2e tests under the race detector (benchplot's, a
-# module of its own, too), brief fuzzing of every wire decoder, cross-builds
-# for the Spyre hosts (s390x, ppc64le), the byte-level and numeric
+# repository, unit and e2e tests under the race detector (benchplot's and
+# the Kubernetes base's, modules of their own, too; the container image's
+# built and run), brief fuzzing of every wire decoder, cross-builds for
+# the Spyre hosts (s390x, ppc64le), the byte-level and numeric
 # packages' tests on big-endian s390x under qemu-user, and the ppc64le
 # vector kernel's (with the sampler's exactness tests) under qemu-user.
 # Installs qemu-user-static if missing.
@@ -28,6 +29,10 @@ go vet -tags agentonly,grpcnotrace ./cmd/... ./broadcast/... ./coordinator/... .
 step "benchplot, a module of its own (scripts/benchplot/go.mod): vet and tests (race detector)"
 go -C scripts/benchplot vet ./...
 go -C scripts/benchplot test -race -count=1 ./...
+
+step "the Kubernetes base (configs/k8s), a module of its own (scripts/k8stest/go.mod): rendered with kustomize, decoded strictly, run as local processes (race detector)"
+go -C scripts/k8stest vet ./...
+go -C scripts/k8stest test -race -count=1 ./...
 
 step "golangci-lint"
 scripts/lint.sh

@@ -233,14 +233,14 @@ func checkImageServes(t *testing.T, tools map[string]string, env []string, image
 			t.Fatalf("the image's launch --http exited: %v\n%s", err, log)
 		default:
 		}
-		status, err := getJSON(base+"/models", &models)
+		status, err := containerGetJSON(base+"/models", &models)
 		return err == nil && status == http.StatusOK && len(models.Data) > 0, fmt.Sprint(status, err)
 	})
 	checkImageCompletion(t, base, models.Data[0].ID)
 }
 
-// getJSON decodes url's JSON answer into v and returns the HTTP status.
-func getJSON(url string, v any) (int, error) {
+// containerGetJSON decodes url's JSON answer into v and returns the HTTP status.
+func containerGetJSON(url string, v any) (int, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,7 +106,7 @@ func mustOutput(t *testing.T, name string, args ...string) string {
 // TestPackage builds the .deb and .rpm with scripts/package.sh, unpacks the
 // .deb and checks what it installs: the stamped binary, the units (verified
 // by systemd-analyze as installed), the configuration as conffiles, the
-// workers, and maintainer scripts that create the tpcoord user.
+// workers without their tests, and maintainer scripts that create the tpcoord user.
 func TestPackage(t *testing.T) {
 	for _, tool := range []string{"dpkg-deb", "systemd-analyze"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -147,6 +148,9 @@ func checkPackagedLaunch(t *testing.T, root string) {
 
 // debEntry is one line of dpkg-deb -c: mode and owner/group.
 type debEntry struct{ mode, owner string }
+
+// testFile matches the paths of tests and test helpers (Python's and Go's).
+var testFile = regexp.MustCompile(`/(test_[^/]*\.py|[^/]*_test\.(py|go)|testlib\.py|agentlib\.py|testdata/.*)$`)
 
 var debListLine = regexp.MustCompile(`^(\S+)\s+(\S+)\s+\d+\s+\S+\s+\S+\s+\./(.*)$`)
 
@@ -197,6 +201,9 @@ func checkDebListing(t *testing.T, listing string) []string {
 		if !ours && !parent || strings.Contains(path, "__pycache__") {
 			t.Errorf("deb installs %s, outside tpcoord's paths", path)
 		}
+		if testFile.MatchString(path) {
+			t.Errorf("deb installs %s, a test file", path)
+		}
 	}
 	return files
 }
@@ -240,25 +247,76 @@ func checkDebFiles(t *testing.T, root string) {
 	} {
 		sameFile(t, filepath.Join(root, dst), src, nil)
 	}
-	for src, dst := range map[string]string{
-		"../examples/worker":          "usr/share/tpcoord/worker",
-		"../examples/torch-worker":    "usr/share/tpcoord/torch-worker",
-		"../configs/systemd/examples": "usr/share/tpcoord/examples",
-	} {
-		n := 0
-		err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || strings.Contains(path, "__pycache__") || strings.HasSuffix(path, ".pyc") {
-				return err
+	n := 0
+	src := "../configs/systemd/examples"
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		sameFile(t, filepath.Join(root, "usr/share/tpcoord/examples", rel), path, nil)
+		n++
+		return nil
+	})
+	if err != nil || n == 0 {
+		t.Errorf("%s: %v, %d files", src, err, n)
+	}
+	for _, w := range []string{"worker", "torch-worker"} {
+		checkPackagedWorker(t, filepath.Join("../examples", w), filepath.Join(root, "usr/share/tpcoord", w))
+	}
+}
+
+// checkPackagedWorker: the packaged worker directory holds exactly the
+// files worker.py runs (itself and the modules of its directory it
+// imports, transitively) and README.md, each the repository's: none of
+// the worker's tests or test helpers.
+func checkPackagedWorker(t *testing.T, src, dst string) {
+	t.Helper()
+	want := append(workerImports(t, src), "README.md")
+	var got []string
+	err := filepath.WalkDir(dst, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dst, path)
+			got = append(got, rel)
+		}
+		return err
+	})
+	slices.Sort(got)
+	slices.Sort(want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("packaged %s: %v, files %q; want what worker.py runs and README.md: %q", dst, err, got, want)
+	}
+	for _, f := range want {
+		sameFile(t, filepath.Join(dst, f), filepath.Join(src, f), nil)
+	}
+}
+
+// pyImport matches a Python import statement's module list.
+var pyImport = regexp.MustCompile(`(?m)^(?:import\s+([\w.]+(?:\s*,\s*[\w.]+)*)|from\s+(\w+)\s+import\b)`)
+
+// workerImports returns worker.py and every module of dir it imports,
+// directly or through another such module.
+func workerImports(t *testing.T, dir string) []string {
+	t.Helper()
+	seen := map[string]bool{"worker.py": true}
+	queue := []string{"worker.py"}
+	for len(queue) > 0 {
+		text, err := os.ReadFile(filepath.Join(dir, queue[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		queue = queue[1:]
+		for _, m := range pyImport.FindAllStringSubmatch(string(text), -1) {
+			for _, mod := range strings.Split(m[1]+","+m[2], ",") {
+				f := strings.TrimSpace(mod) + ".py"
+				if _, err := os.Stat(filepath.Join(dir, f)); err == nil && !seen[f] {
+					seen[f] = true
+					queue = append(queue, f)
+				}
 			}
-			rel, _ := filepath.Rel(src, path)
-			sameFile(t, filepath.Join(root, dst, rel), path, nil)
-			n++
-			return nil
-		})
-		if err != nil || n == 0 {
-			t.Errorf("%s: %v, %d files", src, err, n)
 		}
 	}
+	return slices.Collect(maps.Keys(seen))
 }
 
 // checkConffiles: dpkg keeps an edited /etc/tpcoord file on upgrade.

@@ -4,8 +4,9 @@
 # PyTorch worker, openssl for the multi-node test's certificates
 # (scripts/nats-certs.sh), qemu-user-static to run the byte-level and numeric
 # packages' tests on s390x (big-endian), systemd-analyze, rpm and nfpm for
-# the package test, the pinned golangci-lint (see lint.sh) and Jaeger (see
-# jaeger.sh) for the tracing e2e tests.
+# the package test, buildah, podman and runc for the container test, the
+# pinned golangci-lint (see lint.sh) and Jaeger (see jaeger.sh) for the
+# tracing e2e tests.
 # Idempotent; needs root (or sudo) only when a package is missing. The
 # packages download while the two Go builds compile (the builds are
 # CPU-bound, the downloads are not).
@@ -25,6 +26,11 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # packaged units and rpm reads the .rpm (dpkg-deb comes with dpkg).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+# The container image test (e2e/container_test.go): buildah builds the image
+# (scripts/image.sh), podman runs it with runc (crun cannot on these hosts).
+for tool in buildah podman runc; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
 
 apt_pid=""
 if [ ${#missing[@]} -gt 0 ]; then

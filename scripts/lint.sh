@@ -26,3 +26,5 @@ fi
 # benchplot, a module of its own (scripts/benchplot/go.mod), with the same
 # configuration (golangci-lint finds .golangci.yml in a parent directory).
 (cd scripts/benchplot && "$bin" run ./...)
+# The Kubernetes base's test, a module of its own too (scripts/k8stest).
+(cd scripts/k8stest && "$bin" run ./...)

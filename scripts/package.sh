@@ -10,6 +10,7 @@ usage() {
 Usage: scripts/package.sh [--version V] [--arch ARCH] [--out DIR]
        scripts/package.sh --print-version [--version V]
        scripts/package.sh --prepare [--arch ARCH]
+       scripts/package.sh --binary FILE [--version V] [--arch ARCH]
 
 Builds tpcoord for linux/ARCH (-trimpath, CGO_ENABLED=0, the version and
 commit stamped with -ldflags -X) and packages it as
@@ -25,6 +26,8 @@ Options:
   --print-version  print the package version and exit
   --prepare        only build nfpm and compile what the binary needs for ARCH,
                    so that a later run only links and packages (scripts/deps.sh)
+  --binary FILE    only build the packages' tpcoord binary, stamped, to FILE
+                   (scripts/image.sh puts it in the container image)
   -h, --help       show this help
 
 Versions (V with or without a leading v; deb and rpm allow no "-" in it):
@@ -100,6 +103,13 @@ tracked() {
   fi
 }
 
+# runtime_only: the paths on stdin, less the workers' tests (test_*.py)
+# and the helpers only they import (testlib.py, agentlib.py): the package
+# ships what worker.py runs, and its README.
+runtime_only() {
+  grep -v -E '(^|/)(test_[^/]*\.py|testlib\.py|agentlib\.py)$' || true
+}
+
 # stage S: lay out under S what the packages install, as on the host.
 stage() {
   local s=$1 u f
@@ -118,7 +128,7 @@ stage() {
   tracked configs/systemd/examples | while read -r f; do
     install -D -m 0644 "$root/$f" "$s/usr/share/tpcoord/${f#configs/systemd/}"
   done
-  { tracked examples/worker; tracked examples/torch-worker; } | while read -r f; do
+  { tracked examples/worker; tracked examples/torch-worker; } | runtime_only | while read -r f; do
     install -D -m 0644 "$root/$f" "$s/usr/share/tpcoord/${f#examples/}"
   done
   chmod 0755 "$s/usr/share/tpcoord/worker/worker.py" "$s/usr/share/tpcoord/torch-worker/worker.py"
@@ -131,7 +141,7 @@ stage() {
 # nfpm runs the pinned nfpm (built once, then cached by the go command).
 nfpm() { (cd "$root/scripts/package" && go tool nfpm "$@"); }
 
-version="" version_set=false arch=amd64 out=$root/dist print=false prepare=false
+version="" version_set=false arch=amd64 out=$root/dist print=false prepare=false binary=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --version) [ $# -ge 2 ] || die "--version needs a value"; version=$2 version_set=true; shift 2 ;;
@@ -142,6 +152,8 @@ while [ $# -gt 0 ]; do
     --out=*) out=${1#*=}; shift ;;
     --print-version) print=true; shift ;;
     --prepare) prepare=true; shift ;;
+    --binary) [ $# -ge 2 ] || die "--binary needs a file"; binary=$2; shift 2 ;;
+    --binary=*) binary=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -177,6 +189,10 @@ else
 fi
 if $print; then
   echo "$pkgver"
+  exit 0
+fi
+if [ -n "$binary" ]; then
+  build "$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")"
   exit 0
 fi
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test suite: formatting, vet, golangci-lint (function lengths
 # included: funlen in .golangci.yml), no citations of files outside the
-# repository, unit and e2e tests under the race detector (benchplot's, a
-# module of its own, too), brief fuzzing of every wire decoder, cross-builds
-# for the Spyre hosts (s390x, ppc64le), the byte-level and numeric
+# repository, unit and e2e tests under the race detector (benchplot's and
+# the Kubernetes base's, modules of their own, too; the container image's
+# built and run), brief fuzzing of every wire decoder, cross-builds for
+# the Spyre hosts (s390x, ppc64le), the byte-level and numeric
 # packages' tests on big-endian s390x under qemu-user, and the ppc64le
 # vector kernel's (with the sampler's exactness tests) under qemu-user.
 # Installs qemu-user-static if missing.
@@ -29,6 +30,10 @@ step "benchplot, a module of its own (scripts/benchplot/go.mod): vet and tests (
 go -C scripts/benchplot vet ./...
 go -C scripts/benchplot test -race -count=1 ./...
 
+step "the Kubernetes base (configs/k8s), a module of its own (scripts/k8stest/go.mod): rendered with kustomize, decoded strictly, run as local processes (race detector)"
+go -C scripts/k8stest vet ./...
+go -C scripts/k8stest test -race -count=1 ./...
+
 step "golangci-lint"
 scripts/lint.sh
 
@@ -42,6 +47,9 @@ fi
 step "unit and e2e tests (race detector)"
 # The PyTorch worker's e2e tests run, not skip: deps.sh installed PyTorch.
 export TPC_REQUIRE_TORCH=1
+# The container image test runs, not skips: deps.sh installed buildah,
+# podman and runc.
+export TPC_REQUIRE_CONTAINER=1
 go test -race -shuffle=on -count=1 -timeout 20m ./...
 
 step "the PyTorch worker's own tests"

@@ -86,9 +86,9 @@ func Compile(g *Grammar, lim Limits) (*Automaton, error) {
 
 // lowerer builds the NFA of each rule.
 type lowerer struct {
-	a    *Automaton
-	cur  int
-	err  error
+	a   *Automaton
+	cur int
+	err error
 	// share maps (state, lo, hi) to the state after that byte within one
 	// character class, so UTF-8 sequences with a common prefix share it.
 	share map[edgeKey]int32

@@ -82,17 +82,21 @@ func (t *Tokens) computeMask(tab *tables, s int32) []uint64 {
 	}
 	at := t.scratch
 	at[0] = s
-	n := int32(len(v.nodeByte))
-	for i := int32(0); i < n; {
-		d := v.depth[i]
-		next := tab.step(at[d-1], v.nodeByte[i])
+	nodes := v.nodes
+	for i := 0; i < len(nodes); {
+		n := &nodes[i]
+		next := tab.step(at[n.depth-1], n.b)
 		if next <= deadSet {
-			i = v.skip[i]
+			i = int(n.skip)
 			continue
 		}
-		at[d] = next
-		for _, id := range v.toks[v.tokAt[i]:v.tokAt[i+1]] {
+		at[n.depth] = next
+		if id := n.tok; id >= 0 {
 			mask[id>>6] |= 1 << (id & 63)
+		} else if id < -1 {
+			for _, id := range v.multi[-2-id] {
+				mask[id>>6] |= 1 << (id & 63)
+			}
 		}
 		i++
 	}

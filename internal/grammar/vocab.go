@@ -14,16 +14,21 @@ type Vocab struct {
 	pieces  [][]byte
 	special []bool
 
-	// The trie, node i in preorder (the root is implicit): the byte on the
-	// edge into it, its depth (1 for a child of the root), skip[i] the node
-	// after its subtree, and toks[tokAt[i]:tokAt[i+1]] the tokens whose
-	// pieces end at it.
-	nodeByte []byte
-	depth    []int32
-	skip     []int32
-	tokAt    []int32
-	toks     []int32
+	// The trie in preorder (the root is implicit).
+	nodes []trieNode
+	// multi[k] are the tokens of a node whose tok is -2-k (pieces that
+	// several tokens share).
+	multi    [][]int32
 	maxDepth int
+}
+
+// trieNode is one node of the vocabulary's trie, in one struct so that a
+// mask walk reads one array in order.
+type trieNode struct {
+	skip  int32 // the node after this one's subtree
+	tok   int32 // the token whose piece ends here; -1 none; -2-k: multi[k]
+	depth int32 // 1 for a child of the root
+	b     byte  // the byte on the edge into the node
 }
 
 // NewVocab builds the trie of a vocabulary: pieces[id] is the bytes token
@@ -44,39 +49,45 @@ func NewVocab(pieces [][]byte, special []bool) *Vocab {
 	for i, id := range ids {
 		p := pieces[id]
 		if i > 0 && bytes.Equal(p, prev) {
-			v.toks = append(v.toks, id) // same node as prev, the last made
+			v.addDuplicate(id) // same node as prev, the last made
 			continue
 		}
 		for k := commonPrefix(p, prev); k < len(p); k++ {
-			v.nodeByte = append(v.nodeByte, p[k])
-			v.depth = append(v.depth, int32(k+1))
-			v.tokAt = append(v.tokAt, int32(len(v.toks)))
+			v.nodes = append(v.nodes, trieNode{tok: -1, depth: int32(k + 1), b: p[k]})
 		}
-		v.toks = append(v.toks, id)
+		v.nodes[len(v.nodes)-1].tok = id
 		v.maxDepth = max(v.maxDepth, len(p))
 		prev = p
 	}
-	v.tokAt = append(v.tokAt, int32(len(v.toks)))
-	v.skip = skips(v.depth)
+	v.setSkips()
 	return v
 }
 
-// skips returns, for each node of a preorder with these depths, the index
-// of the first node after its subtree.
-func skips(depth []int32) []int32 {
-	skip := make([]int32, len(depth))
+// addDuplicate adds token id to the last node made.
+func (v *Vocab) addDuplicate(id int32) {
+	n := &v.nodes[len(v.nodes)-1]
+	if n.tok >= 0 {
+		v.multi = append(v.multi, []int32{n.tok})
+		n.tok = int32(-1 - len(v.multi))
+	}
+	k := -2 - n.tok
+	v.multi[k] = append(v.multi[k], id)
+}
+
+// setSkips sets each node's skip to the index of the first node after its
+// subtree.
+func (v *Vocab) setSkips() {
 	var open []int32
-	for i, d := range depth {
-		for len(open) > 0 && depth[open[len(open)-1]] >= d {
-			skip[open[len(open)-1]] = int32(i)
+	for i, n := range v.nodes {
+		for len(open) > 0 && v.nodes[open[len(open)-1]].depth >= n.depth {
+			v.nodes[open[len(open)-1]].skip = int32(i)
 			open = open[:len(open)-1]
 		}
 		open = append(open, int32(i))
 	}
 	for _, o := range open {
-		skip[o] = int32(len(depth))
+		v.nodes[o].skip = int32(len(v.nodes))
 	}
-	return skip
 }
 
 func commonPrefix(a, b []byte) int {

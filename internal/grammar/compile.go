@@ -199,6 +199,11 @@ func (l *lowerer) lowerRepeat(e *Expr, in int32) int32 {
 		l.err = fmt.Errorf("grammar: rule %q: bad repeat {%d,%d} of %d expressions", l.a.names[l.cur], e.Min, e.Max, len(e.Subs))
 		return 0
 	}
+	// A sub that adds no state matches only "", and so does the repeat;
+	// expanding it would take time that MaxStates does not bound.
+	if addsNoState(e.Subs[0]) {
+		return in
+	}
 	cur := in
 	for i := 0; i < e.Min && l.err == nil; i++ {
 		cur = l.lower(e.Subs[0], cur)
@@ -221,6 +226,26 @@ func (l *lowerer) lowerRepeat(e *Expr, in int32) int32 {
 	}
 	l.eps(cur, out)
 	return out
+}
+
+// addsNoState reports whether lowering e adds no state (it matches "").
+func addsNoState(e *Expr) bool {
+	switch e.Op {
+	case OpEmpty:
+		return true
+	case OpLit:
+		return e.Text == ""
+	case OpSeq:
+		for _, s := range e.Subs {
+			if !addsNoState(s) {
+				return false
+			}
+		}
+		return true
+	case OpRepeat:
+		return len(e.Subs) == 1 && addsNoState(e.Subs[0])
+	}
+	return false
 }
 
 func (l *lowerer) lowerBytes(e *Expr, in int32) int32 {

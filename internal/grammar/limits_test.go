@@ -32,6 +32,12 @@ func TestLimitsStates(t *testing.T) {
 	if _, err := Compile(huge, Limits{}); err == nil || !strings.Contains(err.Error(), "Limits.MaxStates") {
 		t.Fatalf("10^15 copies: %v", err)
 	}
+	// Copies of "" add no state for MaxStates to count: found by
+	// FuzzParseGBNF, this took forever.
+	empty := mustGBNF(t, `root ::= (((""){100000}){100000}){100000} "a"`)
+	if _, err := Compile(empty, Limits{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestLimitsStacks checks that a position with more parse stacks than
@@ -66,6 +72,29 @@ func TestLimitsStacks(t *testing.T) {
 	g := Single("root", Alt(Lit("a"), Lit("b"), Lit("c"), Lit("d")))
 	if _, err := Compile(g, Limits{MaxStacks: 3}); err == nil || !strings.Contains(err.Error(), "at the start: more than 3 parse stacks") {
 		t.Fatalf("4 stacks at the start with MaxStacks 3: %v", err)
+	}
+}
+
+// TestLimitsClosure checks that a closure exploring many paths without a
+// byte (rules of two optional calls, 2^20 ways to match "") is cut off by
+// the bound on moves, from Compile at the start or from AcceptBytes.
+func TestLimitsClosure(t *testing.T) {
+	var src strings.Builder
+	src.WriteString("root ::= \"x\" r0 \"y\"\n")
+	for i := range 20 {
+		fmt.Fprintf(&src, "r%d ::= r%d? r%d?\n", i, i+1, i+1)
+	}
+	src.WriteString("r20 ::= \"\"\n")
+	a, err := Compile(mustGBNF(t, src.String()), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = NewTokens(a, byteVocab(), 0).Start().AcceptBytes([]byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "moves without consuming a byte") {
+		t.Fatalf("2^20 paths: %v", err)
+	}
+	if _, err := Compile(mustGBNF(t, strings.Replace(src.String(), `"x" `, "", 1)), Limits{}); err == nil || !strings.Contains(err.Error(), "at the start: more than") {
+		t.Fatalf("2^20 paths at the start: %v", err)
 	}
 }
 

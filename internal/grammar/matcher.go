@@ -28,6 +28,12 @@ type stateSet struct {
 	canEnd bool    // the start rule may end here
 }
 
+// closureFactor bounds the moves of one closure (pairs of a state and a
+// stack, with or without byte edges) to this many times MaxStacks: without
+// it, nested optional rules could make a closure exponential in the
+// grammar's depth while finding few stacks.
+const closureFactor = 16
+
 // memo per set and byte: 0 unknown, -1 an error (a limit), else set id + 1.
 type memo = [256]int32
 
@@ -139,6 +145,9 @@ func (t *tables) closure(state, parent int32) error {
 			continue
 		}
 		t.seen[k] = struct{}{}
+		if len(t.seen) > closureFactor*t.a.lim.MaxStacks {
+			return fmt.Errorf("more than %d moves without consuming a byte (%d × Limits.MaxStacks): the grammar is too ambiguous here", closureFactor*t.a.lim.MaxStacks, closureFactor)
+		}
 		s, p := k[0], k[1]
 		st := &t.a.states[s]
 		if len(st.edges) > 0 {

@@ -114,3 +114,19 @@ func FuzzParseGBNF(f *testing.F) {
 		_, _ = m.CanEnd(), m.Done()
 	})
 }
+
+// TestJSONGBNF reads llama.cpp's json.gbnf (multi-line rules, comments,
+// an empty alternative) and checks JSON texts against it.
+func TestJSONGBNF(t *testing.T) {
+	tok := mustTokens(t, mustGBNF(t, jsonGBNF), byteVocab())
+	for _, s := range []string{`{}`, `{"a": [1, {"b": "x\n\"y\u00e9"}], "c": -1.5e3, "d": [true, null]}`, "{\n \"é\":\"\\\\\" }"} {
+		if !accepts(t, tok, s) {
+			t.Errorf("%q refused", s)
+		}
+	}
+	for _, s := range []string{`[]`, `{"a"}`, `{"a": 01}`, `{"a": "\x"}`, "{\"a\": \"\x01\"}", `{"a": 1,}`} {
+		if accepts(t, tok, s) {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}

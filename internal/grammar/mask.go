@@ -85,7 +85,13 @@ func (t *Tokens) computeMask(tab *tables, s int32) []uint64 {
 	nodes := v.nodes
 	for i := 0; i < len(nodes); {
 		n := &nodes[i]
-		next := tab.step(at[n.depth-1], n.b)
+		cur := at[n.depth-1]
+		var next int32
+		if m := tab.next[cur]; m != nil && m[n.b] > 0 { // step's fast path, inlined
+			next = m[n.b] - 1
+		} else {
+			next = tab.step(cur, n.b)
+		}
 		if next <= deadSet {
 			i = int(n.skip)
 			continue

@@ -213,4 +213,52 @@ func BenchmarkMask(b *testing.B) {
 			m.Allowed()
 		}
 	})
+	// A JSON value in GBNF (llama.cpp's json.gbnf, whitespace included),
+	// uncached, where an object's member value starts.
+	g, err := ParseGBNF(jsonGBNF)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ja, err := Compile(g, Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("json-value-uncached", func(b *testing.B) {
+		m := NewTokens(ja, v, 0).Start()
+		if err := m.AcceptBytes([]byte(`{"a": [1, {"b": `)); err != nil {
+			b.Fatal(err)
+		}
+		m.Allowed()
+		for b.Loop() {
+			m.Allowed()
+		}
+	})
 }
+
+// jsonGBNF is llama.cpp's grammars/json.gbnf.
+const jsonGBNF = `root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+`

@@ -174,13 +174,7 @@ func (l *lowerer) lower(e *Expr, in int32) int32 {
 		}
 		return cur
 	case OpAlt:
-		out := l.newState()
-		for _, s := range e.Subs {
-			b := l.newState()
-			l.eps(in, b)
-			l.eps(l.lower(s, b), out)
-		}
-		return out
+		return l.lowerAlt(e, in)
 	case OpRepeat:
 		return l.lowerRepeat(e, in)
 	case OpRef:
@@ -192,6 +186,44 @@ func (l *lowerer) lower(e *Expr, in int32) int32 {
 	}
 	l.err = fmt.Errorf("grammar: rule %q: unknown expression op %d", l.a.names[l.cur], e.Op)
 	return 0
+}
+
+// lowerAlt lowers the literal alternatives into one trie (so that an
+// enum of thousands of strings costs a stack per distinct next byte, not
+// one per string) and each other alternative on a branch of its own.
+func (l *lowerer) lowerAlt(e *Expr, in int32) int32 {
+	out := l.newState()
+	trie := int32(-1)
+	next := map[[2]int32]int32{} // (trie state, byte) → trie state
+	ends := map[int32]bool{}     // trie states already joined to out
+	for _, s := range e.Subs {
+		if s.Op != OpLit {
+			b := l.newState()
+			l.eps(in, b)
+			l.eps(l.lower(s, b), out)
+			continue
+		}
+		if trie < 0 {
+			trie = l.newState()
+			l.eps(in, trie)
+		}
+		cur := trie
+		for i := 0; i < len(s.Text) && l.err == nil; i++ {
+			k := [2]int32{cur, int32(s.Text[i])}
+			n, ok := next[k]
+			if !ok {
+				n = l.newState()
+				l.byteEdge(cur, s.Text[i], s.Text[i], n)
+				next[k] = n
+			}
+			cur = n
+		}
+		if !ends[cur] {
+			ends[cur] = true
+			l.eps(cur, out)
+		}
+	}
+	return out
 }
 
 func (l *lowerer) lowerRepeat(e *Expr, in int32) int32 {

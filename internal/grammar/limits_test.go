@@ -69,7 +69,7 @@ func TestLimitsStacks(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "more than 10 parse stacks at once (Limits.MaxStacks)") {
 		t.Fatalf("9 a's with MaxStacks 10: %v", err)
 	}
-	g := Single("root", Alt(Lit("a"), Lit("b"), Lit("c"), Lit("d")))
+	g := Single("root", Alt(Lit("a"), Runes('b', 'b'), Runes('c', 'c'), Runes('d', 'd')))
 	if _, err := Compile(g, Limits{MaxStacks: 3}); err == nil || !strings.Contains(err.Error(), "at the start: more than 3 parse stacks") {
 		t.Fatalf("4 stacks at the start with MaxStacks 3: %v", err)
 	}
@@ -95,6 +95,27 @@ func TestLimitsClosure(t *testing.T) {
 	}
 	if _, err := Compile(mustGBNF(t, strings.Replace(src.String(), `"x" `, "", 1)), Limits{}); err == nil || !strings.Contains(err.Error(), "at the start: more than") {
 		t.Fatalf("2^20 paths at the start: %v", err)
+	}
+}
+
+// TestAltOfLiterals checks that an alternation of many literals (an enum)
+// shares its prefixes, within the default MaxStacks, and matches exactly
+// its strings.
+func TestAltOfLiterals(t *testing.T) {
+	alts := []*Expr{Lit("ab"), Lit("a"), Runes('x', 'z'), Lit("ab")}
+	for i := range 5000 {
+		alts = append(alts, Lit(fmt.Sprintf("w%d", i)))
+	}
+	tok := mustTokens(t, Single("root", Alt(alts...)), byteVocab())
+	for _, s := range []string{"a", "ab", "y", "w0", "w4999", "w123"} {
+		if !accepts(t, tok, s) {
+			t.Errorf("%q refused", s)
+		}
+	}
+	for _, s := range []string{"", "abc", "w", "w5000", "xy", "b"} {
+		if accepts(t, tok, s) {
+			t.Errorf("%q accepted", s)
+		}
 	}
 }
 

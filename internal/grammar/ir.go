@@ -114,9 +114,9 @@ func AnyRune() *Expr { return Runes(0, utf8.MaxRune) }
 func Seq(subs ...*Expr) *Expr {
 	var keep []*Expr
 	for _, s := range subs {
-		switch {
-		case s.Op == OpEmpty:
-		case s.Op == OpSeq:
+		switch s.Op {
+		case OpEmpty:
+		case OpSeq:
 			keep = append(keep, s.Subs...)
 		default:
 			keep = append(keep, s)
@@ -139,20 +139,20 @@ func Alt(subs ...*Expr) *Expr {
 	return &Expr{Op: OpAlt, Subs: subs}
 }
 
-// Repeat matches e at least min and at most max times; max < 0 means no
-// bound. It panics if min < 0 or 0 <= max < min (a front end's bug; input
-// is checked before).
-func Repeat(e *Expr, min, max int) *Expr {
-	if min < 0 || (max >= 0 && max < min) {
-		panic(fmt.Sprintf("grammar: Repeat(%d, %d)", min, max))
+// Repeat matches e at least lo and at most hi times; hi < 0 means no
+// bound. It panics if lo < 0 or 0 <= hi < lo (a front end's bug; input is
+// checked before).
+func Repeat(e *Expr, lo, hi int) *Expr {
+	if lo < 0 || (hi >= 0 && hi < lo) {
+		panic(fmt.Sprintf("grammar: Repeat(%d, %d)", lo, hi))
 	}
-	if min == 1 && max == 1 {
+	if lo == 1 && hi == 1 {
 		return e
 	}
-	if max == 0 {
+	if hi == 0 {
 		return Empty()
 	}
-	return &Expr{Op: OpRepeat, Subs: []*Expr{e}, Min: min, Max: max}
+	return &Expr{Op: OpRepeat, Subs: []*Expr{e}, Min: lo, Max: hi}
 }
 
 // Opt matches e or "".

@@ -70,6 +70,9 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 	if e := req.chatLogprobs(pl); e != nil {
 		return nil, e
 	}
+	if e := g.structuredPlan(&req.samplingFields, pl); e != nil {
+		return nil, e
+	}
 	prompt, e := g.renderChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
 	if e != nil {
 		return nil, e

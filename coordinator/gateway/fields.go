@@ -36,9 +36,6 @@ var harmlessFields = map[string]bool{
 // do them (yet).
 var unsupportedFields = map[string]string{
 	"tools": "tool calling", "tool_choice": "tool calling", "functions": "function calling", "function_call": "function calling",
-	"response_format": "structured outputs", "structured_outputs": "structured outputs",
-	"guided_json": "structured outputs", "guided_regex": "structured outputs", "guided_choice": "structured outputs",
-	"guided_grammar": "structured outputs", "guided_decoding_backend": "structured outputs",
 	"audio": "audio output", "modalities": "other modalities", "prediction": "predicted outputs",
 	"reasoning_effort": "reasoning models", "web_search_options": "web search", "lora_request": "LoRA adapters",
 	"use_beam_search": "beam search", "length_penalty": "beam search", "best_of": "best_of",

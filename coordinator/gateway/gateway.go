@@ -114,6 +114,7 @@ type Gateway struct {
 	metrics *metrics
 	keys    [][32]byte // SHA-256 of each API key
 	created int64
+	checks  grammarChecks // structured outputs that compiled
 	// handlers counts the /v1 requests being answered: Serve waits for
 	// them, since closing a connection does not wait for its handler.
 	handlers sync.WaitGroup

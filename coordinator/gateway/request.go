@@ -59,6 +59,7 @@ type samplingFields struct {
 		ContinuousUsageStats bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
 	User string `json:"user"` // accepted, unused
+	structuredFields
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -367,6 +368,9 @@ func (g *Gateway) completionPlan(req *completionRequest) (*plan, *apiError) {
 	}
 	pl := &plan{promptParam: "prompt"}
 	if e := req.sampling(pl, g.cfg.DefaultMaxTokens, g.tok != nil); e != nil {
+		return nil, e
+	}
+	if e := g.structuredPlan(&req.samplingFields, pl); e != nil {
 		return nil, e
 	}
 	if req.Logprobs != nil {

@@ -16,7 +16,7 @@ type recognizer struct {
 }
 
 // accepts reports whether s is a whole sentence of g.
-func accepts(g *Grammar, s string) bool {
+func recognizes(g *Grammar, s string) bool {
 	r := &recognizer{g: g, s: s, memo: map[[2]int][]int{}}
 	for _, end := range r.ends(Ref(0), 0) {
 		if end == len(s) {

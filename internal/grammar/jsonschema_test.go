@@ -203,16 +203,16 @@ func TestJSONValueAndObject(t *testing.T) {
 	}
 	good := `{"a":[1,-0.5e+3,true,false,null,"\u00e9\/\"\\\b\f\n\r\t\uFFFF","é"],"":{}}`
 	for _, g := range []*Grammar{JSONValue(), JSONObject()} {
-		if !accepts(g, good) {
+		if !recognizes(g, good) {
 			t.Errorf("refused %s", good)
 		}
 		for _, bad := range []string{`{"a": 1}`, `{"a":"\ud800"}`, "{\"a\":\"\x01\"}", `{"a":01}`, `{"a":1.}`, `{"a":[1,]}`} {
-			if accepts(g, bad) {
+			if recognizes(g, bad) {
 				t.Errorf("accepted %q", bad)
 			}
 		}
 	}
-	if accepts(JSONObject(), `[1]`) || !accepts(JSONValue(), `[1]`) {
+	if recognizes(JSONObject(), `[1]`) || !recognizes(JSONValue(), `[1]`) {
 		t.Error("JSONObject must take objects only, JSONValue any value")
 	}
 }
@@ -286,10 +286,10 @@ func TestRecursiveRef(t *testing.T) {
 	if deepest < 4 {
 		t.Errorf("deepest output nests %d levels; want >= 4", deepest)
 	}
-	if !accepts(g, `{"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]}`) {
+	if !recognizes(g, `{"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]}`) {
 		t.Error("refused a three-level tree")
 	}
-	if accepts(g, `{"v":1,"kids":[{"v":2,"kids":[]},{"v":2,"kids":[]},{"v":2,"kids":[]},{"v":2,"kids":[]}]}`) {
+	if recognizes(g, `{"v":1,"kids":[{"v":2,"kids":[]},{"v":2,"kids":[]},{"v":2,"kids":[]},{"v":2,"kids":[]}]}`) {
 		t.Error("accepted four children with maxItems 3")
 	}
 }

@@ -73,7 +73,7 @@ func (o *gatewayOptions) build(job string, insecure bool) (gateway.Config, []gat
 	if o.tokenizer != "" {
 		t, err := loadTokenizer(o.tokenizer)
 		if err != nil {
-			return cfg, nil, configError("tokenizer: %v", err)
+			return cfg, nil, configError("%v", err) // the error begins with "tokenizer: ", the flag
 		}
 		opts = append(opts, gateway.WithTokenizer(t))
 	}

@@ -50,3 +50,15 @@ func TestServeRefusals(t *testing.T) {
 		t.Errorf("TPC_BODY_TIMEOUT=0s: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// A Hugging Face hub ID as --tokenizer is refused with one "tokenizer:"
+// (the flag), the hint that only local files are read, and how to get them.
+func TestServeTokenizerHubID(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"serve", "--tokenizer", "meta-llama/Llama-3.1-8B"}, &stdout, &stderr)
+	msg := stderr.String()
+	if code != exitConfig || strings.Count(msg, "tokenizer:") != 1 || !strings.Contains(msg, "looks like a Hugging Face hub ID") ||
+		!strings.Contains(msg, "nothing is downloaded") {
+		t.Errorf("exit %d, stderr %q; want exit %d, one tokenizer: prefix and the hub hint", code, msg, exitConfig)
+	}
+}

@@ -279,4 +279,3 @@ func boolOr(p *bool, def bool) bool {
 	}
 	return *p
 }
-

@@ -27,6 +27,7 @@ type gatewayOptions struct {
 	tokenizer  string
 	apiKeyFile string
 	insecure   bool
+	tok        gateway.Tokenizer // loaded by build; nil without --tokenizer
 }
 
 // flags binds the gateway's flags; listen names the address flag
@@ -75,6 +76,7 @@ func (o *gatewayOptions) build(job string, insecure bool) (gateway.Config, []gat
 		if err != nil {
 			return cfg, nil, configError("%v", err) // the error begins with "tokenizer: ", the flag
 		}
+		o.tok = t
 		opts = append(opts, gateway.WithTokenizer(t))
 	}
 	return cfg, opts, nil

@@ -62,3 +62,16 @@ func TestServeTokenizerHubID(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit %d, one tokenizer: prefix and the hub hint", code, msg, exitConfig)
 	}
 }
+
+// launch refuses to start a job its gateway's tokenizer does not fit (more
+// ids than --vocab), with the reason /ready would give, instead of serving
+// requests that the gateway would refuse.
+func TestLaunchRefusesTokenizerLargerThanVocab(t *testing.T) {
+	tok := filepath.Join("..", "..", "e2e", "testdata", "tokenizer")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"launch", "--http", "0", "--tokenizer", tok, "--vocab", "100", "--nproc", "1"}, &stdout, &stderr)
+	want := "tokenizer: the tokenizer " + tok + " has 505 tokens, more than the job's vocabulary of 100 (--vocab 100)"
+	if code != exitConfig || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), exitConfig, want)
+	}
+}

@@ -112,6 +112,7 @@ type Gateway struct {
 	tracer  trace.Tracer
 	version string
 	metrics *metrics
+	vocab   jobVocab   // the job's vocabulary, once a status told it
 	keys    [][32]byte // SHA-256 of each API key
 	created int64
 	// handlers counts the /v1 requests being answered: Serve waits for
@@ -246,6 +247,10 @@ func handle[Req any](g *Gateway, w http.ResponseWriter, r *http.Request, check f
 		return
 	}
 	g.noteIgnored(w, r, ignored)
+	if e := g.vocabRefusal(r.Context()); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
 	pl, e := check(&req)
 	if e != nil {
 		g.refuse(w, r, e)

@@ -152,6 +152,9 @@ func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
 		tok := int32(f.text[i])
 		out = append(out, tok)
 		send(api.GenerateReply{Token: &tok, Index: i})
+		if r.Logprobs != nil {
+			send(api.GenerateReply{Index: i, Logprobs: &api.Logprobs{Token: tok, Logprob: -1, Rank: 1}})
+		}
 	}
 	reason := api.FinishLength
 	if len(out) < r.MaxTokens {

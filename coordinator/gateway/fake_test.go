@@ -41,6 +41,14 @@ func (byteTokenizer) Decode(ids []int32) (string, error) {
 
 func (byteTokenizer) NewDetokenizer() Detokenizer { return &byteStream{} }
 func (t byteTokenizer) HasChatTemplate() bool     { return t.template }
+func (t byteTokenizer) EncodeChat(msgs []ChatMessage, gen, _ bool) ([]int32, error) {
+	s, err := t.ApplyChatTemplate(msgs, gen)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(s, false)
+}
+
 func (byteTokenizer) ApplyChatTemplate(msgs []ChatMessage, gen bool) (string, error) {
 	var b strings.Builder
 	for _, m := range msgs {
@@ -87,6 +95,7 @@ type fakeRank0 struct {
 	// kv is what its status reports of its KV cache.
 	kv          *api.KVStatus
 	maxModelLen int
+	vocab       int // the vocabulary its status reports
 
 	mu        sync.Mutex
 	reqs      []api.GenerateRequest
@@ -97,7 +106,7 @@ type fakeRank0 struct {
 
 func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	f := &fakeRank0{t: t, tr: hub.Connect(), subj: broadcast.Subjects{Prefix: "tpc", Job: "j"}, text: text,
-		cancelled: map[string]bool{}, stop: make(chan struct{}), lost: make(chan struct{})}
+		cancelled: map[string]bool{}, stop: make(chan struct{}), lost: make(chan struct{}), vocab: 257}
 	sub := func(s string, fn func(*broadcast.Msg)) {
 		if _, err := f.tr.Subscribe(s, fn); err != nil {
 			t.Fatal(err)
@@ -106,7 +115,7 @@ func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	sub(f.subj.Generate(), f.onGenerate)
 	sub(f.subj.Client(), f.onClient)
 	sub(f.subj.Status(), func(m *broadcast.Msg) {
-		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257, KV: f.kv, MaxModelLen: f.maxModelLen})
+		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: f.vocab, KV: f.kv, MaxModelLen: f.maxModelLen})
 		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
 	})
 	t.Cleanup(func() { close(f.stop); f.wg.Wait() })

@@ -90,6 +90,13 @@ func parseHF(data []byte) (*Tokenizer, error) {
 	}
 	enc.setAdded(f.AddedTokens)
 	t.enc = enc
+	var specials []string
+	for _, a := range f.AddedTokens {
+		if a.Special && a.Content != "" {
+			specials = append(specials, a.Content)
+		}
+	}
+	t.specials = newSpecialSet(specials)
 	if t.pre, t.post, _, err = buildPostProcessor("post_processor", f.PostProcessor, enc.lookup); err != nil {
 		return nil, err
 	}
@@ -155,17 +162,17 @@ func (e *hfEncoder) setAdded(tokens []hfAddedToken) {
 	e.added = regexp.MustCompile(strings.Join(alts, "|"))
 }
 
-func (e *hfEncoder) encode(text string) ([]int32, error) {
+func (e *hfEncoder) encode(text string, plain map[rune]string) ([]int32, error) {
 	var ids []int32
 	at, first := 0, true
 	if e.added != nil {
 		for _, m := range e.added.FindAllStringIndex(text, -1) {
-			ids = e.encodeSegment(ids, text[at:m[0]], first)
+			ids = e.encodeSegment(ids, unescape(text[at:m[0]], plain), first)
 			ids = append(ids, e.addedIDs[text[m[0]:m[1]]])
 			at, first = m[1], false
 		}
 	}
-	return e.encodeSegment(ids, text[at:], first), nil
+	return e.encodeSegment(ids, unescape(text[at:], plain), first), nil
 }
 
 func (e *hfEncoder) encodeSegment(ids []int32, s string, first bool) []int32 {

@@ -97,11 +97,12 @@ type fakeRank0 struct {
 	maxModelLen int
 	vocab       int // the vocabulary its status reports
 
-	mu        sync.Mutex
-	reqs      []api.GenerateRequest
-	cancelled map[string]bool
-	wg        sync.WaitGroup
-	stop      chan struct{}
+	mu         sync.Mutex
+	reqs       []api.GenerateRequest
+	cancelled  map[string]bool
+	keepalives int
+	wg         sync.WaitGroup
+	stop       chan struct{}
 }
 
 func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
@@ -181,6 +182,9 @@ func (f *fakeRank0) onClient(m *broadcast.Msg) {
 	if c.Op == "cancel" {
 		f.cancelled[c.Reply] = true
 	}
+	if c.Op == "keepalive" {
+		f.keepalives++
+	}
 	f.mu.Unlock()
 	if m.Reply != "" {
 		known := true
@@ -204,6 +208,12 @@ func (f *fakeRank0) cancels() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.cancelled)
+}
+
+func (f *fakeRank0) keepalivesSeen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keepalives
 }
 
 func (f *fakeRank0) requests() []api.GenerateRequest {

@@ -119,6 +119,7 @@ type Gateway struct {
 	// them, since closing a connection does not wait for its handler.
 	handlers sync.WaitGroup
 	grace    time.Duration // ShutdownGrace (shorter in tests)
+	stall    time.Duration // StreamStallTimeout (shorter in tests)
 
 	muxMu sync.Mutex
 	mux   *client.Mux // every request's replies, on one subscription; made at first use
@@ -170,7 +171,7 @@ func New(cfg Config, bus broadcast.Transport, subj broadcast.Subjects, opts ...O
 		return nil, err
 	}
 	g := &Gateway{cfg: cfg, bus: bus, subj: subj, log: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider().Tracer(""), created: time.Now().Unix(),
-		grace: ShutdownGrace}
+		grace: ShutdownGrace, stall: StreamStallTimeout}
 	for _, o := range opts {
 		o(g)
 	}
@@ -276,7 +277,9 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f for
 	describeRequest(ctx, pl)
 	x := &execution{g: g, pl: pl, fmt: f}
 	if pl.stream {
-		x.sse = newSSE(w)
+		// A client that takes nothing for the stall bound is gone: its
+		// requests are cancelled at rank 0.
+		x.sse = newSSE(w, g.stall, func() { x.cancelAll() })
 	}
 	choices := x.run(ctx)
 	u := usageOf(choices, pl.prompts)

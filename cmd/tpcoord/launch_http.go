@@ -24,6 +24,11 @@ func (o *launchOptions) httpGateway(log *slog.Logger) (*launchGateway, error) {
 		return nil, err
 	}
 	cfg.MaxModelLen = o.agent.MaxModelLen // the ranks' bound, which /tokenize reports
+	// The gateway would refuse every request of such a job (and /ready
+	// say why): refuse to start it instead.
+	if err := gateway.CheckVocab(o.gw.tok, o.agent.Vocab); err != nil {
+		return nil, configError("tokenizer: %v (--vocab %d): give the model's own tokenizer, or its vocabulary size", err, o.agent.Vocab)
+	}
 	opts = append(opts, gateway.WithLogger(log), gateway.WithVersion(buildinfo.Get().Version))
 	return &launchGateway{cfg: cfg, opts: opts}, nil
 }

@@ -27,6 +27,7 @@ type gatewayOptions struct {
 	tokenizer  string
 	apiKeyFile string
 	insecure   bool
+	tok        gateway.Tokenizer // loaded by build; nil without --tokenizer
 }
 
 // flags binds the gateway's flags; listen names the address flag
@@ -73,8 +74,9 @@ func (o *gatewayOptions) build(job string, insecure bool) (gateway.Config, []gat
 	if o.tokenizer != "" {
 		t, err := loadTokenizer(o.tokenizer)
 		if err != nil {
-			return cfg, nil, configError("tokenizer: %v", err)
+			return cfg, nil, configError("%v", err) // the error begins with "tokenizer: ", the flag
 		}
+		o.tok = t
 		opts = append(opts, gateway.WithTokenizer(t))
 	}
 	return cfg, opts, nil

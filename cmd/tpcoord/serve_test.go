@@ -50,3 +50,28 @@ func TestServeRefusals(t *testing.T) {
 		t.Errorf("TPC_BODY_TIMEOUT=0s: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// A Hugging Face hub ID as --tokenizer is refused with one "tokenizer:"
+// (the flag), the hint that only local files are read, and how to get them.
+func TestServeTokenizerHubID(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"serve", "--tokenizer", "meta-llama/Llama-3.1-8B"}, &stdout, &stderr)
+	msg := stderr.String()
+	if code != exitConfig || strings.Count(msg, "tokenizer:") != 1 || !strings.Contains(msg, "looks like a Hugging Face hub ID") ||
+		!strings.Contains(msg, "nothing is downloaded") {
+		t.Errorf("exit %d, stderr %q; want exit %d, one tokenizer: prefix and the hub hint", code, msg, exitConfig)
+	}
+}
+
+// launch refuses to start a job its gateway's tokenizer does not fit (more
+// ids than --vocab), with the reason /ready would give, instead of serving
+// requests that the gateway would refuse.
+func TestLaunchRefusesTokenizerLargerThanVocab(t *testing.T) {
+	tok := filepath.Join("..", "..", "e2e", "testdata", "tokenizer")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"launch", "--http", "0", "--tokenizer", tok, "--vocab", "100", "--nproc", "1"}, &stdout, &stderr)
+	want := "tokenizer: the tokenizer " + tok + " has 505 tokens, more than the job's vocabulary of 100 (--vocab 100)"
+	if code != exitConfig || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), exitConfig, want)
+	}
+}

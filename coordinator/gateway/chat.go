@@ -73,13 +73,13 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 	if e := g.structuredPlan(&req.samplingFields, pl); e != nil {
 		return nil, e
 	}
-	prompt, e := g.renderChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	// The template writes the special tokens (BOS too).
+	ids, e := g.encodeChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, false)
 	if e != nil {
 		return nil, e
 	}
-	ids, err := g.tok.Encode(prompt, false) // the template writes the special tokens
-	if err != nil || len(ids) == 0 {
-		return nil, badRequest("messages", "the rendered prompt encodes to no tokens (%v)", err)
+	if len(ids) == 0 {
+		return nil, badRequest("messages", "the rendered prompt encodes to no tokens")
 	}
 	pl.prompts = [][]int32{ids}
 	return pl, g.checkPlan(pl)
@@ -98,33 +98,36 @@ func (g *Gateway) needChatTemplate(instead string) *apiError {
 	return badRequest("messages", "chat completions need a tokenizer with a chat template: %s; %s", why, instead)
 }
 
-// renderChat checks messages and renders them with the chat template.
-func (g *Gateway) renderChat(in []chatMessageIn, addGen bool) (string, *apiError) {
+// encodeChat checks messages, renders them with the chat template and
+// encodes the prompt. Special tokens written in a message are encoded as
+// plain text, so that no message can open or close a turn; the template's
+// own are special.
+func (g *Gateway) encodeChat(in []chatMessageIn, addGen, addSpecial bool) ([]int32, *apiError) {
 	if len(in) == 0 {
-		return "", badRequest("messages", "must not be empty")
+		return nil, badRequest("messages", "must not be empty")
 	}
 	msgs := make([]ChatMessage, len(in))
 	total := 0
 	for i := range in {
 		m := &in[i]
 		if m.Role == "" {
-			return "", badRequest("messages", "message %d has no role", i)
+			return nil, badRequest("messages", "message %d has no role", i)
 		}
 		text, e := m.text(i)
 		if e != nil {
-			return "", e
+			return nil, e
 		}
 		msgs[i] = ChatMessage{Role: m.Role, Content: text}
 		total += len(text)
 	}
 	if total > MaxPromptBytes {
-		return "", badRequest("messages", "%d bytes of content, at most %d", total, MaxPromptBytes)
+		return nil, badRequest("messages", "%d bytes of content, at most %d", total, MaxPromptBytes)
 	}
-	prompt, err := g.tok.ApplyChatTemplate(msgs, addGen)
+	ids, err := g.tok.EncodeChat(msgs, addGen, addSpecial)
 	if err != nil {
-		return "", badRequest("messages", "the chat template refused them: %v", err)
+		return nil, badRequest("messages", "the chat template refused them: %v", err)
 	}
-	return prompt, nil
+	return ids, nil
 }
 
 func (req *chatRequest) chatLogprobs(pl *plan) *apiError {

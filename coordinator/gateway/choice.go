@@ -27,6 +27,12 @@ type choice struct {
 	stopped  bool            // a stop string matched: the text ends there
 	sentTok  int             // tokens already streamed
 	sentText int             // bytes of text already streamed
+	// offsets[i] is where token i's text begins in the choice's text, in
+	// Unicode code points (logprobs' text_offset): the text the tokens
+	// before it completed. decoded counts the code points decoded so far,
+	// released those moved to text.
+	offsets           []int
+	decoded, released int
 
 	rep   *api.GenerateReply
 	err   error
@@ -57,6 +63,7 @@ func (c *choice) onToken(now time.Time, tok int32) (stop bool) {
 		return false // tokens in flight after the stop: not part of the answer
 	}
 	c.tokens = append(c.tokens, tok)
+	c.offsets = append(c.offsets, c.decoded)
 	if c.detok == nil {
 		return false
 	}
@@ -64,6 +71,7 @@ func (c *choice) onToken(now time.Time, tok int32) (stop bool) {
 	// job's; /ready says so) adds no text; its ID is still answered.
 	piece, _ := c.detok.Add(tok)
 	c.pending += piece
+	c.decoded += utf8.RuneCountInString(piece)
 	return c.release(false)
 }
 
@@ -73,7 +81,7 @@ func (c *choice) onToken(now time.Time, tok int32) (stop bool) {
 func (c *choice) release(final bool) (stop bool) {
 	for _, s := range c.stops {
 		if i := strings.Index(c.pending, s); i >= 0 {
-			c.text.WriteString(c.pending[:i])
+			c.write(c.pending[:i])
 			c.pending, c.stopped = "", true
 			return true
 		}
@@ -86,16 +94,33 @@ func (c *choice) release(final bool) (stop bool) {
 		}
 	}
 	if n > 0 {
-		c.text.WriteString(c.pending[:n])
+		c.write(c.pending[:n])
 		c.pending = c.pending[n:]
 	}
 	return false
 }
 
+// write releases s: it joins the choice's text.
+func (c *choice) write(s string) {
+	c.text.WriteString(s)
+	c.released += utf8.RuneCountInString(s)
+}
+
+// textOffset is token i's text_offset: where its text begins in the
+// choice's text, in code points. A token whose text is empty (a special
+// token, or the first bytes of a character the next token completes) has
+// the offset of the text that follows it; one whose text a stop string
+// cut off has the text's length.
+func (c *choice) textOffset(i int) int {
+	return min(c.offsets[i], c.released+utf8.RuneCountInString(c.pending))
+}
+
 // finish flushes the detokenizer once the request ended.
 func (c *choice) finish() {
 	if c.detok != nil && !c.stopped {
-		c.pending += c.detok.Flush()
+		rest := c.detok.Flush()
+		c.pending += rest
+		c.decoded += utf8.RuneCountInString(rest)
 		c.release(true)
 	}
 }

@@ -55,7 +55,7 @@ func (f *completionFormat) chunk(c *choice, tokens []int32, text string, from in
 		ch.FinishReason = &r
 	}
 	if f.logprob && len(tokens) > 0 {
-		ch.Logprobs = f.g.completionLogprobs(c, from, len(tokens), 0)
+		ch.Logprobs = f.g.completionLogprobs(c, from, len(tokens))
 	}
 	return f.envelope([]completionChoice{ch})
 }
@@ -66,7 +66,7 @@ func (f *completionFormat) response(choices []*choice, u usage) any {
 		r := c.finishReason()
 		out[i] = completionChoice{Index: c.index, Text: c.text.String(), TokenIDs: nonNil(c.tokens), FinishReason: &r}
 		if f.logprob {
-			out[i].Logprobs = f.g.completionLogprobs(c, 0, len(c.tokens), 0)
+			out[i].Logprobs = f.g.completionLogprobs(c, 0, len(c.tokens))
 		}
 	}
 	resp := f.envelope(out)
@@ -82,9 +82,10 @@ func (f *completionFormat) usageChunk(u usage) any {
 	return resp
 }
 
-// completionLogprobs builds the logprobs of tokens [from, from+n) of c;
-// offset is the text offset of token from.
-func (g *Gateway) completionLogprobs(c *choice, from, n, offset int) *completionLogprobs {
+// completionLogprobs builds the logprobs of tokens [from, from+n) of c.
+// text_offset is OpenAI's: where each token's text begins in the choice's
+// text, in code points (choice.textOffset).
+func (g *Gateway) completionLogprobs(c *choice, from, n int) *completionLogprobs {
 	lp := &completionLogprobs{}
 	for i := from; i < from+n; i++ {
 		var l api.Logprobs
@@ -99,8 +100,7 @@ func (g *Gateway) completionLogprobs(c *choice, from, n, offset int) *completion
 			top[g.tokenText(t.Token)] = float64(t.Logprob)
 		}
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
-		lp.TextOffset = append(lp.TextOffset, offset)
-		offset += len(s)
+		lp.TextOffset = append(lp.TextOffset, c.textOffset(i))
 	}
 	return lp
 }

@@ -41,6 +41,14 @@ func (byteTokenizer) Decode(ids []int32) (string, error) {
 
 func (byteTokenizer) NewDetokenizer() Detokenizer { return &byteStream{} }
 func (t byteTokenizer) HasChatTemplate() bool     { return t.template }
+func (t byteTokenizer) EncodeChat(msgs []ChatMessage, gen, _ bool) ([]int32, error) {
+	s, err := t.ApplyChatTemplate(msgs, gen)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(s, false)
+}
+
 func (byteTokenizer) ApplyChatTemplate(msgs []ChatMessage, gen bool) (string, error) {
 	var b strings.Builder
 	for _, m := range msgs {
@@ -87,17 +95,19 @@ type fakeRank0 struct {
 	// kv is what its status reports of its KV cache.
 	kv          *api.KVStatus
 	maxModelLen int
+	vocab       int // the vocabulary its status reports
 
-	mu        sync.Mutex
-	reqs      []api.GenerateRequest
-	cancelled map[string]bool
-	wg        sync.WaitGroup
-	stop      chan struct{}
+	mu         sync.Mutex
+	reqs       []api.GenerateRequest
+	cancelled  map[string]bool
+	keepalives int
+	wg         sync.WaitGroup
+	stop       chan struct{}
 }
 
 func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	f := &fakeRank0{t: t, tr: hub.Connect(), subj: broadcast.Subjects{Prefix: "tpc", Job: "j"}, text: text,
-		cancelled: map[string]bool{}, stop: make(chan struct{}), lost: make(chan struct{})}
+		cancelled: map[string]bool{}, stop: make(chan struct{}), lost: make(chan struct{}), vocab: 257}
 	sub := func(s string, fn func(*broadcast.Msg)) {
 		if _, err := f.tr.Subscribe(s, fn); err != nil {
 			t.Fatal(err)
@@ -106,7 +116,7 @@ func startFakeRank0(t *testing.T, hub *broadcast.Hub, text string) *fakeRank0 {
 	sub(f.subj.Generate(), f.onGenerate)
 	sub(f.subj.Client(), f.onClient)
 	sub(f.subj.Status(), func(m *broadcast.Msg) {
-		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: 257, KV: f.kv, MaxModelLen: f.maxModelLen})
+		b, _ := json.Marshal(api.RankStatus{Rank: 0, World: 1, State: "ready", Vocab: f.vocab, KV: f.kv, MaxModelLen: f.maxModelLen})
 		_ = f.tr.Publish(&broadcast.Msg{Subject: m.Reply, Data: b})
 	})
 	t.Cleanup(func() { close(f.stop); f.wg.Wait() })
@@ -152,6 +162,9 @@ func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
 		tok := int32(f.text[i])
 		out = append(out, tok)
 		send(api.GenerateReply{Token: &tok, Index: i})
+		if r.Logprobs != nil {
+			send(api.GenerateReply{Index: i, Logprobs: &api.Logprobs{Token: tok, Logprob: -1, Rank: 1}})
+		}
 	}
 	reason := api.FinishLength
 	if len(out) < r.MaxTokens {
@@ -168,6 +181,9 @@ func (f *fakeRank0) onClient(m *broadcast.Msg) {
 	f.mu.Lock()
 	if c.Op == "cancel" {
 		f.cancelled[c.Reply] = true
+	}
+	if c.Op == "keepalive" {
+		f.keepalives++
 	}
 	f.mu.Unlock()
 	if m.Reply != "" {
@@ -192,6 +208,12 @@ func (f *fakeRank0) cancels() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.cancelled)
+}
+
+func (f *fakeRank0) keepalivesSeen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keepalives
 }
 
 func (f *fakeRank0) requests() []api.GenerateRequest {

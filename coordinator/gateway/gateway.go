@@ -112,6 +112,7 @@ type Gateway struct {
 	tracer  trace.Tracer
 	version string
 	metrics *metrics
+	vocab   jobVocab   // the job's vocabulary, once a status told it
 	keys    [][32]byte // SHA-256 of each API key
 	created int64
 	checks  grammarChecks // structured outputs that compiled
@@ -119,6 +120,7 @@ type Gateway struct {
 	// them, since closing a connection does not wait for its handler.
 	handlers sync.WaitGroup
 	grace    time.Duration // ShutdownGrace (shorter in tests)
+	stall    time.Duration // StreamStallTimeout (shorter in tests)
 
 	muxMu sync.Mutex
 	mux   *client.Mux // every request's replies, on one subscription; made at first use
@@ -170,7 +172,7 @@ func New(cfg Config, bus broadcast.Transport, subj broadcast.Subjects, opts ...O
 		return nil, err
 	}
 	g := &Gateway{cfg: cfg, bus: bus, subj: subj, log: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider().Tracer(""), created: time.Now().Unix(),
-		grace: ShutdownGrace}
+		grace: ShutdownGrace, stall: StreamStallTimeout}
 	for _, o := range opts {
 		o(g)
 	}
@@ -247,6 +249,10 @@ func handle[Req any](g *Gateway, w http.ResponseWriter, r *http.Request, check f
 		return
 	}
 	g.noteIgnored(w, r, ignored)
+	if e := g.vocabRefusal(r.Context()); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
 	pl, e := check(&req)
 	if e != nil {
 		g.refuse(w, r, e)
@@ -272,7 +278,9 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f for
 	describeRequest(ctx, pl)
 	x := &execution{g: g, pl: pl, fmt: f}
 	if pl.stream {
-		x.sse = newSSE(w)
+		// A client that takes nothing for the stall bound is gone: its
+		// requests are cancelled at rank 0.
+		x.sse = newSSE(w, g.stall, func() { x.cancelAll() })
 	}
 	choices := x.run(ctx)
 	u := usageOf(choices, pl.prompts)

@@ -95,7 +95,10 @@ func (g *Gateway) tokenize(req *tokenizeRequest) ([]int32, *apiError) {
 		return nil, e
 	}
 	chat := req.Messages != nil
-	text, param := "", "prompt"
+	addSpecial := !chat
+	if req.AddSpecialTokens != nil {
+		addSpecial = *req.AddSpecialTokens
+	}
 	switch {
 	case chat && req.Prompt != nil:
 		return nil, badRequest("messages", "give prompt or messages, not both")
@@ -103,27 +106,18 @@ func (g *Gateway) tokenize(req *tokenizeRequest) ([]int32, *apiError) {
 		if e := g.needChatTemplate("tokenize a prompt instead"); e != nil {
 			return nil, e
 		}
-		var e *apiError
-		param = "messages"
-		if text, e = g.renderChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); e != nil {
-			return nil, e
-		}
+		ids, e := g.encodeChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, addSpecial)
+		return nonNil(ids), e
 	case req.Prompt == nil:
 		return nil, badRequest("prompt", "is required (or messages, for a chat)")
 	case req.AddGenerationPrompt != nil:
 		return nil, badRequest("add_generation_prompt", "only with messages")
 	case len(*req.Prompt) > MaxPromptBytes:
 		return nil, badRequest("prompt", "%d bytes, at most %d", len(*req.Prompt), MaxPromptBytes)
-	default:
-		text = *req.Prompt
 	}
-	addSpecial := !chat
-	if req.AddSpecialTokens != nil {
-		addSpecial = *req.AddSpecialTokens
-	}
-	ids, err := g.tok.Encode(text, addSpecial)
+	ids, err := g.tok.Encode(*req.Prompt, addSpecial)
 	if err != nil {
-		return nil, badRequest(param, "the tokenizer refused it: %v", err)
+		return nil, badRequest("prompt", "the tokenizer refused it: %v", err)
 	}
 	return nonNil(ids), nil
 }

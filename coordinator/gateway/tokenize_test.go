@@ -23,6 +23,11 @@ func (t bosTokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
 	return ids, nil
 }
 
+func (t bosTokenizer) EncodeChat(msgs []ChatMessage, gen, addSpecial bool) ([]int32, error) {
+	s, _ := t.ApplyChatTemplate(msgs, gen)
+	return t.Encode(s, addSpecial)
+}
+
 func byteIDs(s string) []int32 {
 	out, _ := byteTokenizer{}.Encode(s, false)
 	return out

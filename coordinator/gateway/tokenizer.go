@@ -11,7 +11,12 @@ type Tokenizer interface {
 	// NewDetokenizer returns a streaming decoder for one sequence.
 	NewDetokenizer() Detokenizer
 	HasChatTemplate() bool
-	ApplyChatTemplate(msgs []ChatMessage, addGenerationPrompt bool) (string, error)
+	// EncodeChat renders msgs with the chat template and encodes the
+	// prompt: the template's special tokens as their ids, special tokens
+	// written in the messages as plain text. addSpecial adds what the
+	// tokenizer adds around a sequence (BOS), which templates write
+	// themselves.
+	EncodeChat(msgs []ChatMessage, addGenerationPrompt, addSpecial bool) ([]int32, error)
 }
 
 // Detokenizer decodes one sequence a token at a time.

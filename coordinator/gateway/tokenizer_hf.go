@@ -9,10 +9,10 @@ type hfTokenizer struct{ *tokenizer.Tokenizer }
 
 func (h hfTokenizer) NewDetokenizer() Detokenizer { return h.NewStream() }
 
-func (h hfTokenizer) ApplyChatTemplate(msgs []ChatMessage, addGenerationPrompt bool) (string, error) {
+func (h hfTokenizer) EncodeChat(msgs []ChatMessage, addGenerationPrompt, addSpecial bool) ([]int32, error) {
 	m := make([]tokenizer.ChatMessage, len(msgs))
 	for i, x := range msgs {
 		m[i] = tokenizer.ChatMessage{Role: x.Role, Content: x.Content}
 	}
-	return h.Tokenizer.ApplyChatTemplate(m, addGenerationPrompt)
+	return h.Tokenizer.EncodeChat(m, addGenerationPrompt, addSpecial)
 }

@@ -24,6 +24,7 @@ var ErrNoChatTemplate = errors.New("the tokenizer has no chat template (tokenize
 // transformers library renders one: blocks trimmed and left-stripped.
 type chatTemplate struct {
 	tpl      *exec.Template
+	src      string
 	bos, eos string
 }
 
@@ -50,7 +51,7 @@ func newChatTemplate(src, bos, eos string) (*chatTemplate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &chatTemplate{tpl: tpl, bos: bos, eos: eos}, nil
+	return &chatTemplate{tpl: tpl, src: src, bos: bos, eos: eos}, nil
 }
 
 // HasChatTemplate reports whether ApplyChatTemplate can render a chat.

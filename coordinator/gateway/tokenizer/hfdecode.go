@@ -19,7 +19,7 @@ type decodeSpec struct {
 
 func buildDecoder(field string, raw json.RawMessage, d *decodeSpec) error {
 	var c hfComponent
-	if ok, err := component(field, raw, &c); !ok {
+	if ok, err := component(field, raw, &c, hfDecoders, okDecoders); !ok {
 		return err
 	}
 	switch c.Type {
@@ -57,7 +57,7 @@ func buildDecoder(field string, raw json.RawMessage, d *decodeSpec) error {
 			d.stripLeading = 1
 		}
 	default:
-		return unsupported(field, c.Type)
+		return unsupported(field, c.Type, hfDecoders, okDecoders)
 	}
 	return nil
 }
@@ -114,7 +114,7 @@ func fallbackByte(s string) (byte, bool) {
 // that tokenizer_config.json's add_bos_token decides.
 func buildPostProcessor(field string, raw json.RawMessage, vocab func(string) (int32, bool)) (pre, post []int32, ok bool, err error) {
 	var c hfComponent
-	if has, err := component(field, raw, &c); !has {
+	if has, err := component(field, raw, &c, hfPostProcessors, okPostProcessors); !has {
 		return nil, nil, false, err
 	}
 	switch c.Type {
@@ -132,7 +132,7 @@ func buildPostProcessor(field string, raw json.RawMessage, vocab func(string) (i
 		pre, post, err = templateProcessing(field, c, vocab)
 		return pre, post, err == nil, err
 	}
-	return nil, nil, false, unsupported(field, c.Type)
+	return nil, nil, false, unsupported(field, c.Type, hfPostProcessors, okPostProcessors)
 }
 
 func templateProcessing(field string, c hfComponent, vocab func(string) (int32, bool)) (pre, post []int32, err error) {

@@ -2,9 +2,9 @@ package tokenizer
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -19,7 +19,7 @@ type hfFile struct {
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       json.RawMessage `json:"decoder"`
-	Model         hfModel         `json:"model"`
+	Model         json.RawMessage `json:"model"`
 }
 
 type hfAddedToken struct {
@@ -82,24 +82,55 @@ type hfSpecialTokens struct {
 	IDs []int64 `json:"ids"`
 }
 
-// component decodes raw into c; it reports false for JSON null or absent.
-func component(field string, raw json.RawMessage, c *hfComponent) (bool, error) {
+// The component types of the Hugging Face tokenizers library, and those
+// this package supports: a file with any other is refused naming it.
+var (
+	hfNormalizers    = []string{"BertNormalizer", "ByteLevel", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "Nmt", "Precompiled", "Prepend", "Replace", "Sequence", "Strip", "StripAccents"}
+	hfPreTokenizers  = []string{"BertPreTokenizer", "ByteLevel", "CharDelimiterSplit", "Digits", "FixedLength", "Metaspace", "Punctuation", "Sequence", "Split", "UnicodeScripts", "Whitespace", "WhitespaceSplit"}
+	hfDecoders       = []string{"BPEDecoder", "ByteFallback", "ByteLevel", "CTC", "Fuse", "Metaspace", "Replace", "Sequence", "Strip", "WordPiece"}
+	hfPostProcessors = []string{"BertProcessing", "ByteLevel", "RobertaProcessing", "Sequence", "TemplateProcessing"}
+
+	okNormalizers    = []string{"Sequence", "Prepend", "Replace", "NFC", "NFD", "NFKC", "NFKD", "Lowercase"}
+	okPreTokenizers  = []string{"Sequence", "ByteLevel", "Split", "Metaspace", "Digits"}
+	okDecoders       = []string{"Sequence", "ByteLevel", "ByteFallback", "Fuse", "Replace", "Strip", "Metaspace"}
+	okPostProcessors = []string{"Sequence", "TemplateProcessing", "ByteLevel"}
+)
+
+// component decodes raw into c once its type is known to be one of ok (of
+// the library's all); it reports false for JSON null or absent.
+func component(field string, raw json.RawMessage, c *hfComponent, all, ok []string) (bool, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return false, nil
 	}
-	if err := json.Unmarshal(raw, c); err != nil {
+	var head struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
 		return false, fmt.Errorf("%s: %w", field, err)
+	}
+	switch {
+	case head.Type == nil:
+		return false, fmt.Errorf("%s.type: missing", field)
+	case !slices.Contains(ok, *head.Type):
+		return false, unsupported(field, *head.Type, all, ok)
+	}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return false, fmt.Errorf("%s (%s): %w", field, *head.Type, err)
 	}
 	return true, nil
 }
 
-func unsupported(field, typ string) error {
-	return fmt.Errorf("%s.type: %q is not supported", field, typ)
+// unsupported refuses a component type by name, saying what is supported.
+func unsupported(field, typ string, all, ok []string) error {
+	if !slices.Contains(all, typ) {
+		return fmt.Errorf("%s.type: %q is not a type the Hugging Face tokenizers library knows there (supported: %s)", field, typ, strings.Join(ok, ", "))
+	}
+	return fmt.Errorf("%s.type: %q is not supported (supported: %s)", field, typ, strings.Join(ok, ", "))
 }
 
 func buildNormalizer(field string, raw json.RawMessage) (normalizer, error) {
 	var c hfComponent
-	if ok, err := component(field, raw, &c); !ok {
+	if ok, err := component(field, raw, &c, hfNormalizers, okNormalizers); !ok {
 		return nil, err
 	}
 	switch c.Type {
@@ -134,7 +165,7 @@ func buildNormalizer(field string, raw json.RawMessage) (normalizer, error) {
 	case "Lowercase":
 		return strings.ToLower, nil
 	}
-	return nil, unsupported(field, c.Type)
+	return nil, unsupported(field, c.Type, hfNormalizers, okNormalizers)
 }
 
 func replaceNormalizer(field string, c hfComponent) (normalizer, error) {
@@ -177,7 +208,7 @@ func patternMatcher(field string, p *hfPattern) (matcher, error) {
 
 func buildPreTokenizer(field string, raw json.RawMessage) (preTokenizer, error) {
 	var c hfComponent
-	if ok, err := component(field, raw, &c); !ok {
+	if ok, err := component(field, raw, &c, hfPreTokenizers, okPreTokenizers); !ok {
 		return nil, err
 	}
 	switch c.Type {
@@ -213,7 +244,7 @@ func buildPreTokenizer(field string, raw json.RawMessage) (preTokenizer, error) 
 		}
 		return splitPre(stdMatcher(regexp.MustCompile(re)), "Isolated", false), nil
 	}
-	return nil, unsupported(field, c.Type)
+	return nil, unsupported(field, c.Type, hfPreTokenizers, okPreTokenizers)
 }
 
 func metaspaceFrom(field string, c hfComponent) (preTokenizer, error) {
@@ -248,5 +279,3 @@ func boolOr(p *bool, def bool) bool {
 	}
 	return *p
 }
-
-var errNoModel = errors.New("model.type: only BPE models are supported")

@@ -26,7 +26,7 @@ type hfEncoder struct {
 func loadHF(spec, path string) (*Tokenizer, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, readError(spec, path, err)
 	}
 	t, err := parseHF(data)
 	if err != nil {
@@ -47,13 +47,33 @@ func loadHF(spec, path string) (*Tokenizer, error) {
 	return t, nil
 }
 
+// hubID matches what looks like a Hugging Face hub ID, "owner/name".
+var hubID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// readError explains a tokenizer.json that cannot be read: a spec that
+// does not exist gets the hint that only local files are read, and a hub
+// ID the way to fetch one.
+func readError(spec, path string, err error) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("tokenizer: %w", err)
+	}
+	if path != spec { // a directory without the file
+		return fmt.Errorf("tokenizer: %s: the directory has no tokenizer.json", spec)
+	}
+	msg := fmt.Sprintf("tokenizer: %s: no such file or directory: a tokenizer is a local tokenizer.json, the directory holding one, or tiktoken:<encoding>; nothing is downloaded", spec)
+	if hubID.MatchString(spec) {
+		msg += fmt.Sprintf(" (%q looks like a Hugging Face hub ID: download the model's files first, e.g. huggingface-cli download %s --local-dir DIR, and give DIR)", spec, spec)
+	}
+	return errors.New(msg)
+}
+
 // parseHF builds a Tokenizer from the bytes of a tokenizer.json.
 func parseHF(data []byte) (*Tokenizer, error) {
 	var f hfFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, err
 	}
-	model, err := buildModel(&f.Model)
+	model, err := buildModel(f.Model)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +90,13 @@ func parseHF(data []byte) (*Tokenizer, error) {
 	}
 	enc.setAdded(f.AddedTokens)
 	t.enc = enc
+	var specials []string
+	for _, a := range f.AddedTokens {
+		if a.Special && a.Content != "" {
+			specials = append(specials, a.Content)
+		}
+	}
+	t.specials = newSpecialSet(specials)
 	if t.pre, t.post, _, err = buildPostProcessor("post_processor", f.PostProcessor, enc.lookup); err != nil {
 		return nil, err
 	}
@@ -135,17 +162,17 @@ func (e *hfEncoder) setAdded(tokens []hfAddedToken) {
 	e.added = regexp.MustCompile(strings.Join(alts, "|"))
 }
 
-func (e *hfEncoder) encode(text string) ([]int32, error) {
+func (e *hfEncoder) encode(text string, plain map[rune]string) ([]int32, error) {
 	var ids []int32
 	at, first := 0, true
 	if e.added != nil {
 		for _, m := range e.added.FindAllStringIndex(text, -1) {
-			ids = e.encodeSegment(ids, text[at:m[0]], first)
+			ids = e.encodeSegment(ids, unescape(text[at:m[0]], plain), first)
 			ids = append(ids, e.addedIDs[text[m[0]:m[1]]])
 			at, first = m[1], false
 		}
 	}
-	return e.encodeSegment(ids, text[at:], first), nil
+	return e.encodeSegment(ids, unescape(text[at:], plain), first), nil
 }
 
 func (e *hfEncoder) encodeSegment(ids []int32, s string, first bool) []int32 {
@@ -165,11 +192,44 @@ func (e *hfEncoder) encodeSegment(ids []int32, s string, first bool) []int32 {
 	return ids
 }
 
-func buildModel(m *hfModel) (*bpeModel, error) {
+// otherModels are the tokenizers library's model types other than BPE:
+// refused by name, whatever their fields.
+var otherModels = map[string]string{
+	"WordPiece": "BERT-style", "WordLevel": "one token per word", "Unigram": "SentencePiece Unigram, as T5, ALBERT and XLNet have",
+}
+
+// modelOf reads model's type first, so that a model of another type is
+// refused by name rather than by its fields failing to decode as BPE's.
+func modelOf(raw json.RawMessage) (*hfModel, error) {
+	var head struct {
+		Type   string          `json:"type"`
+		Merges json.RawMessage `json:"merges"`
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, errors.New("model: missing")
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if what, ok := otherModels[head.Type]; ok {
+		return nil, fmt.Errorf("model.type: %q (%s) is not supported: only BPE models are (byte-level as GPT-2, Llama 3 and Qwen have, or SentencePiece-style BPE as Llama 2 and Mistral have)", head.Type, what)
+	}
 	// A file without model.type but with merges is BPE, as the
 	// tokenizers library guesses it.
-	if m.Type != "BPE" && (m.Type != "" || m.Merges == nil) {
-		return nil, fmt.Errorf("%w, not %q", errNoModel, m.Type)
+	if head.Type != "BPE" && (head.Type != "" || head.Merges == nil) {
+		return nil, fmt.Errorf("model.type: %q is not a model type of the tokenizers library (BPE, WordPiece, WordLevel, Unigram); only BPE is supported", head.Type)
+	}
+	var m hfModel
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("model (BPE): %w", err)
+	}
+	return &m, nil
+}
+
+func buildModel(raw json.RawMessage) (*bpeModel, error) {
+	m, err := modelOf(raw)
+	if err != nil {
+		return nil, err
 	}
 	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" ||
 		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {

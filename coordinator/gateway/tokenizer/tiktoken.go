@@ -2,6 +2,8 @@ package tokenizer
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/pkoukk/tiktoken-go"
 )
@@ -50,6 +52,7 @@ func loadTiktoken(name string) (*Tokenizer, error) {
 		t.pieces[id], t.special[id] = []byte(tok), true
 	}
 	t.eos, t.hasEOS = info.specials[info.eos], true
+	t.specials = newSpecialSet(slices.Collect(maps.Keys(info.specials)))
 	return t, nil
 }
 

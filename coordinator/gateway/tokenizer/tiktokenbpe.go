@@ -71,7 +71,7 @@ func newTiktokenBPE(name string, specials map[string]int32) (*tiktokenBPE, error
 	return e, nil
 }
 
-func (e *tiktokenBPE) encode(text string) ([]int32, error) {
+func (e *tiktokenBPE) encode(text string, plain map[rune]string) ([]int32, error) {
 	var out []int32
 	for text != "" {
 		at, special := e.nextSpecial(text)
@@ -80,7 +80,7 @@ func (e *tiktokenBPE) encode(text string) ([]int32, error) {
 			part = text[:at]
 		}
 		var err error
-		if out, err = e.encodeOrdinary(out, part); err != nil {
+		if out, err = e.encodeOrdinary(out, unescape(part, plain)); err != nil {
 			return nil, err
 		}
 		if special == "" {

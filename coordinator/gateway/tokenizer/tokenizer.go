@@ -26,11 +26,17 @@ type Tokenizer struct {
 	eos          int32
 	hasEOS       bool
 	chat         *chatTemplate
+	// specials are the special tokens' texts: those a chat's messages
+	// may not write (EncodeChat).
+	specials *specialSet
 }
 
-// encoder is the text-to-ids half of a tokenizer format.
+// encoder is the text-to-ids half of a tokenizer format. Special and
+// added tokens in text are their ids; then, in the text between them, each
+// code point that plain maps is replaced by its text (EncodeChat's
+// placeholders: that text is never read as an added token).
 type encoder interface {
-	encode(text string) ([]int32, error)
+	encode(text string, plain map[rune]string) ([]int32, error)
 }
 
 // Load reads a tokenizer. spec is "tiktoken:<encoding>" (cl100k_base,
@@ -65,17 +71,22 @@ func (t *Tokenizer) EOS() (int32, bool) { return t.eos, t.hasEOS }
 // are their ids, as in Hugging Face tokenizers; addSpecial adds what the
 // tokenizer adds around a sequence (BOS, for most), as add_special_tokens.
 func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
-	ids, err := t.enc.encode(text)
+	ids, err := t.enc.encode(text, nil)
 	if err != nil {
 		return nil, err
 	}
+	return t.wrap(ids, addSpecial), nil
+}
+
+// wrap adds, if addSpecial, what the tokenizer adds around a sequence.
+func (t *Tokenizer) wrap(ids []int32, addSpecial bool) []int32 {
 	if !addSpecial || (len(t.pre) == 0 && len(t.post) == 0) {
-		return ids, nil
+		return ids
 	}
 	out := make([]int32, 0, len(t.pre)+len(ids)+len(t.post))
 	out = append(out, t.pre...)
 	out = append(out, ids...)
-	return append(out, t.post...), nil
+	return append(out, t.post...)
 }
 
 // Decode returns the text of ids, special tokens skipped. A byte that is

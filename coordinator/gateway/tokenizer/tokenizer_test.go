@@ -132,7 +132,7 @@ func TestLoadErrorsNameFileAndField(t *testing.T) {
 		}, "pre_tokenizer.pretokenizers[0].pattern.Regex"},
 		{"decoder", func(f map[string]any) { f["decoder"] = map[string]any{"type": "WordPiece"} },
 			`decoder.type: "WordPiece" is not supported`},
-		{"model", func(f map[string]any) { f["model"].(map[string]any)["type"] = "Unigram" }, "model.type: only BPE"},
+		{"model", func(f map[string]any) { f["model"].(map[string]any)["type"] = "Unigram" }, `model.type: "Unigram"`},
 		{"merge", func(f map[string]any) { f["model"].(map[string]any)["merges"] = []any{[]string{"Ġ", "nope"}} },
 			"model.merges[0]"},
 		{"vocab", func(f map[string]any) { f["model"].(map[string]any)["vocab"] = map[string]any{"a": -1} },

@@ -28,7 +28,7 @@ func TestFieldPolicy(t *testing.T) {
 		{`{"prompt":"hi","max_token":3}`, 400, "max_token", `did you mean "max_tokens"`, false},
 		{`{"prompt":"hi","temprature":1}`, 400, "temprature", `did you mean "temperature"`, false},
 		{`{"prompt":"hi","tools":[]}`, 400, "tools", "not supported: this server does not do tool calling", false},
-		{`{"prompt":"hi","response_format":{"type":"json_object"}}`, 400, "response_format", "structured outputs", false},
+		{`{"prompt":"hi","logit_bias":{"1":1},"guided_decoding_backend":"xgrammar","guided_choice":["a","b"]}`, 200, "", "", false},
 		{`{"prompt":"hi","max_tokens":2,"max_tokens":3}`, 400, "max_tokens", "given twice", false},
 	} {
 		resp := post(t, srv, "/v1/completions", c.body)

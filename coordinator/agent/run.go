@@ -32,14 +32,15 @@ type run struct {
 	tel *telemetry.Telemetry
 	// metrics (nil without a metrics server) and flight are the rank's,
 	// served and dumped by tel, handed to every epoch's driver.
-	metrics *rank.Metrics
-	flight  *rank.FlightRecorder
-	bus     *Bus
-	cl      *membership.Cluster
-	leader  uint32                // rank 0: the publisher ID it stamps on its steps
-	key     broadcast.Key         // the job's message key (nil: none)
-	gossip  membership.GossipKeys // the gossip keyring (nil: none)
-	clean   bool                  // the agent stops cleanly: leave announcing it
+	metrics  *rank.Metrics
+	flight   *rank.FlightRecorder
+	bus      *Bus
+	cl       *membership.Cluster
+	leader   uint32                // rank 0: the publisher ID it stamps on its steps
+	key      broadcast.Key         // the job's message key (nil: none)
+	gossip   membership.GossipKeys // the gossip keyring (nil: none)
+	clean    bool                  // the agent stops cleanly: leave announcing it
+	grammars *rank.GrammarSet      // rank 0 with a tokenizer: structured outputs
 }
 
 func newRun(a *Agent) *run {
@@ -214,9 +215,37 @@ func (r *run) sampling() (*rank.Sampling, error) {
 	if noise == rank.NoisePool && pool == nil {
 		noise = rank.NoiseInline // a follower that does not sample
 	}
-	return rank.NewSamplingWith(rank.SamplingConfig{
+	if err := r.loadGrammars(); err != nil {
+		return nil, err
+	}
+	sc := rank.SamplingConfig{
 		Vocab: cfg.Vocab, EOS: int32(cfg.EOS), Base: base, Noise: noise, Pool: pool, Softmax: cfg.Sampling == SamplingSoftmax,
-	}), nil
+	}
+	if r.grammars != nil {
+		sc.Grammars = r.grammars
+	}
+	return rank.NewSamplingWith(sc), nil
+}
+
+// loadGrammars reads the tokenizer's vocabulary on a rank that samples,
+// for structured outputs.
+func (r *run) loadGrammars() error {
+	cfg := &r.a.cfg
+	if cfg.Tokenizer == "" || !cfg.Samples() {
+		return nil
+	}
+	start := time.Now()
+	pieces, special, err := r.a.o.vocab(cfg.Tokenizer)
+	if err != nil {
+		return fielderr.New("Tokenizer", "%w", err)
+	}
+	if len(pieces) > cfg.Vocab {
+		r.log.Warn("the tokenizer has more tokens than the model's vocabulary: structured outputs never choose those past it",
+			"tokenizer_tokens", len(pieces), "vocab", cfg.Vocab)
+	}
+	r.grammars = rank.NewGrammarSet(pieces, special)
+	r.log.Info("structured outputs: tokenizer read", "tokenizer", cfg.Tokenizer, "tokens", len(pieces), "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
 }
 
 // readGossipKeys reads the gossip keyring; "" means gossip in the clear.

@@ -155,6 +155,9 @@ func (w *world) driverConfig(ex rank.Executor) (rank.DriverConfig, error) {
 	if cfg.Rank != 0 && cfg.SamplingRanks == SamplingRanksAll {
 		dcfg.FollowerPick = w.picker
 	}
+	if r.grammars != nil {
+		dcfg.Grammars = r.grammars
+	}
 	return dcfg, nil
 }
 

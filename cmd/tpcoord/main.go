@@ -53,6 +53,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(suggestFlag)
+	installHelp(root)
 	root.Flags().BoolP("version", "v", false, "print the version, as the version command does")
 	addCommands(root)
 	return root
@@ -96,8 +97,9 @@ const (
 // format come from flags. auto is text when w is a terminal and JSON
 // otherwise (a pipe, a file, the journal), so a person at a terminal reads
 // lines and anything else gets records to parse. Text on a terminal is
-// termlog's ("15:04:05.000 INFO  message key=value"); text elsewhere is
-// slog's, whose lines carry the full date and time.
+// termlog's ("15:04:05.000 INFO  message key=value"), its levels in colour
+// unless NO_COLOR is set (https://no-color.org); text elsewhere is slog's,
+// whose lines carry the full date and time.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -107,7 +109,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	switch format {
 	case logFormatAuto, logFormatText:
 		if termlog.IsTerminal(w) {
-			return slog.New(termlog.NewHandler(w, l)), nil
+			h := termlog.NewHandler(w, l)
+			if os.Getenv("NO_COLOR") == "" {
+				h = h.WithColor()
+			}
+			return slog.New(h), nil
 		}
 		if format == logFormatText {
 			return slog.New(slog.NewTextHandler(w, opts)), nil

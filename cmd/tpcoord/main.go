@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 	"github.com/tpcoord/tpcoord/internal/termlog"
 )
 
@@ -64,6 +65,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// A rank of launch's: its error goes to launch, which reports it. The
+	// variable is not passed on (to a worker, say).
+	causeFile := os.Getenv(rankproc.CauseFileEnv)
+	_ = os.Unsetenv(rankproc.CauseFileEnv)
 	root := newRootCmd()
 	root.SetArgs(normalizeArgs(args))
 	root.SetOut(stdout)
@@ -72,8 +77,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	// "tpcoord:" from either build: scripts match on it.
-	fmt.Fprintf(stderr, "tpcoord: %v\n", err)
+	// "tpcoord:" from either build: scripts match on it. An error already
+	// reported (logged by launch, or written for it) is not repeated.
+	if !reported(err) && !rankproc.WriteCause(causeFile, err) {
+		fmt.Fprintf(stderr, "tpcoord: %v\n", err)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -83,6 +91,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	return exitFailure
+}
+
+// reported reports whether err says it was logged already.
+func reported(err error) bool {
+	var r interface{ Reported() bool }
+	return errors.As(err, &r) && r.Reported()
 }
 
 // Log formats of --log-format; auto is the default of every command.

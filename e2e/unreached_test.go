@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,7 +22,8 @@ func clientRun(t *testing.T, args ...string) (stdout, stderr string, failed bool
 	start := time.Now()
 	err := cmd.Run()
 	took = time.Since(start)
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
 		t.Fatal(err)
 	}
 	return out.String(), errb.String(), err != nil, took

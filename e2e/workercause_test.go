@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,7 +20,8 @@ func TestWorkerCrashOneError(t *testing.T) {
 	cmd := exec.CommandContext(ctx, tpcoordBin, "launch", "--nproc", "2", "--log-format", "text", "--executor", "worker",
 		"--worker-cmd", `sh -c 'echo "ValueError: no checkpoint in /nowhere" >&2; exit 3'`)
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
 		t.Fatalf("launch: %v, want a non-zero exit\n%s", err, out)
 	}
 	log := string(out)

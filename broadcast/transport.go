@@ -50,6 +50,20 @@ var ErrNoResponders = errors.New("no responders")
 // message rather than a reply.
 func IsNoResponders(m *Msg) bool { return len(m.Data) == 0 && m.Header["Status"] == "503" }
 
+// ErrRefused is what a publish gets when the server refused it after the
+// fact: this connection's user may not publish to the subject (NATS
+// permissions). Sending it again can never succeed.
+var ErrRefused = errors.New("refused by the server")
+
+// RefusalWatcher is implemented by a Transport whose server may refuse a
+// publish after Publish has returned (NATS sends a permissions violation
+// asynchronously). WatchRefusals returns a channel that receives an error
+// wrapping ErrRefused, once, when a later publish to subject is refused,
+// and a function that stops the watch.
+type RefusalWatcher interface {
+	WatchRefusals(subject string) (refused <-chan error, stop func())
+}
+
 // Transport is the narrow view of the message bus the decode loop needs:
 // fire-and-forget publish, subscriptions with a non-blocking handler, and
 // private inboxes for streamed replies. natsbus implements it over NATS;

@@ -250,3 +250,65 @@ func TestSystemdNotifyAgent(t *testing.T) {
 		t.Fatal("agent did not exit within 60s of SIGTERM")
 	}
 }
+
+// TestSystemdVerifyModelUnit: configs/systemd/tpcoord-model@.service,
+// serve-model's template unit, passes systemd-analyze verify through an
+// instance naming an escaped model directory (from a copy naming the
+// test's binary, as TestSystemdVerify does); it runs serve-model on the
+// unescaped path, does not restart on a configuration error, and the
+// operations guide points at the file.
+func TestSystemdVerifyModelUnit(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+	}
+	const name = "tpcoord-model@.service"
+	data, err := os.ReadFile(filepath.Join("../configs/systemd", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"ExecStart=/usr/bin/tpcoord serve-model %f\n", "RequiresMountsFor=%f\n", "RestartPreventExitStatus=2\n",
+		"EnvironmentFile=-/etc/tpcoord/model.env\n", "Restart=on-failure\n", "User=tpcoord\n",
+	} {
+		if !bytes.Contains(data, []byte(want)) {
+			t.Errorf("%s lacks %q", name, want)
+		}
+	}
+	units := t.TempDir()
+	unit := strings.ReplaceAll(string(data), "/usr/bin/tpcoord", tpcoordBin)
+	if err := os.WriteFile(filepath.Join(units, name), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verify := func(instance string) (string, error) {
+		cmd := exec.Command(analyze, "verify", "--man=no", filepath.Join(units, instance))
+		cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0", "SYSTEMD_PAGER=")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	instance := `tpcoord-model@models-granite\x2d3b.service` // systemd-escape --path /models/granite-3b
+	out, err := verify(instance)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.Contains(line, "tpcoord") {
+			t.Errorf("systemd-analyze verify %s: %v: %s", instance, err, line)
+		}
+	}
+	if err != nil {
+		t.Fatalf("systemd-analyze verify %s: %v\n%s", instance, err, out)
+	}
+	// The check looks at this file: a key systemd does not know is reported.
+	broken := strings.Replace(unit, "[Service]\n", "[Service]\nRestartPreventExitStatuses=2\n", 1)
+	if err := os.WriteFile(filepath.Join(units, "broken-model@.service"), []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := verify(`broken-model@models-granite\x2d3b.service`); !strings.Contains(out, "RestartPreventExitStatuses") {
+		t.Fatalf("systemd-analyze verify did not report an unknown key; output:\n%s", out)
+	}
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(doc, []byte("configs/systemd/"+name)) {
+		t.Errorf("docs/operations.md does not point at configs/systemd/%s", name)
+	}
+}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go: Debian's nats-server for the
 # e2e tests that need an external server, Debian's python3-torch for the
-# PyTorch worker, openssl for the multi-node test's certificates
-# (scripts/nats-certs.sh), qemu-user-static to run the byte-level and numeric
+# PyTorch worker and python3-tqdm for its load progress bars, openssl for
+# the multi-node test's certificates (scripts/nats-certs.sh), qemu-user-static to run the byte-level and numeric
 # packages' tests on s390x (big-endian), systemd-analyze, rpm and nfpm for
 # the package test, buildah, podman and runc for the container test, the
 # pinned golangci-lint (see lint.sh) and Jaeger (see jaeger.sh) for the
@@ -20,6 +20,9 @@ command -v qemu-s390x-static >/dev/null 2>&1 || missing+=(qemu-user-static)
 # Debian's PyTorch (CPU, gloo) for the tensor-parallel model worker's tests
 # (examples/torch-worker) and the e2e tests that run it under tpcoord.
 /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
+# Debian's tqdm: the worker's per-shard load bars (it works without; the
+# test of the bars needs it).
+/usr/bin/python3 -c 'import tqdm' >/dev/null 2>&1 || missing+=(python3-tqdm)
 # openssl: scripts/nats-certs.sh makes the multi-node e2e test's TLS files.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The package test (e2e/package_test.go): systemd-analyze verifies the

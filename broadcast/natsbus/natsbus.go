@@ -115,9 +115,10 @@ func DefaultConfig() Config {
 
 // Conn is a broadcast.Transport over one NATS connection.
 type Conn struct {
-	nc      *nats.Conn
-	log     *slog.Logger
-	pending int
+	nc       *nats.Conn
+	log      *slog.Logger
+	pending  int
+	refusals refusals
 }
 
 var _ broadcast.Transport = (*Conn)(nil)
@@ -146,6 +147,7 @@ func Connect(cfg Config) (*Conn, error) {
 		// A flush threshold of one byte: appendBufs writes in place.
 		opts = append(opts, nats.WriteBufferSize(1))
 	}
+	c := &Conn{log: log, pending: cfg.PendingMsgs}
 	nc, err := nats.Connect(cfg.URL, append(opts,
 		nats.Name(cfg.Name),
 		nats.ClosedHandler(func(*nats.Conn) { onClosed() }),
@@ -158,6 +160,11 @@ func Connect(cfg Config) (*Conn, error) {
 			subj := ""
 			if s != nil {
 				subj = s.Subject
+			}
+			if c.refusals.observe(err) {
+				// A watcher reports it, to the one who waits for it.
+				log.Debug("nats refused a publish", "err", err)
+				return
 			}
 			log.Warn("nats async error", "subject", subj, "err", err)
 		}),
@@ -173,7 +180,8 @@ func Connect(cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(cfg.URL), err)
 	}
-	return &Conn{nc: nc, log: log, pending: cfg.PendingMsgs}, nil
+	c.nc = nc
+	return c, nil
 }
 
 // NATS returns the underlying connection.

@@ -75,6 +75,7 @@ func (c *agentOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.TraceEvery, f.name("TraceEvery", "trace-every"), def.TraceEvery, "trace every Nth step (0: none); spans go to the OTLP exporter")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", logFormatAuto, logFormatUsage)
+	setGroup(fs, groupTelemetry, "trace-every", "log-level", "log-format")
 }
 
 func (c *agentOptions) membershipFlags(fs *pflag.FlagSet, def agent.Config) {
@@ -139,6 +140,7 @@ func (c *agentOptions) telemetryFlags(fs *pflag.FlagSet, def agent.Config) {
 	fs.StringVar(&c.Telemetry.MetricsAddr, f.name("Telemetry.MetricsAddr", "metrics-addr"), t.MetricsAddr, "serve Prometheus /metrics, /healthz and /readyz on this host:port (empty: off; port 0 picks a free one, logged and shown by status)")
 	fs.StringVar(&c.Telemetry.FlightDir, f.name("Telemetry.FlightDir", "flight-dir"), t.FlightDir, "also write flight recorder dumps (on abort and SIGUSR1) to files in this directory")
 	fs.IntVar(&c.Telemetry.FlightSteps, f.name("Telemetry.FlightSteps", "flight-steps"), t.FlightSteps, "steps the flight recorder keeps")
+	setGroup(fs, groupTelemetry, "otlp-endpoint", "otlp-protocol", "otlp-insecure", "metrics-addr", "flight-dir", "flight-steps")
 }
 
 // validate checks the configuration; errors name the flag (exit 2).

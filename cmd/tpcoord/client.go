@@ -67,7 +67,32 @@ func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, 
 	if errors.As(err, &fe) {
 		return nil, broadcast.Subjects{}, c.fields.configErr(err)
 	}
-	return nc, broadcast.Subjects{Prefix: c.Prefix, Job: c.Job}, err
+	if err != nil {
+		return nil, broadcast.Subjects{}, &hintError{err: err, hint: readyFileHint}
+	}
+	return nc, broadcast.Subjects{Prefix: c.Prefix, Job: c.Job}, nil
+}
+
+// readyFileHint is what a client that cannot reach a job is told.
+const readyFileHint = "launch writes the job's ID and its clients' NATS URL to --ready-file (job, nats_url): pass them as --job and --nats"
+
+// hintError is an error with a hint for the operator after it.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() + "\nhint: " + e.hint }
+func (e *hintError) Unwrap() error { return e.err }
+
+// unreachedJob adds readyFileHint to an error that says no rank of the
+// job could be reached: nobody serves its subjects, the server refused to
+// carry the request there, or nothing answered at all.
+func unreachedJob(err error) error {
+	if errors.Is(err, broadcast.ErrNoResponders) || errors.Is(err, broadcast.ErrRefused) || errors.Is(err, client.ErrNoAnswer) {
+		return &hintError{err: err, hint: readyFileHint}
+	}
+	return err
 }
 
 // generateOptions are the generate command's flags.
@@ -132,7 +157,10 @@ func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 	defer nc.Close()
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(sctx, o.cc.Timeout)
+	// --timeout bounds it all: the request ends a grace period before,
+	// which it may spend waiting for rank 0's cancelled reply.
+	grace := min(client.DefaultCancelGrace, o.cc.Timeout/10)
+	ctx, cancel := context.WithTimeout(client.WithCancelGrace(sctx, grace), o.cc.Timeout-grace)
 	defer cancel()
 	rep, err := client.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
 		if !o.cc.JSON {
@@ -146,7 +174,7 @@ func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 		}{rep.Tokens, rep.FinishReason})
 	}
 	if err != nil {
-		return err
+		return unreachedJob(err)
 	}
 	if o.cc.JSON {
 		return json.NewEncoder(out).Encode(struct {
@@ -196,10 +224,10 @@ func newStatusCmd() *cobra.Command {
 			defer nc.Close()
 			ranks, err := client.CollectStatus(cmd.Context(), nc, subj, wait)
 			if err != nil {
-				return err
+				return unreachedJob(err)
 			}
 			if len(ranks) == 0 {
-				return fmt.Errorf("no rank of job %q answered within %v", cc.Job, wait)
+				return &hintError{err: fmt.Errorf("no rank of job %q answered within %v", cc.Job, wait), hint: readyFileHint}
 			}
 			out := cmd.OutOrStdout()
 			if cc.JSON {

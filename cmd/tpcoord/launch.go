@@ -51,10 +51,11 @@ func newLaunchCmd() *cobra.Command {
 on 127.0.0.1 (free port, random token) unless --nats is given, and spawns N
 'tpcoord agent' processes with memberlist on loopback. The ranks run
 tpcoord-agent, the agent-only build, when it is installed beside tpcoord
-as the same build: it starts on less CPU (see --agent-binary). With --nats-in-rank0
-rank 0 hosts that server instead (agent --nats-serve) and publishes its steps
-to it in-process: a faster fan-out, but rank 0 then does the server's work
-for all of the job's traffic (see docs/benchmarks-broadcast.md). Once every
+as the same build: it starts on less CPU (see --agent-binary). With
+--nats-in-rank0 rank 0 hosts that server instead (agent --nats-serve) and
+publishes its steps to it in-process: a faster fan-out, but rank 0 then
+does the server's work for all of the job's traffic (see
+docs/benchmarks-broadcast.md). Once every
 rank reports ready, launch writes {"nats_url","job","pids"} to --ready-file
 and logs it; the URL carries the token. Every job gets a new random message
 key (the ranks' --job-key-file, in a private directory removed at the end):
@@ -91,6 +92,13 @@ the ready file as http_url.`,
 func (o *launchOptions) flags(fs *pflag.FlagSet) {
 	o.agent.flags(fs)
 	hide(fs, "world-size", "rank", "join", "bind") // launch decides them: refused (refuseAgentOnly)
+	// Refused (checkLaunchKeys) or set by launch for every rank.
+	hide(fs, "nats-serve", "nats-serve-clients", "job-key-file", "local")
+	// Help: the agent's flags are the ranks' (telemetry apart), but for
+	// those launch itself uses; launch's own follow.
+	groupRest(fs, groupRanks)
+	setGroup(fs, "", "config", "job", "nats", "nats-creds", "nats-user", "nats-password-file", "nats-nkey-seed",
+		"nats-tls-ca", "nats-tls-cert", "nats-tls-key", "gossip-key-file", "insecure")
 	o.agent.fields["NProc"] = "nproc"
 	o.agent.fields["NATSInRank0"] = "nats-in-rank0"
 	fs.IntVar(&o.NProc, "nproc", 2, "number of ranks (agent processes) to start")

@@ -12,10 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestNewLoggerFormats: auto is termlog's text on a terminal and JSON on a
-// pipe; text is termlog's on a terminal and slog's (full date and time) on
+// TestNewLoggerFormats (NO_COLOR set): auto is termlog's text on a
+// terminal and JSON on a pipe; text is termlog's on a terminal and slog's (full date and time) on
 // a pipe; json is JSON on both.
 func TestNewLoggerFormats(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
 	termLine := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3} INFO  hello k=v\r?$`)
 	slogText := regexp.MustCompile(`^time=\d{4}-\d\d-\d\dT\S+ level=INFO msg=hello k=v$`)
 	isJSON := func(line string) bool {
@@ -57,6 +58,38 @@ func TestNewLoggerFormats(t *testing.T) {
 	}
 }
 
+// TestNewLoggerColor: on a terminal, levels are coloured unless NO_COLOR
+// is set (to anything but ""); text on a pipe never is.
+func TestNewLoggerColor(t *testing.T) {
+	for _, c := range []struct {
+		noColor string
+		tty     bool
+		want    string
+	}{
+		{"", true, "\x1b[33mWARN\x1b[0m  careful"},
+		{"1", true, " WARN  careful"},
+		{"", false, "level=WARN msg=careful"},
+	} {
+		t.Setenv("NO_COLOR", c.noColor)
+		w, r := pipe(t)
+		if c.tty {
+			w, r = pty(t)
+		}
+		log, err := newLogger(w, "info", "text")
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Warn("careful")
+		line, err := bufio.NewReader(r).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(line, c.want) || c.noColor != "" && strings.Contains(line, "\x1b") || !c.tty && strings.Contains(line, "\x1b") {
+			t.Errorf("NO_COLOR=%q, terminal %v: line %q, want it to hold %q", c.noColor, c.tty, line, c.want)
+		}
+	}
+}
+
 func pipe(t *testing.T) (w, r *os.File) {
 	t.Helper()
 	r, w, err := os.Pipe()
@@ -95,4 +128,23 @@ func pty(t *testing.T) (w, r *os.File) {
 	}
 	t.Cleanup(func() { pts.Close() })
 	return pts, ptmx
+}
+
+// TestHelpWidthTerminal: without COLUMNS, help on a terminal wraps at the
+// terminal's width.
+func TestHelpWidthTerminal(t *testing.T) {
+	w, ptmx := pty(t)
+	rc, err := ptmx.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 97})
+	}); err != nil || ierr != nil {
+		t.Fatalf("set the window size: %v %v", err, ierr)
+	}
+	if got := helpWidth(w, func(string) string { return "" }); got != 97 {
+		t.Fatalf("width %d on a 97-column terminal", got)
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/internal/buildinfo"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 	"github.com/tpcoord/tpcoord/internal/termlog"
 )
 
@@ -53,6 +54,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(suggestFlag)
+	installHelp(root)
 	root.Flags().BoolP("version", "v", false, "print the version, as the version command does")
 	addCommands(root)
 	return root
@@ -63,6 +65,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// A rank of launch's: its error goes to launch, which reports it. The
+	// variable is not passed on (to a worker, say).
+	causeFile := os.Getenv(rankproc.CauseFileEnv)
+	_ = os.Unsetenv(rankproc.CauseFileEnv)
 	root := newRootCmd()
 	root.SetArgs(normalizeArgs(args))
 	root.SetOut(stdout)
@@ -71,8 +77,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	// "tpcoord:" from either build: scripts match on it.
-	fmt.Fprintf(stderr, "tpcoord: %v\n", err)
+	// "tpcoord:" from either build: scripts match on it. An error already
+	// reported (logged by launch, or written for it) is not repeated.
+	if !reported(err) && !rankproc.WriteCause(causeFile, err) {
+		fmt.Fprintf(stderr, "tpcoord: %v\n", err)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -82,6 +91,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	return exitFailure
+}
+
+// reported reports whether err says it was logged already.
+func reported(err error) bool {
+	var r interface{ Reported() bool }
+	return errors.As(err, &r) && r.Reported()
 }
 
 // Log formats of --log-format; auto is the default of every command.
@@ -96,8 +111,9 @@ const (
 // format come from flags. auto is text when w is a terminal and JSON
 // otherwise (a pipe, a file, the journal), so a person at a terminal reads
 // lines and anything else gets records to parse. Text on a terminal is
-// termlog's ("15:04:05.000 INFO  message key=value"); text elsewhere is
-// slog's, whose lines carry the full date and time.
+// termlog's ("15:04:05.000 INFO  message key=value"), its levels in colour
+// unless NO_COLOR is set (https://no-color.org); text elsewhere is slog's,
+// whose lines carry the full date and time.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -107,7 +123,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	switch format {
 	case logFormatAuto, logFormatText:
 		if termlog.IsTerminal(w) {
-			return slog.New(termlog.NewHandler(w, l)), nil
+			h := termlog.NewHandler(w, l)
+			if os.Getenv("NO_COLOR") == "" {
+				h = h.WithColor()
+			}
+			return slog.New(h), nil
 		}
 		if format == logFormatText {
 			return slog.New(slog.NewTextHandler(w, opts)), nil

@@ -50,6 +50,8 @@ func (o *gatewayOptions) flags(fs *pflag.FlagSet, listen, listenDefault string) 
 	fs.IntVar(&o.cfg.DefaultMaxTokens, f.name("DefaultMaxTokens", "default-max-tokens"), def.DefaultMaxTokens, "max_tokens of a completion that leaves it out (OpenAI's default)")
 	fs.IntVar(&o.cfg.ChatMaxTokens, f.name("ChatMaxTokens", "chat-max-tokens"), def.ChatMaxTokens, "max_tokens of a chat completion that leaves it out")
 	fs.StringSliceVar(&o.cfg.CORSOrigins, f.name("CORSOrigins", "cors-origin"), nil, `origins browsers may call the API from ("*": any); none: CORS off`)
+	setGroup(fs, groupAPI, listen, "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "body-timeout",
+		"request-timeout", "default-max-tokens", "chat-max-tokens", "cors-origin")
 }
 
 // build finishes the configuration for job and loads the tokenizer.
@@ -118,6 +120,7 @@ chat template.`,
 	fs.BoolVar(&o.telemetry.OTLPInsecure, "otlp-insecure", false, "OTLP without TLS")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", logFormatAuto, logFormatUsage)
+	setGroup(fs, groupTelemetry, "otlp-endpoint", "otlp-protocol", "otlp-insecure", "log-level", "log-format")
 	return cmd
 }
 

@@ -103,6 +103,7 @@ workers. See docs/operations.md.`,
 func (o *serveModelOptions) flags(fs *pflag.FlagSet) {
 	o.launch.flags(fs)
 	o.launch.ownFlags = serveModelOwnFlags
+	groupRest(fs, groupLaunch) // serve-model's own flags come first in help
 	for name := range serveModelDecides {
 		hide(fs, name)
 	}

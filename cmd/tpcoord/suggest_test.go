@@ -3,8 +3,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
 // TestUnknownFlagSuggests: a mistyped flag is refused (exit 2) with the
@@ -46,5 +50,26 @@ func TestLaunchRefusesAgentOnlyFlags(t *testing.T) {
 		if code := run(c.args, &stdout, &stderr); code != exitConfig || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v %s: exit %d, stderr %q; want %d and %q", c.args, c.env, code, stderr.String(), exitConfig, c.want)
 		}
+	}
+}
+
+// TestRankErrorToCauseFile: a rank of launch's (the cause file in its
+// environment) writes the error it exits with there, not to stderr, and
+// does not pass the variable on.
+func TestRankErrorToCauseFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rank-0.cause")
+	t.Setenv(rankproc.CauseFileEnv, path)
+	var stdout, stderr strings.Builder
+	if code := run([]string{"agent", "--max-batch", "0"}, &stdout, &stderr); code != exitConfig {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "tpcoord:") {
+		t.Errorf("the error was printed as well: %q", stderr.String())
+	}
+	if got := rankproc.ReadCause(path); !strings.Contains(got, "max-batch") {
+		t.Errorf("cause file: %q", got)
+	}
+	if v, ok := os.LookupEnv(rankproc.CauseFileEnv); ok {
+		t.Errorf("%s still set to %q", rankproc.CauseFileEnv, v)
 	}
 }

@@ -58,7 +58,10 @@ func (r *run) run(ctx context.Context) error {
 	if r.gossip, err = readGossipKeys(cfg.GossipKeyFile); err != nil {
 		return err
 	}
-	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS),
+	// The essentials at info, on a line that fits a terminal; the rest at
+	// debug.
+	r.log.Info("agent starting", "version", r.a.o.version, "world_size", cfg.WorldSize, "executor", cfg.Executor)
+	r.log.Debug("agent configuration", "bind", cfg.Bind, "join", cfg.Join, "nats", natsbus.Redact(cfg.NATS),
 		"job_key_file", cfg.JobKeyFile, "gossip_key_file", cfg.GossipKeyFile, "gossip_keys", len(r.gossip))
 	r.warnExposures()
 	if err := r.startTelemetry(ctx); err != nil {

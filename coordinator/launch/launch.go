@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,16 +113,29 @@ type RankDiedError struct {
 	// Cause is what rank 0 reported stopped the job, when this rank
 	// exited because of it (a lost peer, an abort) rather than being it.
 	Cause string
+	// Err is the error the rank exited with, as it reported it to launch
+	// (rankproc.CauseFileEnv); "" if it reported none (killed, say).
+	Err string
+	// Logged: launch logged this error when the rank died.
+	Logged bool
 }
 
+// Reported reports whether launch logged the error already: the command
+// need not print it again.
+func (e *RankDiedError) Reported() bool { return e.Logged }
+
 func (e *RankDiedError) Error() string {
+	how := e.How
+	if e.Err != "" {
+		how += ": " + e.Err
+	}
 	switch {
 	case e.Early:
-		return fmt.Sprintf("rank %d (pid %d) died before NATS was reachable: %s", e.Rank, e.PID, e.How)
+		return fmt.Sprintf("rank %d (pid %d) died before NATS was reachable: %s", e.Rank, e.PID, how)
 	case e.Cause != "":
 		return fmt.Sprintf("%s (rank 0 reported it; rank %d (pid %d) then exited: %s)", e.Cause, e.Rank, e.PID, e.How)
 	}
-	return fmt.Sprintf("rank %d (pid %d) died: %s", e.Rank, e.PID, e.How)
+	return fmt.Sprintf("rank %d (pid %d) died: %s", e.Rank, e.PID, how)
 }
 
 // Run starts the job and supervises it until ctx ends (the ranks are
@@ -213,8 +227,8 @@ func (s *Supervisor) binary(r int) string {
 func (s *Supervisor) spawn(r int, args []string) error {
 	c := exec.Command(s.binary(r), args...)
 	c.Stdout, c.Stderr = s.cfg.Output, s.cfg.Output
-	c.Env = append(withoutVars(s.cfg.Env, natsEnv, serveClientsEnv, jobKeyEnv, gossipKeyEnv),
-		natsEnv+"="+s.natsURL, jobKeyEnv+"="+s.keyFile(), gossipKeyEnv+"="+s.gossipKeyFile())
+	c.Env = append(withoutVars(s.cfg.Env, natsEnv, serveClientsEnv, jobKeyEnv, gossipKeyEnv, rankproc.CauseFileEnv),
+		natsEnv+"="+s.natsURL, jobKeyEnv+"="+s.keyFile(), gossipKeyEnv+"="+s.gossipKeyFile(), rankproc.CauseFileEnv+"="+s.causeFile(r))
 	if r == 0 && s.serve {
 		c.Env = append(c.Env, serveClientsEnv+"="+s.clientURL)
 	}
@@ -229,6 +243,11 @@ func (s *Supervisor) spawn(r int, args []string) error {
 		s.exits <- childExit{rank: ch.rank, pid: c.Process.Pid, err: err}
 	})
 	return nil
+}
+
+// causeFile is where rank r writes the error it exits with.
+func (s *Supervisor) causeFile(r int) string {
+	return filepath.Join(s.keyDir, "rank-"+strconv.Itoa(r)+".cause")
 }
 
 // natsEnv gives a rank the job's NATS URL with the ranks' credentials;

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast"
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/broadcast/natsbus"
+	"github.com/tpcoord/tpcoord/internal/rankproc"
 )
 
 type child struct {
@@ -161,7 +163,7 @@ func (s *Supervisor) connect(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return errStopped // a signal (to the whole process group) stopped it
 		}
-		return &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e), Early: true}
+		return &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e), Early: true, Err: rankproc.ReadCause(s.causeFile(e.rank))}
 	}
 }
 
@@ -257,14 +259,17 @@ func (s *Supervisor) supervise(ctx context.Context) error {
 // died records that rank e exited while the job ran: the cause of the
 // stop. A rank that exits because of another (a lost peer, an abort: exit
 // codes 3 and 4) is not the cause: rank 0 says what was, on the control
-// subject, just before it exits; it gets a moment to arrive.
+// subject, just before it exits; it gets a moment to arrive. Otherwise the
+// cause is the rank's own error, which it wrote for launch. It is logged
+// here, once, as the job's one error.
 func (s *Supervisor) died(e childExit) error {
 	s.gone[e.rank] = true
-	err := &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e)}
+	err := &RankDiedError{Rank: e.rank, PID: e.pid, How: exitHow(e), Err: rankproc.ReadCause(s.causeFile(e.rank)), Logged: true}
 	if code := exitCode(e.err); code == 3 || code == 4 {
 		err.Cause = s.cause.wait(time.Second)
 	}
-	s.log.Error("rank died; stopping the others", "failed_rank", e.rank, "pid", e.pid, "how", err.How, "cause", err.Cause)
+	cause := cmp.Or(err.Cause, err.Err, "none reported ("+err.How+")")
+	s.log.Error(fmt.Sprintf("rank %d (pid %d) died; stopping the others", e.rank, e.pid), "failed_rank", e.rank, "pid", e.pid, "how", err.How, "cause", cause)
 	return err
 }
 

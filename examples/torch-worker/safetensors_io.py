@@ -155,6 +155,7 @@ class Checkpoint:
     def __init__(self, directory):
         self.dir = directory
         self.files = {}
+        self.progress = None  # a progress.ShardProgress, told of every read
         index = os.path.join(directory, INDEX_NAME)
         single = os.path.join(directory, SINGLE_NAME)
         if os.path.exists(index):
@@ -191,6 +192,15 @@ class Checkpoint:
             raise CheckpointError("tensor %s is missing from %s" % (name, f.path))
         return f, info
 
+    def shards(self):
+        """[(file name, number of tensors it holds)], in file name order."""
+        if self.weight_map is None:
+            return [(SINGLE_NAME, len(self._file(SINGLE_NAME).tensors))]
+        counts = {}
+        for fname in self.weight_map.values():
+            counts[fname] = counts.get(fname, 0) + 1
+        return sorted(counts.items())
+
     def has(self, name):
         if self.weight_map is not None:
             return name in self.weight_map
@@ -202,7 +212,10 @@ class Checkpoint:
         if info.shape != tuple(shape):
             raise CheckpointError("tensor %s in %s has shape %s, the config needs %s"
                                   % (name, f.path, list(info.shape), list(shape)))
-        return f.read(name, rows, cols)
+        t = f.read(name, rows, cols)
+        if self.progress is not None:
+            self.progress.read(f.path, t.numel() * t.element_size())
+        return t
 
 
 def _read_index(path):

@@ -73,6 +73,17 @@ class ListenWorkerTest(unittest.TestCase):
         c.hello(**hello)
         return c
 
+    def test_log_lines(self):
+        """The worker logs with the time and the level, and its model load
+        shard by shard (plain lines: its stderr is a file here)."""
+        c = self.connect()
+        c.hello_ok()
+        log = agentlib.tail(self.log, 1 << 20)
+        stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} INFO  torch-worker\[%d\]: " % self.proc.pid
+        self.assertRegex(log, stamp + "listening on ")
+        self.assertRegex(log, stamp + r"loaded shard 1/1 model\.safetensors: \d+ of \d+ tensors, [\d.]+ MiB in ")
+        self.assertRegex(log, stamp + r"rank 0 of 1: loaded ")
+
     def test_v2_deltas_match_reference(self):
         c = self.connect(version=2, max_batch=4)
         ok = c.hello_ok()
@@ -375,7 +386,7 @@ class HelloErrorTest(unittest.TestCase):
         self.assertIn("lm_head.weight", str(cm.exception))
         self.assertIn(path, str(cm.exception))
         self.assertEqual(proc.wait(timeout=agentlib.DEADLINE), 1)
-        self.assertIn("lm_head.weight", agentlib.tail(self.log))
+        self.assertRegex(agentlib.tail(self.log), r"\d\d\.\d{3} ERROR torch-worker\[%d\]: .*lm_head\.weight" % proc.pid)
 
     def listen(self, *flags):
         model = os.path.join(self.tmp, "model")

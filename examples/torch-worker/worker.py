@@ -23,17 +23,19 @@ import os
 import socket
 import sys
 import time
-import traceback
 
 import torch
 
 from config import Layout, ModelConfig
+import wlog
 from model import Comm, TPModel, block_bytes
+from progress import ShardProgress, tqdm_bars
 from protocol import (DTYPE_NAME, DTYPE_SIZE, FLOAT16, FLOAT32, FORWARD, FORWARD_OK, HELLO, HELLO_OK,
                       NATIVE_ORDER, SHUTDOWN, VERSIONS, Conn, Hello, ProtocolError, forward_ok, hello_ok,
                       parse_forward_v1, parse_forward_v2, parse_forward_v3)
 from runtime import Runtime, StepError
 from safetensors_io import Checkpoint, CheckpointError
+from wlog import log
 
 NAME = "tpcoord torch worker"
 # The agent allows 5 minutes for the handshake; a rendezvous that takes
@@ -52,10 +54,6 @@ class HelloError(Exception):
 
 
 EXPECTED = (ProtocolError, CheckpointError, StepError, HelloError)
-
-
-def log(msg):
-    print("torch-worker[%d]: %s" % (os.getpid(), msg), file=sys.stderr, flush=True)
 
 
 def negotiate(offered):
@@ -159,13 +157,16 @@ class Loaded:
         size.check_blocks()
         t0 = time.monotonic()
         ckpt = Checkpoint(args.model)
+        ckpt.progress = ShardProgress(ckpt.shards(), tqdm_bars(sys.stderr))
+        log.info("rank %d of %d: loading %s (%d shards)", rank, world, args.model, len(ckpt.progress.order))
         try:
             reduce_dtype = torch.float32 if args.backend == "gloo" and dtype != torch.float32 else None
             model = TPModel(cfg, ckpt, rank, world, dtype, Comm(world, reduce_dtype),
                             mkldnn=False if args.no_mkldnn else None)
         finally:
+            ckpt.progress.close()
             ckpt.close()
-        log("rank %d of %d: loaded %s in %.1fs" % (rank, world, args.model, time.monotonic() - t0))
+        log.info("rank %d of %d: loaded %s in %.1fs", rank, world, args.model, time.monotonic() - t0)
         allocate_pool(model, size)
         init_distributed(args.backend, world)
         self.model, self.rank, self.world = model, rank, world
@@ -188,7 +189,7 @@ def allocate_pool(model, size):
         model.allocate_pool(size.blocks, size.block_size)
     except RuntimeError as e:
         raise HelloError("allocating the KV pool of %d bytes (%d blocks): %s" % (size.nbytes, size.blocks, e)) from None
-    log("KV pool: %s, allocated in %.1fs" % (size.describe(), time.monotonic() - t0))
+    log.info("KV pool: %s, allocated in %.1fs", size.describe(), time.monotonic() - t0)
 
 
 def agree_logits(model, hello):
@@ -233,8 +234,8 @@ def handshake(conn, hello, args, loaded):
     name = "%s (llama, rank %d of %d, %s compute)" % (NAME, hello.rank, hello.world, args.compute_dtype)
     reply = hello_ok(*mine, os.getpid(), name, kv=(size.block_size, size.blocks, cfg.max_model_len))
     if (cfg.vocab, cfg.eos, hello.order) != (hello.vocab, hello.eos, NATIVE_ORDER):
-        log("handshake mismatch, the agent will refuse: agent vocab %d eos %d, checkpoint vocab %d eos %d"
-            % (hello.vocab, hello.eos, cfg.vocab, cfg.eos))
+        log.error("handshake mismatch, the agent will refuse: agent vocab %d eos %d, checkpoint vocab %d eos %d",
+                  hello.vocab, hello.eos, cfg.vocab, cfg.eos)
         conn.send(HELLO_OK, reply)
         return None
     mm = None
@@ -252,10 +253,10 @@ def handshake(conn, hello, args, loaded):
             mm.close()
         raise
     conn.send(HELLO_OK, reply)
-    log("rank %d of %d (LOCAL_RANK %s) ready: protocol v%d, max batch %d, %s logits %s" % (
-        hello.rank, hello.world, os.environ.get("LOCAL_RANK", "-"), version, hello.max_batch,
-        DTYPE_NAME[hello.dtype], "on every rank (all_gather)" if everywhere else "on rank 0 (gather)"))
-    return Session(hello, version, Runtime(model, args.prefill_chunk, log), mm)
+    log.info("rank %d of %d (LOCAL_RANK %s) ready: protocol v%d, max batch %d, %s logits %s",
+             hello.rank, hello.world, os.environ.get("LOCAL_RANK", "-"), version, hello.max_batch,
+             DTYPE_NAME[hello.dtype], "on every rank (all_gather)" if everywhere else "on rank 0 (gather)")
+    return Session(hello, version, Runtime(model, args.prefill_chunk, log.info), mm)
 
 
 def write_logits(mm, logits, dtype, rows=None):
@@ -322,10 +323,10 @@ def serve(sock, args, loaded):
     except EOFError:
         return True
     except EXPECTED as e:
-        log("error: %s" % e)
+        log.error("%s", e)
         conn.send_error(str(e))
     except Exception as e:  # a bug or a torch failure: still tell the agent
-        traceback.print_exc()
+        log.exception("internal error: %s: %s", type(e).__name__, e)
         conn.send_error("internal error: %s: %s" % (type(e).__name__, e))
     finally:
         if session is not None and session.mm is not None:
@@ -349,6 +350,8 @@ def parse_args(argv=None):
                     help="torch.set_num_threads (default: this host's cores shared by LOCAL_WORLD_SIZE ranks)")
     ap.add_argument("--no-mkldnn", action="store_true",
                     help="float32 matmuls through torch's BLAS instead of oneDNN (mkldnn)")
+    ap.add_argument("--log-level", choices=sorted(wlog.LEVELS), default="info",
+                    help="least severe level logged (default info)")
     args = ap.parse_args(argv)
     if args.prefill_chunk < 1:
         ap.error("--prefill-chunk must be positive")
@@ -367,7 +370,7 @@ def listen(args, loaded):
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(args.listen)
     srv.listen(1)
-    log("listening on %s" % args.listen)
+    log.info("listening on %s", args.listen)
     try:
         while True:
             sock, _ = srv.accept()
@@ -375,7 +378,7 @@ def listen(args, loaded):
                 try:
                     serve(sock, args, loaded)
                 except OSError as e:
-                    log("connection ended: %s" % e)
+                    log.warning("connection ended: %s", e)
     finally:
         os.unlink(args.listen)
 
@@ -393,6 +396,7 @@ def default_threads(env):
 
 def main(argv=None):
     args = parse_args(argv)
+    wlog.setup(args.log_level)
     torch.set_num_threads(args.threads if args.threads > 0 else default_threads(os.environ))
     loaded = Loaded(args)
     if args.listen:
@@ -402,13 +406,13 @@ def main(argv=None):
     try:
         sock.connect(args.socket)
     except OSError as e:
-        log("connect %s: %s" % (args.socket, e))
+        log.error("connect %s: %s", args.socket, e)
         return 1
     with sock:
         try:
             ok = serve(sock, args, loaded)
         except OSError as e:
-            log("connection failed: %s" % e)
+            log.error("connection failed: %s", e)
             ok = False
     return 0 if ok else 1
 

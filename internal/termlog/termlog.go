@@ -2,8 +2,9 @@
 // each: "15:04:05.000 INFO  message key=value ...". The time of day is
 // enough there (the person is watching now), the level and the message
 // lead, and the attributes follow as slog's TextHandler writes them, so
-// values are quoted and escaped the same way. IsTerminal tells whether a
-// writer is a terminal.
+// values are quoted and escaped the same way. With colour (WithColor), the
+// time is dimmed and the level coloured by severity. IsTerminal tells
+// whether a writer is a terminal, Width how wide it is.
 package termlog
 
 import (
@@ -26,6 +27,7 @@ type Handler struct {
 	mu    *sync.Mutex // shared by the handlers derived from one: one line at a time
 	w     io.Writer
 	level slog.Leveler
+	color bool // ANSI colours: the time dimmed, the level by severity
 	// chain replays WithAttrs and WithGroup, in order, on the TextHandler
 	// that formats a record's attributes.
 	chain []func(slog.Handler) slog.Handler
@@ -40,6 +42,35 @@ func NewHandler(w io.Writer, level slog.Leveler) *Handler {
 	return &Handler{mu: &sync.Mutex{}, w: w, level: level}
 }
 
+// WithColor returns a handler like h that writes the time dimmed and the
+// level in its colour (ANSI escape sequences): for a terminal, unless the
+// user asked for none (NO_COLOR).
+func (h *Handler) WithColor() *Handler {
+	c := *h
+	c.color = true
+	return &c
+}
+
+// ANSI escape sequences of the colours.
+const (
+	ansiReset = "\x1b[0m"
+	ansiDim   = "\x1b[2m"
+)
+
+// levelColor is the colour a level is written in: debug blue, info green,
+// warn yellow, error (and above) bold red.
+func levelColor(l slog.Level) string {
+	switch {
+	case l < slog.LevelInfo:
+		return "\x1b[34m"
+	case l < slog.LevelWarn:
+		return "\x1b[32m"
+	case l < slog.LevelError:
+		return "\x1b[33m"
+	}
+	return "\x1b[1;31m"
+}
+
 // Enabled reports whether records at l are written.
 func (h *Handler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level.Level() }
 
@@ -47,11 +78,11 @@ func (h *Handler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	var b bytes.Buffer
 	if !r.Time.IsZero() {
-		b.WriteString(r.Time.Format(TimeFormat))
+		h.paint(&b, ansiDim, r.Time.Format(TimeFormat))
 		b.WriteByte(' ')
 	}
 	lv := r.Level.String()
-	b.WriteString(lv)
+	h.paint(&b, levelColor(r.Level), lv)
 	for range 5 - len(lv) { // the levels' columns line up
 		b.WriteByte(' ')
 	}
@@ -70,6 +101,17 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	defer h.mu.Unlock()
 	_, err = h.w.Write(b.Bytes())
 	return err
+}
+
+// paint writes s, in color if h writes colours.
+func (h *Handler) paint(b *bytes.Buffer, color, s string) {
+	if !h.color {
+		b.WriteString(s)
+		return
+	}
+	b.WriteString(color)
+	b.WriteString(s)
+	b.WriteString(ansiReset)
 }
 
 // attrs formats r's attributes, and those the chain adds, with a

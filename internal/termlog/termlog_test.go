@@ -104,3 +104,35 @@ func TestIsTerminalNot(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerColor: with colour, the time is dimmed and each level has
+// its colour, the rest of the line as without; without, no escape
+// sequence at all.
+func TestHandlerColor(t *testing.T) {
+	at := time.Date(2026, 1, 2, 13, 4, 5, 678_900_000, time.Local)
+	for _, c := range []struct {
+		level slog.Level
+		want  string
+	}{
+		{slog.LevelDebug, "\x1b[2m13:04:05.678\x1b[0m \x1b[34mDEBUG\x1b[0m x k=1\n"},
+		{slog.LevelInfo, "\x1b[2m13:04:05.678\x1b[0m \x1b[32mINFO\x1b[0m  x k=1\n"},
+		{slog.LevelWarn, "\x1b[2m13:04:05.678\x1b[0m \x1b[33mWARN\x1b[0m  x k=1\n"},
+		{slog.LevelError, "\x1b[2m13:04:05.678\x1b[0m \x1b[1;31mERROR\x1b[0m x k=1\n"},
+	} {
+		var colored, plain bytes.Buffer
+		r := slog.NewRecord(at, c.level, "x", 0)
+		r.Add("k", 1)
+		if err := NewHandler(&colored, slog.LevelDebug).WithColor().Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if err := NewHandler(&plain, slog.LevelDebug).Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if colored.String() != c.want {
+			t.Errorf("%v: %q, want %q", c.level, colored.String(), c.want)
+		}
+		if strings.Contains(plain.String(), "\x1b") {
+			t.Errorf("%v without colour: %q", c.level, plain.String())
+		}
+	}
+}

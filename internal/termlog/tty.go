@@ -25,3 +25,21 @@ func IsTerminal(w io.Writer) bool {
 	}
 	return tty
 }
+
+// Width is the number of columns of the terminal w is (see IsTerminal);
+// 0 if w is not a terminal or its size is unknown.
+func Width(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok || f == nil {
+		return 0
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	cols := 0
+	if err := rc.Control(func(fd uintptr) { cols = width(fd) }); err != nil {
+		return 0
+	}
+	return cols
+}

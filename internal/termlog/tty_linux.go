@@ -6,3 +6,11 @@ func isTerminal(fd uintptr) bool {
 	_, err := unix.IoctlGetTermios(int(fd), unix.TCGETS) // #nosec G115 -- a descriptor fits an int
 	return err == nil
 }
+
+func width(fd uintptr) int {
+	ws, err := unix.IoctlGetWinsize(int(fd), unix.TIOCGWINSZ) // #nosec G115 -- a descriptor fits an int
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
+}

@@ -17,6 +17,11 @@ import (
 // holds the request, so no reply can come.
 var ErrRequestLost = errors.New("request lost")
 
+// ErrNoAnswer is in the error of a request whose context ended before
+// rank 0 said anything about it: it may not be running, or not serve this
+// job.
+var ErrNoAnswer = errors.New("no answer from rank 0")
+
 type keepaliveAnswer struct {
 	nobody, known bool
 	gone          string // a supervisor's word that rank 0 died, and why
@@ -110,6 +115,11 @@ func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subject
 	s := &stream{tr: tr, subj: subj, req: req, cb: cb,
 		replies: make(chan []byte, 1024), overflow: make(chan struct{}), noResponders: make(chan struct{}, 1),
 		acks: make(chan keepaliveAnswer, 8)}
+	if rw, ok := tr.(broadcast.RefusalWatcher); ok {
+		var stop func()
+		s.refused, stop = rw.WatchRefusals(subj.Generate())
+		defer stop()
+	}
 	detach, err := attach(ctx, s)
 	defer detach()
 	if err != nil {
@@ -132,7 +142,9 @@ type stream struct {
 	replies         chan []byte
 	overflow        chan struct{} // closed when replies overflowed
 	noResponders    chan struct{}
+	refused         <-chan error // the server refused the request (nil: not watched)
 	acks            chan keepaliveAnswer
+	heard           bool // rank 0 has answered about this request
 	logprobs        []api.Logprobs
 	verdict         keepaliveVerdict
 }
@@ -219,12 +231,21 @@ func (s *stream) wait(ctx context.Context) (*api.GenerateReply, error) {
 		select {
 		case <-done:
 			_ = s.send("cancel", "")
-			_ = s.tr.Flush(context.Background())
+			fctx, cancel := context.WithTimeout(context.Background(), cancelGrace(ctx))
+			_ = s.tr.Flush(fctx)
+			cancel()
+			if !s.heard {
+				// Rank 0 never said it has the request: no cancelled
+				// reply is coming.
+				return nil, fmt.Errorf("waiting for tokens: %w: %w of job %q", ctx.Err(), ErrNoAnswer, s.subj.Job)
+			}
 			done = nil
 			keepalive.Stop() // only the cancelled reply matters now
-			t := time.NewTimer(3 * time.Second)
+			t := time.NewTimer(cancelGrace(ctx))
 			defer t.Stop()
 			cancelled = t.C
+		case err := <-s.refused:
+			return nil, fmt.Errorf("submit to job %q: %w", s.subj.Job, err)
 		case <-cancelled:
 			return nil, fmt.Errorf("waiting for tokens: %w", ctx.Err())
 		case <-keepalive.C:
@@ -256,6 +277,7 @@ func (s *stream) wait(ctx context.Context) (*api.GenerateReply, error) {
 // news from rank 0 that came before this answer (the final reply and a
 // "not known" may arrive together): they are read first.
 func (s *stream) judge(a keepaliveAnswer) (*api.GenerateReply, bool, error) {
+	s.heard = s.heard || a.known
 	for len(s.replies) > 0 {
 		if rep, done, err := s.handle(<-s.replies); done || err != nil {
 			return rep, true, err
@@ -274,6 +296,7 @@ func (s *stream) judge(a keepaliveAnswer) (*api.GenerateReply, bool, error) {
 // then what Generate returns), as does a malformed reply (err).
 func (s *stream) handle(b []byte) (rep *api.GenerateReply, done bool, err error) {
 	s.verdict = keepaliveVerdict{} // rank 0 is there and has the request
+	s.heard = true
 	if tok, index, ok := parseTokenReply(b); ok {
 		if s.cb.Token != nil {
 			s.cb.Token(index, tok)
@@ -328,6 +351,12 @@ func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.S
 	if err := tr.Flush(ctx); err != nil {
 		return nil, err
 	}
+	var refused <-chan error
+	if rw, ok := tr.(broadcast.RefusalWatcher); ok {
+		var stop func()
+		refused, stop = rw.WatchRefusals(subj.Status())
+		defer stop()
+	}
 	if err := tr.Publish(&broadcast.Msg{Subject: subj.Status(), Reply: inbox}); err != nil {
 		return nil, err
 	}
@@ -341,6 +370,8 @@ func CollectStatus(ctx context.Context, tr broadcast.Transport, subj broadcast.S
 			return sorted(seen), ctx.Err()
 		case <-timer.C:
 			return sorted(seen), nil
+		case err := <-refused:
+			return nil, fmt.Errorf("status of job %q: %w", subj.Job, err)
 		case b := <-replies:
 			var st api.RankStatus
 			if err := json.Unmarshal(b, &st); err != nil {

@@ -3,7 +3,31 @@ package client
 import (
 	"context"
 	"maps"
+	"time"
 )
+
+// DefaultCancelGrace is how long a request whose context ended waits for
+// rank 0's cancelled reply (and the tokens it carries), unless
+// WithCancelGrace says otherwise.
+const DefaultCancelGrace = 3 * time.Second
+
+type graceKey struct{}
+
+// WithCancelGrace returns a copy of ctx under which a request that ctx
+// ends waits up to d for rank 0's cancelled reply, instead of
+// DefaultCancelGrace. A caller bound by a deadline of its own ends ctx d
+// before it.
+func WithCancelGrace(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, graceKey{}, d)
+}
+
+// cancelGrace is ctx's WithCancelGrace, else DefaultCancelGrace.
+func cancelGrace(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(graceKey{}).(time.Duration); ok {
+		return d
+	}
+	return DefaultCancelGrace
+}
 
 type headerKey struct{}
 

@@ -129,6 +129,7 @@ type Executor struct {
 	dir  string // private directory of the listening socket
 
 	cmd     *exec.Cmd
+	tail    *outputTail   // the end of the process's stderr
 	exited  chan struct{} // closed when the process has been reaped
 	waitErr error         // valid after exited is closed
 	pid     int
@@ -236,7 +237,11 @@ func (w *Executor) spawn(ctx context.Context) error {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), w.cfg.Env...), SocketEnv+"="+sock, RankEnv+"="+rankStr)
-	cmd.Stdout, cmd.Stderr = w.cfg.Stdout, w.cfg.Stderr
+	w.tail = &outputTail{w: w.cfg.Stderr}
+	cmd.Stdout, cmd.Stderr = w.cfg.Stdout, w.tail
+	// A process the worker started that keeps its stderr open does not
+	// hold up the reaping for long.
+	cmd.WaitDelay = 2 * time.Second
 	cmd.SysProcAttr = workerProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start worker-cmd %q: %w", argv[0], err)
@@ -254,7 +259,7 @@ func (w *Executor) spawn(ctx context.Context) error {
 	if err != nil {
 		select {
 		case <-w.exited:
-			return fmt.Errorf("process %d exited before connecting: %v", w.pid, exitString(w.waitErr))
+			return fmt.Errorf("process %d exited before connecting: %s", w.pid, w.exitHow())
 		default:
 		}
 		if ctx.Err() != nil {
@@ -345,11 +350,11 @@ func (w *Executor) explain(ctx context.Context, err error) error {
 			defer t.Stop()
 			select {
 			case <-w.exited:
-				return fmt.Errorf("worker closed the connection and exited: %s", exitString(w.waitErr))
+				return fmt.Errorf("worker closed the connection and exited: %s", w.exitHow())
 			case <-t.C:
 			}
 		}
-		return fmt.Errorf("worker closed the connection: %w", err)
+		return fmt.Errorf("worker closed the connection: %w%s", err, w.tail.said())
 	}
 	return err
 }
@@ -364,6 +369,23 @@ func exitString(err error) string {
 		return "exit status 0"
 	}
 	return err.Error()
+}
+
+// exitHow is how the reaped process exited, with the last line it wrote.
+func (w *Executor) exitHow() string { return exitString(w.waitErr) + w.tail.said() }
+
+// logStopped logs the reaped process's end: at debug when its failure
+// was already reported as an error (the start or a step failed), as a
+// warning when it exited with an error after SHUTDOWN, else at info.
+func (w *Executor) logStopped() {
+	switch {
+	case w.broken != nil:
+		w.log.Debug("worker process stopped", "pid", w.pid, "exit", w.exitHow())
+	case w.waitErr != nil:
+		w.log.Warn("worker process exited with an error after SHUTDOWN", "pid", w.pid, "exit", w.exitHow())
+	default:
+		w.log.Info("worker process stopped", "pid", w.pid)
+	}
 }
 
 // Vocab is the vocabulary size the worker confirmed at HELLO: the width
@@ -589,7 +611,7 @@ func (w *Executor) Close() error {
 				<-w.exited
 			}
 			t.Stop()
-			w.log.Info("worker process stopped", "pid", w.pid, "exit", exitString(w.waitErr))
+			w.logStopped()
 		}
 		if w.shm != nil {
 			if w.shm.path != "" {

@@ -19,12 +19,15 @@ type chatRequest struct {
 	// AddGenerationPrompt is vLLM's: end the prompt with the template's
 	// assistant opening (default true).
 	AddGenerationPrompt *bool `json:"add_generation_prompt"`
+	toolFields
 }
 
 type chatMessageIn struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCalls  []toolCallIn    `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
 }
 
 // text reads a message's content: a string, or a list of text parts.
@@ -73,8 +76,11 @@ func (g *Gateway) chatPlan(req *chatRequest) (*plan, *apiError) {
 	if e := g.structuredPlan(&req.samplingFields, pl); e != nil {
 		return nil, e
 	}
+	if e := g.toolsPlan(&req.toolFields, pl); e != nil {
+		return nil, e
+	}
 	// The template writes the special tokens (BOS too).
-	ids, e := g.encodeChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, false)
+	ids, e := g.encodeChat(req.Messages, pl.tools.templateTools(), req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, false)
 	if e != nil {
 		return nil, e
 	}
@@ -102,7 +108,7 @@ func (g *Gateway) needChatTemplate(instead string) *apiError {
 // encodes the prompt. Special tokens written in a message are encoded as
 // plain text, so that no message can open or close a turn; the template's
 // own are special.
-func (g *Gateway) encodeChat(in []chatMessageIn, addGen, addSpecial bool) ([]int32, *apiError) {
+func (g *Gateway) encodeChat(in []chatMessageIn, tools []ChatTool, addGen, addSpecial bool) ([]int32, *apiError) {
 	if len(in) == 0 {
 		return nil, badRequest("messages", "must not be empty")
 	}
@@ -117,13 +123,21 @@ func (g *Gateway) encodeChat(in []chatMessageIn, addGen, addSpecial bool) ([]int
 		if e != nil {
 			return nil, e
 		}
-		msgs[i] = ChatMessage{Role: m.Role, Content: text}
+		msgs[i] = ChatMessage{Role: m.Role, Content: text, Name: m.Name, ToolCallID: m.ToolCallID}
+		for j, c := range m.ToolCalls {
+			call, e := c.chat(i, j)
+			if e != nil {
+				return nil, e
+			}
+			msgs[i].ToolCalls = append(msgs[i].ToolCalls, call)
+			total += len(c.Function.Arguments)
+		}
 		total += len(text)
 	}
 	if total > MaxPromptBytes {
 		return nil, badRequest("messages", "%d bytes of content, at most %d", total, MaxPromptBytes)
 	}
-	ids, err := g.tok.EncodeChat(msgs, addGen, addSpecial)
+	ids, err := g.tok.EncodeChat(msgs, tools, addGen, addSpecial)
 	if err != nil {
 		return nil, badRequest("messages", "the chat template refused them: %v", err)
 	}
@@ -168,8 +182,9 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type chatLogprobs struct {
@@ -188,6 +203,7 @@ type chatFormat struct {
 	id      string
 	created int64
 	logprob bool
+	tools   *toolStreams // nil: no tools
 }
 
 func (f *chatFormat) envelope(object string, choices []chatChoice) *chatResponse {
@@ -201,12 +217,16 @@ func (f *chatFormat) opening(c *choice) any {
 
 func (f *chatFormat) chunk(c *choice, tokens []int32, text string, from int, final bool) any {
 	ch := chatChoice{Index: c.index, Delta: &chatMessage{}, TokenIDs: tokens}
+	reason := ""
+	if final {
+		reason = c.finishReason()
+	}
+	text, ch.Delta.ToolCalls, reason = f.tools.delta(c.index, text, final, reason)
 	if text != "" {
 		ch.Delta.Content = &text
 	}
 	if final {
-		r := c.finishReason()
-		ch.FinishReason = &r
+		ch.FinishReason = &reason
 	}
 	if f.logprob && len(tokens) > 0 {
 		ch.Logprobs = f.g.chatLogprobs(c, from, len(tokens))
@@ -218,7 +238,11 @@ func (f *chatFormat) response(choices []*choice, u usage) any {
 	out := make([]chatChoice, len(choices))
 	for i, c := range choices {
 		r, text := c.finishReason(), c.text.String()
-		out[i] = chatChoice{Index: c.index, Message: &chatMessage{Role: "assistant", Content: &text}, FinishReason: &r, TokenIDs: nonNil(c.tokens)}
+		msg := &chatMessage{Role: "assistant", Content: &text}
+		if calls, ok := f.tools.parse(text, r); ok {
+			msg.Content, msg.ToolCalls, r = nil, calls, finishToolCalls
+		}
+		out[i] = chatChoice{Index: c.index, Message: msg, FinishReason: &r, TokenIDs: nonNil(c.tokens)}
 		if f.logprob {
 			out[i].Logprobs = f.g.chatLogprobs(c, 0, len(c.tokens))
 		}
@@ -262,6 +286,6 @@ func (g *Gateway) chatToken(id int32, logprob float64) chatTokenLogprob {
 
 func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) {
 	handle(g, w, r, g.chatPlan, func(pl *plan) format {
-		return &chatFormat{g: g, id: "chatcmpl-" + newID(), created: time.Now().Unix(), logprob: pl.logprobs != nil}
+		return &chatFormat{g: g, id: "chatcmpl-" + newID(), created: time.Now().Unix(), logprob: pl.logprobs != nil, tools: newToolStreams(pl.tools)}
 	})
 }

@@ -41,10 +41,13 @@ func (byteTokenizer) Decode(ids []int32) (string, error) {
 
 func (byteTokenizer) NewDetokenizer() Detokenizer { return &byteStream{} }
 func (t byteTokenizer) HasChatTemplate() bool     { return t.template }
-func (t byteTokenizer) EncodeChat(msgs []ChatMessage, gen, _ bool) ([]int32, error) {
+func (t byteTokenizer) EncodeChat(msgs []ChatMessage, tools []ChatTool, gen, _ bool) ([]int32, error) {
 	s, err := t.ApplyChatTemplate(msgs, gen)
 	if err != nil {
 		return nil, err
+	}
+	for _, tl := range tools {
+		s = "<tool " + tl.Name + ">" + s
 	}
 	return t.Encode(s, false)
 }
@@ -53,6 +56,10 @@ func (byteTokenizer) ApplyChatTemplate(msgs []ChatMessage, gen bool) (string, er
 	var b strings.Builder
 	for _, m := range msgs {
 		b.WriteString("<" + m.Role + ">" + m.Content + "\n")
+		for _, c := range m.ToolCalls {
+			args, _ := json.Marshal(c.Arguments)
+			b.WriteString("<call " + c.ID + " " + c.Name + ">" + string(args) + "\n")
+		}
 	}
 	if gen {
 		b.WriteString("<assistant>")

@@ -3,6 +3,8 @@ package gateway
 import (
 	"sync"
 
+	"github.com/tpcoord/tpcoord/broadcast/api"
+
 	"github.com/tpcoord/tpcoord/internal/grammar"
 )
 
@@ -25,6 +27,11 @@ func (g *Gateway) structuredPlan(f *samplingFields, pl *plan) *apiError {
 	if e != nil || so == nil {
 		return e
 	}
+	return g.constrain(so, field, pl)
+}
+
+// constrain takes so into pl once its grammar compiled; errors name field.
+func (g *Gateway) constrain(so *api.StructuredOutputs, field string, pl *plan) *apiError {
 	if pl.base.IgnoreEOS {
 		return badRequest("ignore_eos", "cannot be set with structured outputs: the output ends where its grammar does")
 	}

@@ -143,6 +143,7 @@ type plan struct {
 	// promptParam is the request field the prompt came from: prompt, or
 	// messages (rendered by the chat template).
 	promptParam string
+	tools       *toolPlan // chat with tools; nil: none
 }
 
 // requestParam renames, in e, a field of the NATS request that the HTTP

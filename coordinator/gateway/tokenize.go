@@ -106,7 +106,7 @@ func (g *Gateway) tokenize(req *tokenizeRequest) ([]int32, *apiError) {
 		if e := g.needChatTemplate("tokenize a prompt instead"); e != nil {
 			return nil, e
 		}
-		ids, e := g.encodeChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, addSpecial)
+		ids, e := g.encodeChat(req.Messages, nil, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, addSpecial)
 		return nonNil(ids), e
 	case req.Prompt == nil:
 		return nil, badRequest("prompt", "is required (or messages, for a chat)")

@@ -23,7 +23,7 @@ func (t bosTokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
 	return ids, nil
 }
 
-func (t bosTokenizer) EncodeChat(msgs []ChatMessage, gen, addSpecial bool) ([]int32, error) {
+func (t bosTokenizer) EncodeChat(msgs []ChatMessage, _ []ChatTool, gen, addSpecial bool) ([]int32, error) {
 	s, _ := t.ApplyChatTemplate(msgs, gen)
 	return t.Encode(s, addSpecial)
 }

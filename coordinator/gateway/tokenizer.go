@@ -16,7 +16,8 @@ type Tokenizer interface {
 	// written in the messages as plain text. addSpecial adds what the
 	// tokenizer adds around a sequence (BOS), which templates write
 	// themselves.
-	EncodeChat(msgs []ChatMessage, addGenerationPrompt, addSpecial bool) ([]int32, error)
+	// tools, if any, go to the template as its tools variable.
+	EncodeChat(msgs []ChatMessage, tools []ChatTool, addGenerationPrompt, addSpecial bool) ([]int32, error)
 }
 
 // Detokenizer decodes one sequence a token at a time.
@@ -28,7 +29,25 @@ type Detokenizer interface {
 	Flush() string
 }
 
-// ChatMessage is one message of a chat, as the template receives it.
+// ChatMessage is one message of a chat, as the template receives it:
+// with tool calling, an assistant message's calls (arguments decoded from
+// their JSON) or a tool message's call ID.
 type ChatMessage struct {
-	Role, Content string
+	Role, Content    string
+	Name, ToolCallID string
+	ToolCalls        []ChatToolCall
+}
+
+// ChatToolCall is a call of an assistant message; Arguments is decoded
+// JSON.
+type ChatToolCall struct {
+	ID, Name  string
+	Arguments any
+}
+
+// ChatTool is a function offered to the model; Parameters is its decoded
+// JSON Schema.
+type ChatTool struct {
+	Name, Description string
+	Parameters        any
 }

@@ -9,10 +9,17 @@ type hfTokenizer struct{ *tokenizer.Tokenizer }
 
 func (h hfTokenizer) NewDetokenizer() Detokenizer { return h.NewStream() }
 
-func (h hfTokenizer) EncodeChat(msgs []ChatMessage, addGenerationPrompt, addSpecial bool) ([]int32, error) {
-	m := make([]tokenizer.ChatMessage, len(msgs))
+func (h hfTokenizer) EncodeChat(msgs []ChatMessage, tools []ChatTool, addGenerationPrompt, addSpecial bool) ([]int32, error) {
+	m := make([]tokenizer.ChatTurn, len(msgs))
 	for i, x := range msgs {
-		m[i] = tokenizer.ChatMessage{Role: x.Role, Content: x.Content}
+		m[i] = tokenizer.ChatTurn{ChatMessage: tokenizer.ChatMessage{Role: x.Role, Content: x.Content}, Name: x.Name, ToolCallID: x.ToolCallID}
+		for _, c := range x.ToolCalls {
+			m[i].ToolCalls = append(m[i].ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
 	}
-	return h.Tokenizer.EncodeChat(m, addGenerationPrompt, addSpecial)
+	t := make([]tokenizer.ChatTool, len(tools))
+	for i, x := range tools {
+		t[i] = tokenizer.ChatTool{Name: x.Name, Description: x.Description, Parameters: x.Parameters}
+	}
+	return h.Tokenizer.EncodeChatTools(m, t, addGenerationPrompt, addSpecial)
 }

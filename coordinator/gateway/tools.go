@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/tpcoord/tpcoord/broadcast/api"
 )
@@ -282,4 +283,174 @@ func compactJSON(s string) (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// finishToolCalls is the finish reason of an answer that calls tools.
+const finishToolCalls = "tool_calls"
+
+// toolCallIn is a call of an assistant message in a request's history.
+type toolCallIn struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// chat is the call as the template gets it, arguments decoded (vLLM and
+// the transformers library pass them decoded; templates index them or
+// write them with tojson).
+func (c *toolCallIn) chat(msg, j int) (ChatToolCall, *apiError) {
+	var args any
+	if a := strings.TrimSpace(c.Function.Arguments); a != "" {
+		if err := json.Unmarshal([]byte(a), &args); err != nil {
+			return ChatToolCall{}, badRequest(fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", msg, j), "is not JSON: %v", err)
+		}
+	}
+	if c.Function.Name == "" {
+		return ChatToolCall{}, badRequest(fmt.Sprintf("messages[%d].tool_calls[%d].function.name", msg, j), "is required")
+	}
+	return ChatToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args}, nil
+}
+
+// templateTools are the tools as the chat template gets them (nil for a
+// plan without tools).
+func (tp *toolPlan) templateTools() []ChatTool {
+	if tp == nil {
+		return nil
+	}
+	out := make([]ChatTool, len(tp.tools))
+	for i, t := range tp.tools {
+		var params any
+		_ = json.Unmarshal(t.Function.Parameters, &params) // checked: the request decoded
+		out[i] = ChatTool{Name: t.Function.Name, Description: t.Function.Description, Parameters: params}
+	}
+	return out
+}
+
+// toolsPlan takes the request's tools into pl: the plan, and the
+// constraint that tool_choice required or a named function decodes under.
+func (g *Gateway) toolsPlan(f *toolFields, pl *plan) *apiError {
+	tp, e := f.toolPlan()
+	if e != nil || tp == nil {
+		return e
+	}
+	pl.tools = tp
+	so := tp.constraint()
+	if so == nil {
+		return nil
+	}
+	if pl.base.StructuredOutputs != nil {
+		return badRequest("tool_choice", "a required or named tool call constrains the output, and so does the request's structured output: give one")
+	}
+	field := "tools"
+	if tp.mode == toolsNamed {
+		field = fmt.Sprintf("tools[%d].function.parameters", tp.index(tp.named))
+	}
+	return g.constrain(so, field, pl)
+}
+
+func (tp *toolPlan) index(name string) int {
+	for i, t := range tp.tools {
+		if t.Function.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// toolStreams turns a streamed chat's text into tool-call deltas. A named
+// function's arguments stream as they come; the calls of "required", and
+// an "auto" output that may be a call (it begins with '{', '[' or '<'),
+// are held until the output ends, then sent whole, or sent as text if
+// they are no call after all.
+type toolStreams struct {
+	plan *toolPlan
+	mu   sync.Mutex // choices stream from goroutines of their own
+	by   map[int]*toolStream
+}
+
+type toolStream struct {
+	started bool // a named call's header is sent
+	plain   bool // auto: the output is text, streamed as it comes
+	held    strings.Builder
+}
+
+func newToolStreams(tp *toolPlan) *toolStreams {
+	if tp == nil || tp.mode == toolsNone {
+		return nil
+	}
+	return &toolStreams{plan: tp, by: map[int]*toolStream{}}
+}
+
+// parse reads the calls of a whole answer that ended with reason.
+func (t *toolStreams) parse(text, reason string) ([]toolCall, bool) {
+	if t == nil || reason == api.FinishError {
+		return nil, false
+	}
+	return t.plan.calls(text)
+}
+
+// delta returns what choice i's chunk carries for text: content, tool-call
+// deltas, and the finish reason (for the final chunk).
+func (t *toolStreams) delta(i int, text string, final bool, reason string) (string, []toolCall, string) {
+	if t == nil {
+		return text, nil, reason
+	}
+	t.mu.Lock()
+	s := t.by[i]
+	if s == nil {
+		s = &toolStream{}
+		t.by[i] = s
+	}
+	t.mu.Unlock()
+	if t.plan.mode == toolsNamed {
+		return "", s.named(t.plan.named, text, final), namedReason(final, reason)
+	}
+	if s.plain {
+		return text, nil, reason
+	}
+	s.held.WriteString(text)
+	held := strings.TrimLeft(s.held.String(), " \t\r\n")
+	if t.plan.mode == toolsAuto && held != "" && !strings.ContainsAny(held[:1], "{[<") {
+		s.plain = true
+		return s.held.String(), nil, reason
+	}
+	if !final {
+		return "", nil, reason
+	}
+	calls, ok := t.parse(s.held.String(), reason)
+	if !ok {
+		return s.held.String(), nil, reason
+	}
+	for j := range calls {
+		calls[j].Index = &j
+	}
+	return "", calls, finishToolCalls
+}
+
+// named is the delta of a named function's call: its header with the
+// first arguments, then arguments.
+func (s *toolStream) named(name, text string, final bool) []toolCall {
+	zero := 0
+	if !s.started {
+		s.started = true
+		c := newToolCall(name, text)
+		c.Index = &zero
+		return []toolCall{c}
+	}
+	if text == "" {
+		return nil
+	}
+	return []toolCall{{Index: &zero, Function: toolFunction{Arguments: text}}}
+}
+
+// namedReason: a named call that ended at its grammar's end ended with a
+// call; one cut short keeps its reason (length, an error).
+func namedReason(final bool, reason string) string {
+	if final && reason == api.FinishStop {
+		return finishToolCalls
+	}
+	return reason
 }

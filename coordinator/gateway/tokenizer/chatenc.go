@@ -150,15 +150,34 @@ func unescape(s string, plain map[rune]string) string {
 // the tokenizer adds around a sequence (the template usually writes BOS
 // itself: false).
 func (t *Tokenizer) EncodeChat(msgs []ChatMessage, addGenerationPrompt, addSpecial bool) ([]int32, error) {
+	turns := make([]ChatTurn, len(msgs))
+	for i, m := range msgs {
+		turns[i] = ChatTurn{ChatMessage: m}
+	}
+	return t.EncodeChatTools(turns, nil, addGenerationPrompt, addSpecial)
+}
+
+// EncodeChatTools is EncodeChat with tool calling: the turns' calls and
+// the tools go to the template too. Every string in them (names,
+// descriptions, arguments, schemas) is plain text as content is.
+func (t *Tokenizer) EncodeChatTools(turns []ChatTurn, tools []ChatTool, addGenerationPrompt, addSpecial bool) ([]int32, error) {
 	if t.chat == nil {
 		return nil, ErrNoChatTemplate
 	}
 	e := newEscaper(t.specials, t.chat.src+t.chat.bos+t.chat.eos)
-	esc := make([]ChatMessage, len(msgs))
-	for i, m := range msgs {
-		esc[i] = ChatMessage{Role: e.escape(m.Role), Content: e.escape(m.Content)}
+	esc := make([]ChatTurn, len(turns))
+	for i, m := range turns {
+		esc[i] = ChatTurn{ChatMessage: ChatMessage{Role: e.escape(m.Role), Content: e.escape(m.Content)},
+			Name: e.escape(m.Name), ToolCallID: e.escape(m.ToolCallID)}
+		for _, c := range m.ToolCalls {
+			esc[i].ToolCalls = append(esc[i].ToolCalls, ToolCall{ID: e.escape(c.ID), Name: e.escape(c.Name), Arguments: e.escapeValue(c.Arguments)})
+		}
 	}
-	prompt, err := t.ApplyChatTemplate(esc, addGenerationPrompt)
+	escTools := make([]ChatTool, len(tools))
+	for i, tl := range tools {
+		escTools[i] = ChatTool{Name: e.escape(tl.Name), Description: e.escape(tl.Description), Parameters: e.escapeValue(tl.Parameters)}
+	}
+	prompt, err := t.applyChatTemplate(esc, escTools, addGenerationPrompt)
 	if err != nil {
 		return nil, err
 	}
@@ -167,4 +186,25 @@ func (t *Tokenizer) EncodeChat(msgs []ChatMessage, addGenerationPrompt, addSpeci
 		return nil, err
 	}
 	return t.wrap(ids, addSpecial), nil
+}
+
+// escapeValue escapes every string of a decoded JSON value (keys too).
+func (e *escaper) escapeValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return e.escape(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, y := range x {
+			out[i] = e.escapeValue(y)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, y := range x {
+			out[e.escape(k)] = e.escapeValue(y)
+		}
+		return out
+	}
+	return v
 }

@@ -6,7 +6,7 @@
 # packages' tests on s390x (big-endian), systemd-analyze, rpm and nfpm for
 # the package test, buildah, podman and runc for the container test, the
 # pinned golangci-lint (see lint.sh) and Jaeger (see jaeger.sh) for the
-# tracing e2e tests.
+# tracing e2e tests, Node.js with the openai npm client for its e2e test.
 # Idempotent; needs root (or sudo) only when a package is missing. The
 # packages download while the two Go builds compile (the builds are
 # CPU-bound, the downloads are not).
@@ -34,6 +34,11 @@ command -v rpm >/dev/null 2>&1 || missing+=(rpm)
 for tool in buildah podman runc; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
+# Node.js and npm for the official openai npm client's e2e test
+# (e2e/openainode_test.go); the client itself is pinned in
+# e2e/testdata/openai-js/package-lock.json and installed below.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 apt_pid=""
 if [ ${#missing[@]} -gt 0 ]; then
@@ -74,3 +79,6 @@ if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
   echo "deps.sh: installing ${missing[*]} failed" >&2
   exit 1
 fi
+
+# The openai npm client, at the version and hash package-lock.json pins.
+npm ci --prefix "$here/../e2e/testdata/openai-js" --no-audit --no-fund --loglevel=error >/dev/null

@@ -50,6 +50,8 @@ export TPC_REQUIRE_TORCH=1
 # The container image test runs, not skips: deps.sh installed buildah,
 # podman and runc.
 export TPC_REQUIRE_CONTAINER=1
+# The openai npm client's test runs, not skips: deps.sh installed it.
+export TPC_REQUIRE_NODE=1
 go test -race -shuffle=on -count=1 -timeout 20m ./...
 
 step "the PyTorch worker's own tests"

@@ -102,6 +102,41 @@ type generateOptions struct {
 	req      api.GenerateRequest
 	seed     int64
 	logprobs int
+	so       structuredFlags
+}
+
+// structuredFlags are generate's structured-output flags: at most one.
+type structuredFlags struct {
+	jsonSchema, grammarFile, regex string
+	choices                        []string
+	jsonObject                     bool
+}
+
+// constraint returns the structured outputs the flags ask for (nil for
+// none), reading the schema or grammar file.
+func (f *structuredFlags) constraint() (*api.StructuredOutputs, error) {
+	so := &api.StructuredOutputs{Regex: f.regex, Choice: f.choices, JSONObject: f.jsonObject}
+	if f.jsonSchema != "" {
+		b, err := os.ReadFile(f.jsonSchema)
+		if err != nil {
+			return nil, configError("json-schema: %v", err)
+		}
+		so.JSON = b
+	}
+	if f.grammarFile != "" {
+		b, err := os.ReadFile(f.grammarFile)
+		if err != nil {
+			return nil, configError("grammar: %v", err)
+		}
+		so.Grammar = string(b)
+	}
+	if !so.JSONObject && so.Regex == "" && so.Choice == nil && so.JSON == nil && so.Grammar == "" {
+		return nil, nil
+	}
+	if err := so.Validate(); err != nil {
+		return nil, configError("give one of --json-schema, --json-object, --regex, --choice and --grammar (%v)", err)
+	}
+	return so, nil
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -131,6 +166,11 @@ func newGenerateCmd() *cobra.Command {
 	fs.IntVar(&req.MinTokens, "min-tokens", 0, "stop tokens and EOS are blocked until this many tokens")
 	fs.BoolVar(&req.IgnoreEOS, "ignore-eos", false, "do not stop at EOS")
 	fs.IntVar(&o.logprobs, "logprobs", -1, "return each token's logprob and the top N (0..20; -1: none)")
+	fs.StringVar(&o.so.jsonSchema, "json-schema", "", "structured output: a file holding a JSON Schema the output must be valid against")
+	fs.BoolVar(&o.so.jsonObject, "json-object", false, "structured output: any JSON object")
+	fs.StringVar(&o.so.regex, "regex", "", "structured output: a regular expression (RE2) the whole output must match")
+	fs.StringSliceVar(&o.so.choices, "choice", nil, "structured output: the output is exactly one of these strings (repeat the flag, or comma-separate)")
+	fs.StringVar(&o.so.grammarFile, "grammar", "", "structured output: a file holding a GBNF grammar (root rule root)")
 	return cmd
 }
 
@@ -143,6 +183,9 @@ func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 	}
 	req := o.req
 	req.PromptTokenIDs = ids
+	if req.StructuredOutputs, err = o.so.constraint(); err != nil {
+		return err
+	}
 	if o.logprobs >= 0 {
 		req.Logprobs = &o.logprobs
 	}

@@ -21,5 +21,5 @@ func (h hfTokenizer) EncodeChat(msgs []ChatMessage, tools []ChatTool, addGenerat
 	for i, x := range tools {
 		t[i] = tokenizer.ChatTool{Name: x.Name, Description: x.Description, Parameters: x.Parameters}
 	}
-	return h.Tokenizer.EncodeChatTools(m, t, addGenerationPrompt, addSpecial)
+	return h.EncodeChatTools(m, t, addGenerationPrompt, addSpecial)
 }

@@ -177,6 +177,7 @@ func checkDebListing(t *testing.T, listing string) []string {
 		"/usr/lib/systemd/system/tpcoord.target":                   {"-rw-r--r--", "root/root"},
 		"/usr/lib/systemd/system/tpcoord-nats.service":             {"-rw-r--r--", "root/root"},
 		"/usr/lib/systemd/system/tpcoord-gateway.service":          {"-rw-r--r--", "root/root"},
+		"/usr/lib/systemd/system/tpcoord-model@.service":           {"-rw-r--r--", "root/root"},
 		"/etc/tpcoord/gateway.env":                                 {"-rw-r-----", "root/tpcoord"},
 		"/etc/tpcoord/":                                            {"drwxr-x---", "root/tpcoord"},
 		"/etc/tpcoord/agent.yaml":                                  {"-rw-r-----", "root/tpcoord"},
@@ -234,7 +235,7 @@ func sameFile(t *testing.T, packaged, source string, edit func(string) string) {
 func checkDebFiles(t *testing.T, root string) {
 	t.Helper()
 	toUsrBin := func(s string) string { return strings.ReplaceAll(s, "/usr/local/bin/tpcoord", "/usr/bin/tpcoord") }
-	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service"} {
+	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service", "tpcoord-model@.service"} {
 		sameFile(t, filepath.Join(root, "usr/lib/systemd/system", u), filepath.Join("../configs/systemd", u), toUsrBin)
 	}
 	for dst, src := range map[string]string{
@@ -498,7 +499,7 @@ func checkPackagedUnits(t *testing.T, root string) {
 		natsBin = bin
 	}
 	units, needed := t.TempDir(), 0
-	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service"} {
+	for _, u := range []string{"tpcoord@.service", "tpcoord.target", "tpcoord-nats.service", "tpcoord-gateway.service", "tpcoord-model@.service"} {
 		data, err := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system", u))
 		if err != nil {
 			t.Fatal(err)

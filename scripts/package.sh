@@ -117,7 +117,7 @@ stage() {
   build "$s/usr/bin/tpcoord-agent" agentonly
   # The units name the binary where scripts/install.sh puts it.
   mkdir -p "$s/usr/lib/systemd/system"
-  for u in tpcoord@.service tpcoord.target tpcoord-nats.service tpcoord-gateway.service; do
+  for u in tpcoord@.service tpcoord.target tpcoord-nats.service tpcoord-gateway.service tpcoord-model@.service; do
     sed 's#/usr/local/bin/tpcoord#/usr/bin/tpcoord#g' "$root/configs/systemd/$u" >"$s/usr/lib/systemd/system/$u"
   done
   install -D -m 0640 "$root/configs/agent.example.yaml" "$s/etc/tpcoord/agent.yaml"

@@ -191,6 +191,7 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		return
 	}
 	r := &Request{Prompt: req.PromptTokenIDs, MaxTokens: req.MaxTokens, Params: req.Params, Tag: m.Reply, Keepalives: req.Keepalive,
+		ID: req.RequestID, Output: req.ResumeTokenIDs,
 		Ext: &reqState{trace: requestTrace{parent: d.remoteParent(m.Header)}, times: requestTimes{received: time.Now()}}}
 	select {
 	case d.l.intake <- r:

@@ -30,8 +30,22 @@ type GenerateRequest struct {
 	// requests could never all be admitted, and every retry would be
 	// refused as overloaded.
 	Group int `json:"group,omitempty"`
+	// RequestID names the request across resubmissions: a request
+	// submitted with the ID of one rank 0 still holds replaces it (that one
+	// ends cancelled, superseded), so a request its client retried after a
+	// fault never runs twice. At most MaxRequestIDBytes printable ASCII.
+	RequestID string `json:"request_id,omitempty"`
+	// ResumeTokenIDs are output tokens the request produced before a
+	// fault: rank 0 continues after them, at the noise positions they
+	// took, so a seeded or greedy request ends as it would have without
+	// the fault. They count toward max_tokens; at least one token must be
+	// left to generate.
+	ResumeTokenIDs []int32 `json:"resume_token_ids,omitempty"`
 	Params
 }
+
+// MaxRequestIDBytes bounds a request ID.
+const MaxRequestIDBytes = 128
 
 // MaxPromptTokens bounds a prompt so one request cannot exhaust memory.
 const MaxPromptTokens = 1 << 16
@@ -81,6 +95,16 @@ func (r *GenerateRequest) Validate(vocab int) error {
 		return fielderr.New("group", "must be >= 0, got %d", r.Group)
 	case r.MaxTokens > MaxSequenceTokens-len(r.PromptTokenIDs): // both bounded: no overflow
 		return fielderr.New("max_tokens", "%d, but the prompt (%d tokens) and its output may hold at most %d tokens", r.MaxTokens, len(r.PromptTokenIDs), MaxSequenceTokens)
+	case len(r.ResumeTokenIDs) >= r.MaxTokens:
+		return fielderr.New("resume_token_ids", "%d tokens leave none of max_tokens (%d) to generate", len(r.ResumeTokenIDs), r.MaxTokens)
+	}
+	if err := checkRequestID(r.RequestID); err != nil {
+		return err
+	}
+	for i, t := range r.ResumeTokenIDs {
+		if t < 0 || int(t) >= vocab {
+			return fielderr.New(fmt.Sprintf("resume_token_ids[%d]", i), "token %d out of range [0, %d)", t, vocab)
+		}
 	}
 	for i, t := range r.PromptTokenIDs {
 		if t < 0 || int(t) >= vocab {
@@ -255,4 +279,17 @@ type KeepaliveAck struct {
 	// Gone, set by a supervisor (launch) answering for a rank 0 that died,
 	// says why: the client stops waiting at once, with that reason.
 	Gone string `json:"gone,omitempty"`
+}
+
+// checkRequestID refuses an ID that is too long or not printable ASCII.
+func checkRequestID(id string) error {
+	if len(id) > MaxRequestIDBytes {
+		return fielderr.New("request_id", "is %d bytes, at most %d", len(id), MaxRequestIDBytes)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return fielderr.New("request_id", "byte %d is 0x%02x: printable ASCII only", i, id[i])
+		}
+	}
+	return nil
 }

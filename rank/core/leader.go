@@ -137,7 +137,16 @@ func (l *Leader) Take(now time.Time, in Input) *Ready {
 	return rd
 }
 
+// ErrSuperseded ends a request whose requester submitted it again (the
+// same ID): only the new submission runs.
+var ErrSuperseded = errors.New("superseded: its requester submitted it again (the same request_id)")
+
 func (l *Leader) submit(r *Request, now time.Time) {
+	if old := l.sched.FindID(r.ID); old != nil {
+		if c := l.sched.Cancel(old.Tag, ErrSuperseded); c != nil {
+			l.end(c)
+		}
+	}
 	if err := l.sched.Submit(r); err != nil {
 		code := ""
 		switch {

@@ -24,7 +24,10 @@ func Overloaded(waiting int) error {
 
 // Request is one generation request as rank 0 tracks it.
 type Request struct {
-	Seq       uint64 // assigned by Submit
+	Seq uint64 // assigned by Submit
+	// ID is the requester's name for it across resubmissions ("" for
+	// none): a request submitted with the ID of an open one supersedes it.
+	ID        string
 	Prompt    []int32
 	MaxTokens int
 	Params    api.Params
@@ -136,6 +139,7 @@ type Scheduler struct {
 	waiting  []*Request
 	active   map[uint64]*Request
 	byTag    map[string]*Request // the open requests, waiting or active, by reply subject
+	byID     map[string]*Request // those of them with an ID, by ID
 	nextSeq  uint64
 	tokens   []broadcast.Token
 	removals []uint64
@@ -159,7 +163,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, active: map[uint64]*Request{}, byTag: map[string]*Request{}, nextSeq: 1}
+	s := &Scheduler{cfg: cfg, active: map[uint64]*Request{}, byTag: map[string]*Request{}, byID: map[string]*Request{}, nextSeq: 1}
 	if cfg.KV != nil {
 		b, err := NewBlocks(*cfg.KV)
 		if err != nil {
@@ -184,8 +188,33 @@ func (s *Scheduler) Submit(r *Request) error {
 	r.Seq = s.nextSeq
 	s.nextSeq++
 	s.waiting = append(s.waiting, r)
-	s.byTag[r.Tag] = r
+	s.open(r)
 	return nil
+}
+
+// open and close keep the maps of the open requests.
+func (s *Scheduler) open(r *Request) {
+	s.byTag[r.Tag] = r
+	if r.ID != "" {
+		s.byID[r.ID] = r
+	}
+}
+
+func (s *Scheduler) close(r *Request) {
+	if s.byTag[r.Tag] == r {
+		delete(s.byTag, r.Tag)
+	}
+	if r.ID != "" && s.byID[r.ID] == r {
+		delete(s.byID, r.ID)
+	}
+}
+
+// FindID returns the open request with ID id ("" finds none), or nil.
+func (s *Scheduler) FindID(id string) *Request {
+	if id == "" {
+		return nil
+	}
+	return s.byID[id]
 }
 
 // Request returns the admitted request with sequence ID seq, or nil.
@@ -219,8 +248,8 @@ func (s *Scheduler) Next(epoch uint32, k uint64) *broadcast.Step {
 	s.preempted = s.preempted[:0]
 	s.cacheFed() // before the removals free them
 	for _, id := range st.Removed {
-		if r := s.active[id]; r != nil && s.byTag[r.Tag] == r {
-			delete(s.byTag, r.Tag)
+		if r := s.active[id]; r != nil {
+			s.close(r)
 		}
 		s.leave(id)
 	}
@@ -530,11 +559,14 @@ func (s *Scheduler) Cancel(tag string, why error) *Request {
 		return nil
 	case s.active[r.Seq] == r:
 		s.removals = append(s.removals, r.Seq)
+		if s.byID[r.ID] == r {
+			delete(s.byID, r.ID) // a resubmission may take its ID now
+		}
 	default:
 		if i := slices.Index(s.waiting, r); i >= 0 {
 			s.waiting = slices.Delete(s.waiting, i, i+1)
 		}
-		delete(s.byTag, tag)
+		s.close(r)
 	}
 	r.Finish, r.Err = api.FinishCancelled, why
 	return r
@@ -559,7 +591,7 @@ func (s *Scheduler) Resume(reqs []*Request) {
 	}
 	s.waiting = append(slices.Clone(reqs), s.waiting...)
 	for _, r := range reqs {
-		s.byTag[r.Tag] = r
+		s.open(r)
 	}
 }
 
@@ -587,6 +619,7 @@ func (s *Scheduler) Drain(reason string, err error) []*Request {
 	}
 	s.waiting = nil
 	clear(s.byTag)
+	clear(s.byID)
 	for id, r := range s.active {
 		if r.Finish == "" {
 			r.Finish, r.Err = reason, err

@@ -117,7 +117,7 @@ func (o *launchOptions) flags(fs *pflag.FlagSet) {
 // (with the agent flags launch sets itself).
 var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local", "gossip-key-file",
 	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0", "agent-binary",
-	"http", "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "body-timeout", "request-timeout", "default-max-tokens", "chat-max-tokens", "cors-origin"}
+	"http", "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "body-timeout", "request-timeout", "resume-window", "default-max-tokens", "chat-max-tokens", "cors-origin"}
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
 	fs := cmd.Flags()

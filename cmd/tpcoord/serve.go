@@ -47,11 +47,12 @@ func (o *gatewayOptions) flags(fs *pflag.FlagSet, listen, listenDefault string) 
 	fs.Int64Var(&o.cfg.MaxBodyBytes, f.name("MaxBodyBytes", "max-body-bytes"), def.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	fs.DurationVar(&o.cfg.BodyTimeout, f.name("BodyTimeout", "body-timeout"), def.BodyTimeout, "longest a client may take to send a request, headers and body (408 and the connection closed beyond)")
 	fs.DurationVar(&o.cfg.RequestTimeout, f.name("RequestTimeout", "request-timeout"), def.RequestTimeout, "longest a request may take, arrival to last token (504 beyond; a stream ends with an error event)")
+	fs.DurationVar(&o.cfg.ResumeWindow, f.name("ResumeWindow", "resume-window"), def.ResumeWindow, "how long a request whose rank 0 is gone, restarting or re-forming is resubmitted, continuing from the tokens it has, before it fails (0: never)")
 	fs.IntVar(&o.cfg.DefaultMaxTokens, f.name("DefaultMaxTokens", "default-max-tokens"), def.DefaultMaxTokens, "max_tokens of a completion that leaves it out (OpenAI's default)")
 	fs.IntVar(&o.cfg.ChatMaxTokens, f.name("ChatMaxTokens", "chat-max-tokens"), def.ChatMaxTokens, "max_tokens of a chat completion that leaves it out")
 	fs.StringSliceVar(&o.cfg.CORSOrigins, f.name("CORSOrigins", "cors-origin"), nil, `origins browsers may call the API from ("*": any); none: CORS off`)
 	setGroup(fs, groupAPI, listen, "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "body-timeout",
-		"request-timeout", "default-max-tokens", "chat-max-tokens", "cors-origin")
+		"request-timeout", "resume-window", "default-max-tokens", "chat-max-tokens", "cors-origin")
 }
 
 // build finishes the configuration for job and loads the tokenizer.

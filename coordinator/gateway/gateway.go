@@ -46,6 +46,11 @@ type Config struct {
 	BodyTimeout time.Duration
 	// RequestTimeout bounds one HTTP request from arrival to last token.
 	RequestTimeout time.Duration
+	// ResumeWindow is how long a request whose rank 0 is gone, restarted,
+	// re-forming or unreachable is resubmitted, continuing from the
+	// tokens it has, before it fails (client.WithResumeWindow; 0: never).
+	// Default client.DefaultResumeWindow.
+	ResumeWindow time.Duration
 	// DefaultMaxTokens is max_tokens when a request leaves it out
 	// (OpenAI's completions default, 16; chat uses ChatMaxTokens).
 	DefaultMaxTokens, ChatMaxTokens int
@@ -64,6 +69,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:8000", MaxBodyBytes: 4 << 20, BodyTimeout: 30 * time.Second, RequestTimeout: 10 * time.Minute,
+		ResumeWindow:     client.DefaultResumeWindow,
 		DefaultMaxTokens: 16, ChatMaxTokens: 512, StatusWait: 2 * time.Second,
 	}
 }
@@ -87,6 +93,8 @@ func (c *Config) Validate() error {
 		return fielderr.New("BodyTimeout", "must be > 0, got %v", c.BodyTimeout)
 	case c.RequestTimeout <= 0:
 		return fielderr.New("RequestTimeout", "must be > 0, got %v", c.RequestTimeout)
+	case c.ResumeWindow < 0:
+		return fielderr.New("ResumeWindow", "must be >= 0 (0: never resubmit), got %v", c.ResumeWindow)
 	case c.DefaultMaxTokens < 1 || c.ChatMaxTokens < 1:
 		return fielderr.New("DefaultMaxTokens", "default max_tokens must be > 0")
 	case c.StatusWait <= 0:
@@ -275,6 +283,11 @@ func (g *Gateway) noteIgnored(w http.ResponseWriter, r *http.Request, ignored []
 func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f format) {
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)
 	defer cancel()
+	ctx = client.WithResumeWindow(ctx, g.cfg.ResumeWindow)
+	ctx = client.WithResumeNotice(ctx, func(err error, tokens int) {
+		g.metrics.resumed.Inc()
+		g.log.Info("resubmitting a request after a fault", "tokens", tokens, "err", err)
+	})
 	describeRequest(ctx, pl)
 	x := &execution{g: g, pl: pl, fmt: f}
 	if pl.stream {

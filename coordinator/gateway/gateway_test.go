@@ -176,6 +176,16 @@ func TestSeedsPerChoice(t *testing.T) {
 	if want := []uint64{7, 8, 9, 7, 8, 9}; !equal(seeds, want) {
 		t.Fatalf("seeds %v, want %v", seeds, want)
 	}
+	// Unseeded, every choice gets a seed of its own, so that it can be
+	// continued after a fault with the tokens it would have had.
+	pl.base.Seed = nil
+	seen := map[uint64]bool{}
+	for _, r := range pl.requests() {
+		if r.Seed == nil || seen[*r.Seed] {
+			t.Fatalf("an unseeded choice has seed %v (seen before: %v)", r.Seed, r.Seed != nil && seen[*r.Seed])
+		}
+		seen[*r.Seed] = true
+	}
 }
 
 func equal[T comparable](a, b []T) bool {

@@ -26,6 +26,7 @@ type metrics struct {
 	prompt, gen  prometheus.Counter
 	finished     *prometheus.CounterVec
 	running      prometheus.Gauge // this gateway's requests in flight
+	resumed      prometheus.Counter
 	httpRequests *prometheus.CounterVec
 	job          *jobGauges
 }
@@ -54,11 +55,12 @@ func newMetrics(g *Gateway) *metrics {
 			Help: "Requests ended, by finish reason (stop, length, abort, error).", ConstLabels: model}, []string{"finished_reason"}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tpcoord_gateway_requests_in_flight",
 			Help: "Requests (choices) this gateway has sent to rank 0 and not yet finished.", ConstLabels: model}),
+		resumed: counter("tpcoord_requests_resubmitted_total", "Resubmissions of requests after a fault (rank 0 gone, restarted, re-forming or unreachable), each continuing from the tokens its request had."),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tpcoord_http_requests_total",
 			Help: "HTTP requests to /v1, by route and status class."}, []string{"route", "status"}),
 	}
 	m.job = newJobGauges(g, model)
-	m.reg.MustRegister(ttft, itl, e2e, queue, m.prompt, m.gen, m.finished, m.running, m.httpRequests,
+	m.reg.MustRegister(ttft, itl, e2e, queue, m.prompt, m.gen, m.finished, m.running, m.resumed, m.httpRequests,
 		telemetry.BuildInfoGauge(buildinfo.Get()), m.job)
 	return m
 }

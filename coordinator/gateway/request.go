@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -161,9 +162,11 @@ func (p *plan) requestParam(e *apiError) *apiError {
 
 // requests returns the NATS request of every choice, in OpenAI's order
 // (prompt-major). With a seed, choice i of a prompt draws with seed+i, so
-// n seeded choices differ and each is reproducible. Each of several
-// carries their number as its group, so rank 0 refuses, for good, more
-// than its queue could hold.
+// n seeded choices differ and each is reproducible. Without one, every
+// choice gets a random seed of its own: a request continued after a
+// fault (on any rank 0) then draws the same tokens it would have drawn
+// undisturbed. Each of several carries their number as its group, so rank
+// 0 refuses, for good, more than its queue could hold.
 func (p *plan) requests() []api.GenerateRequest {
 	out := make([]api.GenerateRequest, 0, len(p.prompts)*p.n)
 	group := 0
@@ -174,10 +177,11 @@ func (p *plan) requests() []api.GenerateRequest {
 		for i := range p.n {
 			r := p.base
 			r.PromptTokenIDs, r.Group = pr, group
+			s := rand.Uint64()
 			if p.base.Seed != nil {
-				s := *p.base.Seed + uint64(i) // wraps: any seed is fine
-				r.Seed = &s
+				s = *p.base.Seed + uint64(i) // wraps: any seed is fine
 			}
+			r.Seed = &s
 			out = append(out, r)
 		}
 	}

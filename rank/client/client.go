@@ -99,8 +99,14 @@ type Callbacks struct {
 // cancelled reply (or ctx's error if none comes within a few seconds).
 // Headers set on ctx with WithHeader go with the request's message (rank 0
 // reads its trace context there).
+//
+// Across faults the request is resubmitted, continuing from the tokens
+// received, until ctx ends or WithResumeWindow's window passes without a
+// token (see resumable): the callbacks see each token once, in order.
 func Stream(ctx context.Context, tr broadcast.Transport, subj broadcast.Subjects, req *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error) {
-	return stream1(ctx, tr, subj, req, cb, func(ctx context.Context, s *stream) (func(), error) { return s.subscribe(ctx) })
+	return resumable(ctx, req, cb, func(r *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error) {
+		return stream1(ctx, tr, subj, r, cb, func(ctx context.Context, s *stream) (func(), error) { return s.subscribe(ctx) })
+	})
 }
 
 // stream1 runs one request whose replies attach delivers to s.
@@ -262,7 +268,7 @@ func (s *stream) wait(ctx context.Context) (*api.GenerateReply, error) {
 				}
 			}
 		case <-s.overflow:
-			return nil, fmt.Errorf("reply stream overflowed: this client fell behind")
+			return nil, ErrOverflow
 		case <-s.noResponders:
 			return nil, fmt.Errorf("no rank 0 serves job %q on %s (%w)", s.subj.Job, s.subj.Generate(), broadcast.ErrNoResponders)
 		case b := <-s.replies:

@@ -46,7 +46,9 @@ func (m *Mux) Close() error { return m.unsub() }
 
 // Stream is client.Stream with the replies routed through m.
 func (m *Mux) Stream(ctx context.Context, subj broadcast.Subjects, req *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error) {
-	return stream1(ctx, m.tr, subj, req, cb, m.attach)
+	return resumable(ctx, req, cb, func(r *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error) {
+		return stream1(ctx, m.tr, subj, r, cb, m.attach)
+	})
 }
 
 // dispatch runs on the transport's delivery goroutine, as a stream's own

@@ -1,0 +1,212 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
+)
+
+// DefaultResumeWindow is how long Stream goes on resubmitting a request
+// whose rank 0 cannot be reached, or lost it, before it gives up: long
+// enough for systemd to restart a rank 0, a NATS server to come back or a
+// world to re-form.
+const DefaultResumeWindow = time.Minute
+
+// ErrOverflow is the error of a stream whose client fell behind its
+// replies; the request is resubmitted from the tokens it has.
+var ErrOverflow = errors.New("reply stream overflowed: this client fell behind")
+
+type resumeWindowKey struct{}
+
+// WithResumeWindow sets how long Stream resubmits a request across faults
+// without progress (DefaultResumeWindow if unset; 0: never resubmit).
+func WithResumeWindow(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, resumeWindowKey{}, d)
+}
+
+type resumeNoticeKey struct{}
+
+// WithResumeNotice has Stream call notice before it resubmits a request
+// after a fault, with the fault and how many tokens it resumes from (on
+// the caller's goroutine), so that a waiting client can say why it waits.
+func WithResumeNotice(ctx context.Context, notice func(err error, tokens int)) context.Context {
+	return context.WithValue(ctx, resumeNoticeKey{}, notice)
+}
+
+func resumeWindow(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(resumeWindowKey{}).(time.Duration); ok {
+		return d
+	}
+	return DefaultResumeWindow
+}
+
+// Backoff between resubmissions: doubling from the first to the last.
+const (
+	resumeBackoffFirst = 100 * time.Millisecond
+	resumeBackoffLast  = 2 * time.Second
+)
+
+// attemptFunc submits req once and streams its replies to cb.
+type attemptFunc func(req *api.GenerateRequest, cb Callbacks) (*api.GenerateReply, error)
+
+// resumable runs a request to its end across faults. Each submission
+// carries one request ID (a new random one unless req has its own), so
+// that rank 0 runs it once. When a submission fails for a reason that may
+// pass (rank 0 gone or restarted, no rank 0 subscribed, the world
+// re-forming, this client fallen behind), the
+// request is submitted again, after a backoff, with the tokens received
+// so far as resume_token_ids: rank 0 continues after them at the same
+// noise positions, so a seeded or greedy request's output is that of an
+// undisturbed run. The callbacks see every token once, in order. It gives
+// up when ctx ends, or when the window passes without a token.
+func resumable(ctx context.Context, req *api.GenerateRequest, cb Callbacks, attempt attemptFunc) (*api.GenerateReply, error) {
+	r := *req
+	if r.RequestID == "" {
+		r.RequestID = newRequestID()
+	}
+	t := &tracker{cb: cb, have: slices.Clone(r.ResumeTokenIDs), lpNext: len(r.ResumeTokenIDs)}
+	window, backoff := resumeWindow(ctx), resumeBackoffFirst
+	var stalled time.Time // when the current run of failures without a token began
+	for {
+		before := len(t.have)
+		rep, err := attempt(&r, t.callbacks())
+		if err == nil || window <= 0 || ctx.Err() != nil || !retryable(rep, err) {
+			return t.finish(rep, err)
+		}
+		now := time.Now()
+		if len(t.have) > before || stalled.IsZero() {
+			stalled, backoff = now, resumeBackoffFirst
+		}
+		if now.Sub(stalled) > window {
+			return nil, fmt.Errorf("%w (the request was resubmitted for %v without a token, the resume window)", err, window)
+		}
+		if len(t.have) >= r.MaxTokens {
+			// Every token came; only the final reply was lost.
+			return t.finish(&api.GenerateReply{Done: true, FinishReason: api.FinishLength}, nil)
+		}
+		if notice, ok := ctx.Value(resumeNoticeKey{}).(func(error, int)); ok {
+			notice(err, len(t.have))
+		}
+		if !sleepCtx(ctx, backoff) {
+			return t.finish(rep, err)
+		}
+		backoff = min(2*backoff, resumeBackoffLast)
+		r.ResumeTokenIDs = slices.Clone(t.have)
+	}
+}
+
+// retryable reports whether a failed submission may succeed if made
+// again: rank 0 gone, restarted or not subscribed, the world re-forming,
+// or this client fallen behind its replies.
+func retryable(rep *api.GenerateReply, err error) bool {
+	switch {
+	case errors.Is(err, ErrRequestLost), errors.Is(err, broadcast.ErrNoResponders), errors.Is(err, ErrOverflow):
+		return true
+	case rep != nil:
+		// Not CodeOverloaded: a full queue answers 429 at once, so that
+		// clients and load balancers back off.
+		return rep.ErrorCode == api.CodeUnavailable
+	}
+	return false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// newRequestID is a random request ID: 16 bytes, hex.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// tracker passes each output token to the callbacks once, in order,
+// whichever submission it came from.
+type tracker struct {
+	cb       Callbacks
+	have     []int32        // the output so far, in order, without gaps
+	held     map[int]int32  // tokens past a gap, until it is filled
+	logprobs []api.Logprobs // by output index; Token -1 where none came
+	lpNext   int            // logprobs before this index were passed on
+}
+
+func (t *tracker) callbacks() Callbacks {
+	return Callbacks{Token: t.token, Logprobs: t.logprob}
+}
+
+func (t *tracker) token(index int, tok int32) {
+	switch {
+	case index < len(t.have):
+		return // a token a resubmission sent again
+	case index > len(t.have):
+		if t.held == nil {
+			t.held = map[int]int32{}
+		}
+		t.held[index] = tok // a reply lost before it: the final reply fills the gap
+		return
+	}
+	t.take(tok)
+	for {
+		next, ok := t.held[len(t.have)]
+		if !ok {
+			return
+		}
+		delete(t.held, len(t.have))
+		t.take(next)
+	}
+}
+
+func (t *tracker) take(tok int32) {
+	if t.cb.Token != nil {
+		t.cb.Token(len(t.have), tok)
+	}
+	t.have = append(t.have, tok)
+}
+
+func (t *tracker) logprob(index int, lp *api.Logprobs) {
+	for len(t.logprobs) <= index {
+		t.logprobs = append(t.logprobs, api.Logprobs{Token: -1})
+	}
+	t.logprobs[index] = *lp
+	if index >= t.lpNext && index < len(t.have) {
+		t.lpNext = index + 1
+		if t.cb.Logprobs != nil {
+			t.cb.Logprobs(index, lp)
+		}
+	}
+}
+
+// finish completes the final reply: the tokens a lost reply left out go to
+// the callbacks from its token list, and it carries the whole output.
+func (t *tracker) finish(rep *api.GenerateReply, err error) (*api.GenerateReply, error) {
+	if rep == nil {
+		return rep, err
+	}
+	if len(rep.Tokens) > len(t.have) && slices.Equal(rep.Tokens[:len(t.have)], t.have) {
+		for _, tok := range rep.Tokens[len(t.have):] {
+			t.take(tok)
+		}
+	}
+	if rep.Done {
+		rep.Tokens = t.have
+	}
+	if len(t.logprobs) > 0 {
+		rep.TokenLogprobs = t.logprobs
+	}
+	return rep, err
+}

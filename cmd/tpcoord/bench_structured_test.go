@@ -3,6 +3,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,13 +15,18 @@ import (
 // TestBenchStructuredJSON runs two tiny rounds on a real job (the
 // synthetic executor, cl100k_base on rank 0) and checks the lines' shape
 // and counts, never a time: every unconstrained request gives its
-// max_tokens, and every constrained output that stopped is JSON.
+// max_tokens, and every constrained one, under a schema short enough to
+// end within them, stops with JSON.
 func TestBenchStructuredJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real cluster")
 	}
+	schema := filepath.Join(t.TempDir(), "yes-no.json")
+	if err := os.WriteFile(schema, []byte(`{"enum":["yes","no"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, err := execBench(t, newBenchStructuredCmd(), "--nproc", "2", "--batch", "4", "--tokens", "8",
-		"--forward-time", "1ms", "--rounds", "2", "--json")
+		"--forward-time", "1ms", "--rounds", "2", "--schema", schema, "--json")
 	if err != nil {
 		t.Fatalf("bench structured: %v\noutput:\n%s", err, out)
 	}
@@ -45,7 +52,8 @@ func TestBenchStructuredJSON(t *testing.T) {
 		if unc.Batch != structured.KindUnconstrained || unc.OutputTokens != 4*8 || unc.Stopped != 0 || unc.Round != r {
 			t.Errorf("round %d unconstrained: %+v", r, unc)
 		}
-		if con.Batch != structured.KindConstrained || con.OutputTokens < 4 || con.OutputTokens > 4*8 || con.JSONValid != con.Stopped {
+		// At most 5 tokens ("yes" quoted, a byte a token) and EOS.
+		if con.Batch != structured.KindConstrained || con.OutputTokens < 4 || con.OutputTokens > 4*6 || con.Stopped != 4 || con.JSONValid != 4 {
 			t.Errorf("round %d constrained: %+v", r, con)
 		}
 		if unc.Step == nil || unc.Step.Steps < 8 || con.Step == nil {
@@ -61,7 +69,7 @@ func TestBenchStructuredJSON(t *testing.T) {
 		s.Ratio != stats.Median(s.RoundRatios) || s.Target != structured.TargetRatio {
 		t.Errorf("summary %+v", s)
 	}
-	if s.NProc != 2 || s.Batch != 4 || s.Tokens != 8 || s.Vocab != 100352 || s.EOS != 100257 || s.Schema != "built-in" || s.Rounds != 2 {
+	if s.NProc != 2 || s.Batch != 4 || s.Tokens != 8 || s.Vocab != 100352 || s.EOS != 100257 || s.Schema != schema || s.Rounds != 2 {
 		t.Errorf("summary setup %+v", s.Setup)
 	}
 }

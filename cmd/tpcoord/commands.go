@@ -13,6 +13,6 @@ const (
 func addCommands(root *cobra.Command) {
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks (JSON lines with the machine, the configuration and medians)"}
 	bench.AddCommand(newBenchSamplerCmd(), newBenchBroadcastCmd(), newBenchBroadcastPublisherCmd(), newBenchBroadcastServerCmd(), newBenchBroadcastFollowerCmd(), newBenchE2ECmd())
-	bench.AddCommand(newBenchNoiseCmd(), newBenchStepCmd(), newBenchServeCmd(), newBenchLaunchCmd(), newBenchPrefixCmd())
+	bench.AddCommand(newBenchNoiseCmd(), newBenchStepCmd(), newBenchServeCmd(), newBenchLaunchCmd(), newBenchPrefixCmd(), newBenchStructuredCmd())
 	root.AddCommand(newAgentCmd(), newLaunchCmd(), newServeModelCmd(), newGenerateCmd(), newStatusCmd(), newSampleCmd(), bench, newWorkerCmd(), newServeCmd(), newVersionCmd())
 }

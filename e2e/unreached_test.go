@@ -47,7 +47,7 @@ func TestClientUnknownJobFailsFast(t *testing.T) {
 			[]string{`job "nosuch"`, "tpc.nosuch.generate", "permissions violation", "--ready-file"}},
 		{"status, client user", []string{"status", "--nats", j.info.NATSURL, "--job", "nosuch", "--wait", "3s"},
 			[]string{`job "nosuch"`, "tpc.nosuch.status", "permissions violation", "--ready-file"}},
-		{"generate, rank user", []string{"generate", "--nats", rankURL, "--job", "nosuch", "--prompt", "1,2", "--timeout", "3s"},
+		{"generate, rank user", []string{"generate", "--nats", rankURL, "--job", "nosuch", "--prompt", "1,2", "--timeout", "3s", "--resume-window", "0"},
 			[]string{`job "nosuch"`, "no responders", "--ready-file"}},
 	} {
 		_, stderr, failed, took := clientRun(t, c.args...)
@@ -58,6 +58,23 @@ func TestClientUnknownJobFailsFast(t *testing.T) {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("%s: error does not hold %q:\n%s", c.name, w, stderr)
 			}
+		}
+	}
+}
+
+// TestGenerateWaitsForRank0: with no rank 0 subscribed (it may be
+// restarting), generate resubmits its request until --timeout, saying so
+// at once on stderr, and fails at the timeout naming the fault.
+func TestGenerateWaitsForRank0(t *testing.T) {
+	j := launch(t, "--nproc", "1")
+	rankURL := rankNATSURL(t, j.info.PIDs[0])
+	_, stderr, failed, took := clientRun(t, "generate", "--nats", rankURL, "--job", "nosuch", "--prompt", "1,2", "--timeout", "2s")
+	if !failed || took > 2400*time.Millisecond || took < 1500*time.Millisecond {
+		t.Errorf("failed %v after %v, want a failure at the 2s timeout:\n%s", failed, took, stderr)
+	}
+	for _, w := range []string{"resubmitting", "--resume-window", "no responders"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not hold %q:\n%s", w, stderr)
 		}
 	}
 }

@@ -103,6 +103,7 @@ type generateOptions struct {
 	seed     int64
 	logprobs int
 	so       structuredFlags
+	resume   time.Duration
 }
 
 // structuredFlags are generate's structured-output flags: at most one.
@@ -149,7 +150,7 @@ func newGenerateCmd() *cobra.Command {
 			if err := layerConfig(cmd.Flags()); err != nil {
 				return err
 			}
-			return runGenerate(cmd.Context(), &o, cmd.OutOrStdout())
+			return runGenerate(cmd.Context(), &o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -166,6 +167,7 @@ func newGenerateCmd() *cobra.Command {
 	fs.IntVar(&req.MinTokens, "min-tokens", 0, "stop tokens and EOS are blocked until this many tokens")
 	fs.BoolVar(&req.IgnoreEOS, "ignore-eos", false, "do not stop at EOS")
 	fs.IntVar(&o.logprobs, "logprobs", -1, "return each token's logprob and the top N (0..20; -1: none)")
+	fs.DurationVar(&o.resume, "resume-window", client.DefaultResumeWindow, "how long the request is resubmitted, continuing from the tokens it has, while no rank 0 answers (gone, restarting, re-forming) before it fails (0: never)")
 	fs.StringVar(&o.so.jsonSchema, "json-schema", "", "structured output: a file holding a JSON Schema the output must be valid against")
 	fs.BoolVar(&o.so.jsonObject, "json-object", false, "structured output: any JSON object")
 	fs.StringVar(&o.so.regex, "regex", "", "structured output: a regular expression (RE2) the whole output must match")
@@ -176,7 +178,7 @@ func newGenerateCmd() *cobra.Command {
 
 // runGenerate submits the request and prints its tokens as they stream in;
 // SIGINT/SIGTERM or the timeout cancel it at rank 0.
-func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
+func runGenerate(ctx context.Context, o *generateOptions, out, errOut io.Writer) error {
 	ids, err := parseTokens(o.prompt)
 	if err != nil {
 		return configError("prompt: %w", err)
@@ -205,6 +207,14 @@ func runGenerate(ctx context.Context, o *generateOptions, out io.Writer) error {
 	grace := min(client.DefaultCancelGrace, o.cc.Timeout/10)
 	ctx, cancel := context.WithTimeout(client.WithCancelGrace(sctx, grace), o.cc.Timeout-grace)
 	defer cancel()
+	ctx = client.WithResumeWindow(ctx, o.resume)
+	noticed := false
+	ctx = client.WithResumeNotice(ctx, func(err error, tokens int) {
+		if !noticed { // once: the wait goes on until --timeout or --resume-window
+			noticed = true
+			fmt.Fprintf(errOut, "tpcoord: %v; resubmitting from %d tokens until --timeout or --resume-window passes\n", err, tokens)
+		}
+	})
 	rep, err := client.Generate(ctx, nc, subj, &req, func(_ int, tok int32) {
 		if !o.cc.JSON {
 			fmt.Fprintf(out, "%d ", tok)

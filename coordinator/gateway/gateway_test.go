@@ -232,7 +232,8 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 }
 
 // rank 0's refusals keep their meaning over HTTP: the field, or the
-// status a client should retry on.
+// status a client should retry on (with the resume window off: within it,
+// the gateway resubmits a request refused as unavailable).
 func TestRank0RefusalsMapToStatus(t *testing.T) {
 	for _, c := range []struct {
 		rep        api.GenerateReply
@@ -244,7 +245,7 @@ func TestRank0RefusalsMapToStatus(t *testing.T) {
 		{api.GenerateReply{ErrorCode: api.CodeOverloaded, Error: "overloaded"}, 429, true, ""},
 		{api.GenerateReply{ErrorCode: api.CodeUnavailable, Error: "re-forming"}, 503, true, ""},
 	} {
-		g, f := newTestGateway(t, "x", nil)
+		g, f := newTestGateway(t, "x", func(c *Config) { c.ResumeWindow = 0 })
 		rep := c.rep
 		rep.Done, rep.FinishReason = true, api.FinishError
 		f.fail = &rep

@@ -101,9 +101,9 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 
 // A stream whose rank 0 goes away mid-stream (restarted without the
 // request: its keepalives are answered "not known") ends with an error
-// event and [DONE].
+// event and [DONE] when the gateway does not resubmit (--resume-window 0).
 func TestUpstreamLostEndsStream(t *testing.T) {
-	g, f := newTestGateway(t, strings.Repeat("x", 100), nil)
+	g, f := newTestGateway(t, strings.Repeat("x", 100), func(c *Config) { c.ResumeWindow = 0 })
 	f.hold = make(chan struct{})
 	srv := serve(t, g)
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(`{"prompt":[1],"max_tokens":100,"stream":true}`))

@@ -382,6 +382,7 @@ func TestDriverAcksKeepalives(t *testing.T) {
 // while the bus stays up (a standalone NATS server); the requester's
 // keepalives then find nobody, and after four in a row it stops with
 // client.ErrRequestLost instead of waiting out its context (60 s here).
+// (With the resume window on, the default, that error makes it resubmit.)
 func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 	c := startCluster(t, 2)
 	errc := make(chan error, 1)
@@ -390,6 +391,7 @@ func TestGenerateEndsWhenRank0Dies(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
+		ctx = client.WithResumeWindow(ctx, 0)
 		_, err := client.Generate(ctx, c.requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{9}, MaxTokens: 100000, Params: greedyParams()},
 			func(int, int32) { once.Do(func() { close(first) }) })
 		errc <- err
@@ -412,7 +414,7 @@ func TestGenerateEndsWhenRank0ForgetsRequest(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err := client.Generate(ctx, requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
+	_, err := client.Generate(client.WithResumeWindow(ctx, 0), requester, drvSubj, &api.GenerateRequest{PromptTokenIDs: []int32{1}, MaxTokens: 4}, nil)
 	if !errors.Is(err, client.ErrRequestLost) || !strings.Contains(err.Error(), "no longer holds") {
 		t.Fatalf("Generate: %v, want client.ErrRequestLost saying rank 0 no longer holds the request", err)
 	}

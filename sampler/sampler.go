@@ -87,6 +87,11 @@ type Sampler struct {
 
 	conv     []float32
 	masked   []float32 // maskRow's copy of a float32 row
+	// allow is the row's mask while a row is sampled with it applied
+	// block by block (lazyMask), nil otherwise; exact marks the blocks
+	// whose blockMax is over the allowed tokens (the others' is a bound).
+	allow []uint64
+	exact []bool
 	blockMax []float32
 	hmask    []uint16 // top-p head bitmap, blockSize/16 words per block
 	expArgs  expSumArgs
@@ -183,21 +188,34 @@ func (s *Sampler) sampleRow(r *Row) (int32, error) {
 	}
 	s.grow(vocab)
 	base := s.baseRow(r)
-	if r.Allow != nil {
+	nb := (vocab + blockSize - 1) / blockSize
+	if r.Allow != nil && lazyMask(p) {
+		s.allow = r.Allow
+		defer func() { s.allow = nil }()
+	} else if r.Allow != nil {
 		base = s.maskRow(r, base)
 	}
 	if err := s.buildOverrides(r, p, base); err != nil {
 		return -1, err
 	}
-	nb := (vocab + blockSize - 1) / blockSize
 	s.indexOverrides(vocab, nb)
-	if len(p.AllowedTokenIDs) == 0 && !s.denseOnly && preferSparse(p, vocab) {
+	if len(p.AllowedTokenIDs) == 0 && !s.denseOnly && s.allow == nil && preferSparse(p, vocab) {
 		if tok, ok, err := s.sampleSparse(r, p, base, nb); ok {
 			return tok, err
 		}
 	}
 	if err := s.blockBounds(base, nb); err != nil {
-		return -1, err
+		if s.allow == nil {
+			return -1, err
+		}
+		// A NaN or +Inf, perhaps in a refused token: mask the whole row
+		// (where a refused token's value cannot matter) and look again.
+		s.allow = nil
+		return s.sampleRow(&Row{Logits: s.maskRow(r, base), Dtype: Float32, Params: r.Params, Prompt: r.Prompt, Output: r.Output,
+			EOS: r.EOS, NoiseKey: r.NoiseKey, NoiseRow: r.NoiseRow, Noise: r.Noise, NoiseBound: r.NoiseBound, NoiseBlockMax: r.NoiseBlockMax})
+	}
+	if s.allow != nil {
+		s.exactTop(base, nb)
 	}
 	if len(p.AllowedTokenIDs) > 0 {
 		return s.sampleAllowed(r, p, base)
@@ -273,6 +291,9 @@ func (s *Sampler) buildOverrides(r *Row, p *api.Params, base []float32) error {
 	for _, t := range s.touched {
 		f := s.flags[t]
 		v := base[t]
+		if s.allow != nil && !allowed(s.allow, t) {
+			v = float32(math.Inf(-1)) // refused by the grammar, whatever else applies
+		}
 		if f&flagBias != 0 {
 			v = float32(v + p.LogitBias[t])
 		}
@@ -401,13 +422,16 @@ func (s *Sampler) indexOverrides(n, nb int) {
 func (s *Sampler) blockVals(base []float32, b int) []float32 {
 	lo, hi := b<<blockShift, min((b+1)<<blockShift, len(base))
 	o0, o1 := s.ovStart[b], s.ovStart[b+1]
-	if o0 == o1 {
+	if o0 == o1 && s.allow == nil {
 		return base[lo:hi]
 	}
 	buf := s.blockBuf[:hi-lo]
 	copy(buf, base[lo:hi])
 	for _, o := range s.ov[o0:o1] {
 		buf[int(o.idx)-lo] = o.val
+	}
+	if s.allow != nil {
+		maskBlock(buf, s.allow, lo)
 	}
 	return buf
 }

@@ -502,3 +502,40 @@ func TestAllowLeavesTheCallersRow(t *testing.T) {
 		t.Fatalf("Logprobs: %v, or it changed the caller's logits", err)
 	}
 }
+
+// TestAllowIgnoresRefusedNaN: a NaN or +Inf in a token the mask refuses
+// cannot matter (its logit is −Inf before anything else), on every path;
+// in an allowed token it is still the row's error.
+func TestAllowIgnoresRefusedNaN(t *testing.T) {
+	logits := zipfRow(1000, 1.0, 5)
+	allow := randomAllow(1000, 2, 6)
+	bad := slices.Clone(logits)
+	var refused, allowedTok int = -1, -1
+	for i := range bad {
+		switch {
+		case allow[i/64]>>(i%64)&1 == 0 && refused < 0:
+			refused = i
+		case allow[i/64]>>(i%64)&1 == 1 && allowedTok < 0:
+			allowedTok = i
+		}
+	}
+	bad[refused] = float32(math.NaN())
+	s := New(DefaultConfig())
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 0}, {Temperature: 1, TopP: 0.9}} {
+		row := Row{Logits: bad, Params: &p, EOS: -1, NoiseKey: 3, Allow: allow}
+		clean := row
+		clean.Logits = logits
+		var out [2]Result
+		s.Sample([]Row{row, clean}, out[:])
+		if out[0].Err != nil || out[0].Token != out[1].Token {
+			t.Errorf("%+v: NaN in refused token %d: %+v, clean row %+v", p, refused, out[0], out[1])
+		}
+		bad2 := slices.Clone(logits)
+		bad2[allowedTok] = float32(math.Inf(1))
+		row.Logits = bad2
+		s.Sample([]Row{row}, out[:1])
+		if out[0].Err == nil {
+			t.Errorf("%+v: +Inf in allowed token %d sampled %d", p, allowedTok, out[0].Token)
+		}
+	}
+}

@@ -85,13 +85,13 @@ type Sampler struct {
 	gMax float32
 	tab  [tabSize + 1]float32 // tab[j] = Gumbel at key j<<tabShift; tab[tabSize] at key MaxUint32
 
-	conv     []float32
-	masked   []float32 // maskRow's copy of a float32 row
+	conv   []float32
+	masked []float32 // maskRow's copy of a float32 row
 	// allow is the row's mask while a row is sampled with it applied
 	// block by block (lazyMask), nil otherwise; exact marks the blocks
 	// whose blockMax is over the allowed tokens (the others' is a bound).
-	allow []uint64
-	exact []bool
+	allow    []uint64
+	exact    []bool
 	blockMax []float32
 	hmask    []uint16 // top-p head bitmap, blockSize/16 words per block
 	expArgs  expSumArgs

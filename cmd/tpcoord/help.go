@@ -57,15 +57,6 @@ func setGroup(fs *pflag.FlagSet, group string, names ...string) {
 	}
 }
 
-// groupRest puts every flag of fs that has no section yet in group.
-func groupRest(fs *pflag.FlagSet, group string) {
-	fs.VisitAll(func(f *pflag.Flag) {
-		if groupOf(f) == "" {
-			setGroup(fs, group, f.Name)
-		}
-	})
-}
-
 func groupOf(f *pflag.Flag) string {
 	if g := f.Annotations[groupKey]; len(g) > 0 {
 		return g[0]

@@ -272,3 +272,12 @@ func runLaunch(ctx context.Context, cfg launch.Config, o *launchOptions, gw *lau
 	}
 	return launch.Run(ctx, cfg, gw.beside(use))
 }
+
+// groupRest puts every flag of fs that has no section yet in group.
+func groupRest(fs *pflag.FlagSet, group string) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if groupOf(f) == "" {
+			setGroup(fs, group, f.Name)
+		}
+	})
+}

@@ -510,7 +510,7 @@ func TestAllowIgnoresRefusedNaN(t *testing.T) {
 	logits := zipfRow(1000, 1.0, 5)
 	allow := randomAllow(1000, 2, 6)
 	bad := slices.Clone(logits)
-	var refused, allowedTok int = -1, -1
+	refused, allowedTok := -1, -1
 	for i := range bad {
 		switch {
 		case allow[i/64]>>(i%64)&1 == 0 && refused < 0:

@@ -190,7 +190,7 @@ func longRequest(t *testing.T, j *job, nranks int, timeout time.Duration) <-chan
 	go func() {
 		ctx, cancel := contextWithTimeout(timeout + time.Minute)
 		defer cancel()
-		_, err := j.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "50000", "--ignore-eos", "--timeout", timeout.String())
+		_, err := j.generate(ctx, "--prompt", "3,1,4", "--max-tokens", "50000", "--ignore-eos", "--timeout", timeout.String(), "--resume-window", "0")
 		genErr <- err
 	}()
 	poll.UntilDetail(t, 60*time.Second, "decoding under way", func() (bool, string) {

@@ -399,7 +399,7 @@ func TestFrozenFollowerNotCountedPresent(t *testing.T) {
 		ranks, err := c.status()
 		return err == nil && len(ranks) > 0 && ranks[0].Rank == 0 && ranks[0].State == "reforming", fmt.Sprintf("%+v %v", ranks, err)
 	})
-	if _, err := c.generate(t.Context(), "--prompt", "1,2", "--max-tokens", "4"); err == nil || !strings.Contains(err.Error(), "unavailable") {
+	if _, err := c.generate(t.Context(), "--prompt", "1,2", "--max-tokens", "4", "--resume-window", "0"); err == nil || !strings.Contains(err.Error(), "unavailable") {
 		t.Errorf("a request while rank 2 is frozen: %v, want it refused as unavailable", err)
 	}
 	if err := frozen.cmd.Process.Signal(syscall.SIGKILL); err != nil {

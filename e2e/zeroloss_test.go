@@ -110,7 +110,7 @@ func streamCompletion(url string, seed, maxTokens int, first func()) (sseResult,
 			}
 		}
 	}
-	return s, fmt.Errorf("the stream ended without [DONE] after %d tokens: %v", len(s.tokens), sc.Err())
+	return s, fmt.Errorf("the stream ended without [DONE] after %d tokens: %w", len(s.tokens), sc.Err())
 }
 
 // TestRank0KilledStreamsContinue (issue 37): agents started by hand under

@@ -6,6 +6,7 @@ package rank
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -173,6 +174,12 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 		d.reply(m.Reply, api.FailedReply(err, api.CodeInvalid))
 		return
 	}
+	if endedBefore(req, d.cfg.EOS) {
+		// Resubmitted after its last token, a stop, came but its final
+		// reply was lost: it ended then, as it would have.
+		d.reply(m.Reply, api.GenerateReply{Done: true, FinishReason: api.FinishStop, Tokens: req.ResumeTokenIDs})
+		return
+	}
 	// A group larger than the queue would fill it and be refused as
 	// overloaded at every try: it is refused for good.
 	if req.Group > d.cfg.MaxQueue {
@@ -198,4 +205,16 @@ func (d *Driver) onGenerate(m *broadcast.Msg) {
 	default:
 		d.reply(m.Reply, api.FailedReply(core.Overloaded(len(d.l.intake)), api.CodeOverloaded))
 	}
+}
+
+// endedBefore reports whether a resubmitted request's output already ends
+// with a token that stops it: EOS (unless ignore_eos) or a stop token, past
+// min_tokens.
+func endedBefore(req *api.GenerateRequest, eos int32) bool {
+	n := len(req.ResumeTokenIDs)
+	if n == 0 || n < req.MinTokens {
+		return false
+	}
+	last := req.ResumeTokenIDs[n-1]
+	return last == eos && eos >= 0 && !req.IgnoreEOS || slices.Contains(req.StopTokenIDs, last)
 }

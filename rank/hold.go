@@ -86,7 +86,9 @@ func (h *Hold) Fail(err error) {
 			tokens = []int32{}
 		}
 		endSpan(r, api.FinishError, err, time.Now())
-		h.publish(r.Tag, api.GenerateReply{Done: true, FinishReason: api.FinishError, Tokens: tokens, Error: err.Error()})
+		// Unavailable: the job may come back, and the client may submit
+		// the request again from its tokens.
+		h.publish(r.Tag, api.GenerateReply{Done: true, FinishReason: api.FinishError, Tokens: tokens, Error: err.Error(), ErrorCode: api.CodeUnavailable})
 	}
 	_ = h.tr.Flush(context.Background())
 }

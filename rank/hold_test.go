@@ -118,7 +118,7 @@ func TestHoldFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Fail(errors.New("rank 0 is shutting down"))
-	if r := rep.next(t); !r.Done || r.FinishReason != api.FinishError || r.Error != "rank 0 is shutting down" || !slices.Equal(r.Tokens, []int32{8}) {
+	if r := rep.next(t); !r.Done || r.FinishReason != api.FinishError || r.Error != "rank 0 is shutting down" || r.ErrorCode != api.CodeUnavailable || !slices.Equal(r.Tokens, []int32{8}) {
 		t.Fatalf("held request after Fail: %+v", r)
 	}
 }

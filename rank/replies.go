@@ -5,6 +5,7 @@ package rank
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -78,6 +79,11 @@ func (d *Driver) finish(r *Request, now time.Time) {
 	}
 	if r.Err != nil {
 		rep.Error = r.Err.Error()
+		if errors.Is(r.Err, errDrained) {
+			// The job may come back (systemd restarts it; the world
+			// re-forms): a client may submit it again from its tokens.
+			rep.ErrorCode = api.CodeUnavailable
+		}
 	}
 	if t := state(r).times; !t.received.IsZero() {
 		tm := &api.Timings{TotalMs: ms(now.Sub(t.received))}
@@ -97,12 +103,17 @@ func (d *Driver) finish(r *Request, now time.Time) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// drain answers every open request when the loop stops.
+// errDrained marks the error of a request answered because rank 0's loop
+// stopped under it.
+var errDrained = errors.New("rank 0 stopped")
+
+// drain answers every open request when the loop stops, as unavailable: a
+// client may submit it again (to a restarted rank 0) from its tokens.
 func (d *Driver) drain(cause error) {
 	d.take()
-	reason, err := api.FinishError, cause
+	reason, err := api.FinishError, fmt.Errorf("%w: %w", errDrained, cause)
 	if cause == nil {
-		err = errors.New("rank 0 is shutting down")
+		err = fmt.Errorf("%w: shutting down", errDrained)
 	}
 	now := time.Now()
 	for _, r := range d.l.core.Drain(reason, err) {

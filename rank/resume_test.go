@@ -19,7 +19,8 @@ import (
 // every k.
 func TestDriverResumeSameTokens(t *testing.T) {
 	c, _ := kvJob(t, nil, nil)
-	for i := range 4 {
+	stopped := 0
+	for i := range 8 {
 		full, err := client.Generate(context.Background(), c.requester, drvSubj, kvRequest(i), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -42,6 +43,21 @@ func TestDriverResumeSameTokens(t *testing.T) {
 				t.Fatalf("request %d resumed after %d tokens: final %v, streamed %v from index %d; undisturbed %v", i, k, rep.Tokens, streamed, first, full.Tokens)
 			}
 		}
+		if full.FinishReason != api.FinishStop {
+			continue
+		}
+		stopped++
+		// Resubmitted with all its tokens, the last a stop (its final
+		// reply lost): it ends at once as it did, generating nothing.
+		req := kvRequest(i)
+		req.ResumeTokenIDs = full.Tokens
+		rep, err := client.Generate(context.Background(), c.requester, drvSubj, req, func(int, int32) { t.Errorf("request %d: a token after its stop", i) })
+		if err != nil || rep.FinishReason != api.FinishStop || !slices.Equal(rep.Tokens, full.Tokens) {
+			t.Fatalf("request %d resumed after its stop: %+v %v", i, rep, err)
+		}
+	}
+	if stopped == 0 {
+		t.Fatal("no request stopped at EOS: the resubmission after a stop is not exercised")
 	}
 }
 

@@ -87,6 +87,9 @@ func allowWords(allow []uint64, lo, n int) []uint64 {
 	return allow[w0:]
 }
 
+// exactTopRounds bounds exactTop's rounds before it masks every block.
+const exactTopRounds = 8
+
 // exactTop makes the blockMax of the blocks that may hold the row's largest
 // allowed logit exact: while the largest bound is a block's unmasked
 // maximum, that block's maximum over its allowed tokens replaces it. Then
@@ -104,7 +107,14 @@ func (s *Sampler) exactTop(base []float32, nb int) {
 		s.exactSparse(base, nb)
 		return
 	}
-	for {
+	for round := 0; ; round++ {
+		if round == exactTopRounds {
+			// The grammar refuses what the model prefers: each round
+			// rescans every bound, so bound the rounds and take every
+			// block's allowed maximum (a masked pass over the row).
+			s.exactAll(base, nb)
+			return
+		}
 		M := float32(math.Inf(-1))
 		for _, m := range s.blockMax[:nb] {
 			if m > M { // not the builtin max: a call on POWER8 (see blockmax.Of)
@@ -166,5 +176,16 @@ func (s *Sampler) exactSparse(base []float32, nb int) {
 		}
 		s.blockMax[b] = m
 		s.exact[b] = true
+	}
+}
+
+// exactAll sets every block's blockMax to its maximum over its allowed
+// tokens.
+func (s *Sampler) exactAll(base []float32, nb int) {
+	for b := range nb {
+		if !s.exact[b] {
+			s.blockMax[b], _ = blockmax.Of(s.blockVals(base, b))
+			s.exact[b] = true
+		}
 	}
 }

@@ -521,7 +521,8 @@ func TestAllowIgnoresRefusedNaN(t *testing.T) {
 	}
 	bad[refused] = float32(math.NaN())
 	s := New(DefaultConfig())
-	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 0}, {Temperature: 1, TopP: 0.9}} {
+	biased := map[int32]float32{int32(refused): 3} // an override on the refused NaN too
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 0}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, LogitBias: biased}} {
 		row := Row{Logits: bad, Params: &p, EOS: -1, NoiseKey: 3, Allow: allow}
 		clean := row
 		clean.Logits = logits
@@ -536,6 +537,39 @@ func TestAllowIgnoresRefusedNaN(t *testing.T) {
 		s.Sample([]Row{row}, out[:1])
 		if out[0].Err == nil {
 			t.Errorf("%+v: +Inf in allowed token %d sampled %d", p, allowedTok, out[0].Token)
+		}
+	}
+}
+
+// TestAllowAgainstThePreference: a grammar that refuses what the model
+// prefers (every allowed token 10 below the refused ones) over many
+// blocks, so that the block bounds mislead and exactTop gives up its
+// rounds for a masked pass: still exactly the full-row argmax.
+func TestAllowAgainstThePreference(t *testing.T) {
+	const vocab = 20000
+	logits := zipfRow(vocab, 1.0, 12)
+	allow := randomAllow(vocab, 3, 13)
+	for i := range logits {
+		if allow[i/64]>>(i%64)&1 == 1 {
+			logits[i] -= 10
+		}
+	}
+	s, dense := New(DefaultConfig()), New(DefaultConfig())
+	dense.denseOnly = true
+	noise, bounds := make([]float32, vocab), make([]float32, vocab)
+	for _, p := range []api.Params{{Temperature: 1}, {Temperature: 0}, {Temperature: 0.7, LogitBias: map[int32]float32{5: 50}}} {
+		for d := range scale(20) {
+			row := Row{Logits: logits, Params: &p, EOS: -1, NoiseKey: 21, NoiseRow: uint64(d), Allow: allow}
+			want := fullRow(row)
+			pooled, bounded := withPoolNoise(row, noise, bounds)
+			var out [4]Result
+			s.Sample([]Row{row, pooled, bounded}, out[:3])
+			dense.Sample([]Row{row}, out[3:])
+			for i, r := range out {
+				if r.Err != nil || r.Token != want {
+					t.Fatalf("%+v draw %d path %d: got %d %v, full row gives %d", p, d, i, r.Token, r.Err, want)
+				}
+			}
 		}
 	}
 }

@@ -82,6 +82,9 @@ func (p *Params) Validate(vocab int) error {
 		if p.IgnoreEOS {
 			return fielderr.New("ignore_eos", "cannot be set with structured outputs: the output ends where its grammar does")
 		}
+		if p.MinTokens > 0 {
+			return fielderr.New("min_tokens", "cannot be set with structured outputs: the output ends where its grammar does, which may be sooner")
+		}
 	}
 	if len(p.LogitBias) > MaxLogitBias {
 		return fielderr.New("logit_bias", "has %d entries, at most %d", len(p.LogitBias), MaxLogitBias)

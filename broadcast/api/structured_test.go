@@ -73,6 +73,7 @@ func TestParseStructuredOutputs(t *testing.T) {
 	for body, field := range map[string]string{
 		`{"prompt_token_ids":[1],"max_tokens":4,"structured_outputs":{}}`:                                   "structured_outputs",
 		`{"prompt_token_ids":[1],"max_tokens":4,"ignore_eos":true,"structured_outputs":{"regex":"a"}}`:      "ignore_eos",
+		`{"prompt_token_ids":[1],"max_tokens":4,"min_tokens":2,"structured_outputs":{"regex":"a"}}`:         "min_tokens",
 		`{"prompt_token_ids":[1],"max_tokens":4,"structured_outputs":{"regex":"a","grammar":"root ::= x"}}`: "structured_outputs",
 	} {
 		_, err := ParseGenerateRequest([]byte(body), 10)

@@ -35,6 +35,9 @@ func (g *Gateway) constrain(so *api.StructuredOutputs, field string, pl *plan) *
 	if pl.base.IgnoreEOS {
 		return badRequest("ignore_eos", "cannot be set with structured outputs: the output ends where its grammar does")
 	}
+	if pl.base.MinTokens > 0 {
+		return badRequest("min_tokens", "cannot be set with structured outputs: the output ends where its grammar does, which may be sooner")
+	}
 	if !g.checks.seen(so.Key()) {
 		kind, src, choices := so.Kind()
 		gr, err := grammar.Build(kind, src, choices)

@@ -69,6 +69,7 @@ func TestStructuredRefusals(t *testing.T) {
 		{`"structured_outputs":{"json_object":true,"whitespace_pattern":" *"}`, "structured_outputs.whitespace_pattern", "compact"},
 		{`"guided_choice":["a"],"response_format":{"type":"json_object"}`, "guided_choice", "response_format"},
 		{`"guided_choice":["a"],"ignore_eos":true`, "ignore_eos", "grammar"},
+		{`"guided_choice":["a"],"min_tokens":3`, "min_tokens", "grammar"},
 		{`"guided_whitespace_pattern":" "`, "guided_whitespace_pattern", "compact"},
 	} {
 		g, f := newTestGateway(t, "abc", nil, WithTokenizer(byteTokenizer{}))

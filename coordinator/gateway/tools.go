@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 
@@ -155,10 +156,23 @@ func (tp *toolPlan) function(name string) *functionIn {
 }
 
 // callsSchema is the JSON Schema of "required": an array of calls, each
-// one of the tools with its parameters.
+// one of the tools with its parameters. Each tool's parameters schema sits
+// under $defs as tool<i>, its own references ("#", "#/$defs/…") rewritten
+// to point there, so that a schema with $defs (pydantic's nested models)
+// means the same inside the calls schema as alone.
 func (tp *toolPlan) callsSchema() json.RawMessage {
 	var b bytes.Buffer
-	b.WriteString(`{"type":"array","minItems":1,`)
+	b.WriteString(`{"$defs":{`)
+	for i, t := range tp.tools {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"tool%d":`, i)
+		if err := rebaseRefs(&b, t.Function.Parameters, fmt.Sprintf("#/$defs/tool%d", i)); err != nil {
+			b.Write(bytes.TrimSpace(t.Function.Parameters)) // not JSON: the grammar says why
+		}
+	}
+	b.WriteString(`},"type":"array","minItems":1,`)
 	if !tp.parallel {
 		b.WriteString(`"maxItems":1,`)
 	}
@@ -168,11 +182,67 @@ func (tp *toolPlan) callsSchema() json.RawMessage {
 			b.WriteByte(',')
 		}
 		name, _ := json.Marshal(t.Function.Name)
-		fmt.Fprintf(&b, `{"type":"object","properties":{"name":{"const":%s},"parameters":%s},"required":["name","parameters"],"additionalProperties":false}`,
-			name, bytes.TrimSpace(t.Function.Parameters))
+		fmt.Fprintf(&b, `{"type":"object","properties":{"name":{"const":%s},"parameters":{"$ref":"#/$defs/tool%d"}},"required":["name","parameters"],"additionalProperties":false}`,
+			name, i)
 	}
 	b.WriteString(`]}}`)
 	return b.Bytes()
+}
+
+// rebaseRefs writes schema to b, token by token (keys keep their order),
+// with every "$ref" that points into it ("#…") made to point under base.
+func rebaseRefs(b *bytes.Buffer, schema []byte, base string) error {
+	dec := json.NewDecoder(bytes.NewReader(schema))
+	dec.UseNumber()
+	var stack []bool // per open container: true for an object
+	first, key, ref := true, true, false
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		inObject := len(stack) > 0 && stack[len(stack)-1]
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			b.WriteRune(rune(d))
+			stack = stack[:len(stack)-1]
+			first, key = false, len(stack) > 0 && stack[len(stack)-1]
+			continue
+		}
+		if !first {
+			if inObject && key {
+				b.WriteByte(',')
+			} else if inObject {
+				b.WriteByte(':')
+			} else {
+				b.WriteByte(',')
+			}
+		}
+		first = false
+		switch v := tok.(type) {
+		case json.Delim:
+			b.WriteRune(rune(v))
+			stack = append(stack, v == '{')
+			first, key = true, v == '{'
+			continue
+		case string:
+			if inObject && !key && ref && strings.HasPrefix(v, "#") {
+				v = base + v[1:]
+			}
+			ref = inObject && key && v == "$ref"
+			s, _ := json.Marshal(v)
+			b.Write(s)
+		default:
+			s, _ := json.Marshal(v)
+			b.Write(s)
+			ref = false
+		}
+		if inObject {
+			key = !key
+		}
+	}
 }
 
 // toolCall is one call of an answer, as OpenAI's.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -97,6 +98,7 @@ func TestRequiredSchema(t *testing.T) {
 	for _, parallel := range []bool{true, false} {
 		tp := &toolPlan{mode: toolsRequired, tools: weatherTools(), parallel: parallel}
 		var s struct {
+			Defs     map[string]json.RawMessage `json:"$defs"`
 			Type     string
 			MinItems int
 			MaxItems *int
@@ -104,7 +106,9 @@ func TestRequiredSchema(t *testing.T) {
 				AnyOf []struct {
 					Properties struct {
 						Name       struct{ Const string }
-						Parameters json.RawMessage
+						Parameters struct {
+							Ref string `json:"$ref"`
+						}
 					}
 					Required []string
 				}
@@ -114,9 +118,37 @@ func TestRequiredSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		if s.Type != "array" || s.MinItems != 1 || (s.MaxItems != nil) == parallel || len(s.Items.AnyOf) != 2 ||
-			s.Items.AnyOf[1].Properties.Name.Const != "get_time" || string(s.Items.AnyOf[0].Properties.Parameters) != string(weatherTools()[0].Function.Parameters) {
+			s.Items.AnyOf[1].Properties.Name.Const != "get_time" || s.Items.AnyOf[0].Properties.Parameters.Ref != "#/$defs/tool0" ||
+			string(s.Defs["tool0"]) != string(weatherTools()[0].Function.Parameters) {
 			t.Errorf("parallel=%v: %s", parallel, tp.constraint().JSON)
 		}
+	}
+}
+
+// TestRequiredSchemaKeepsRefs: a tool's own references ($defs, as
+// pydantic writes nested models, and "#") still resolve inside the calls
+// schema, key order kept; the request compiles and reaches rank 0.
+func TestRequiredSchemaKeepsRefs(t *testing.T) {
+	params := `{"$defs":{"Loc":{"type":"object","properties":{"city":{"type":"string"},"near":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["city","near"]}},` +
+		`"type":"object","properties":{"where":{"$ref":"#/$defs/Loc"},"days":{"type":"integer"}},"required":["where","days"]}`
+	var b bytes.Buffer
+	if err := rebaseRefs(&b, []byte(params), "#/$defs/tool3"); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.NewReplacer(`"#/$defs/Loc"`, `"#/$defs/tool3/$defs/Loc"`, `"#"`, `"#/$defs/tool3"`).Replace(params)
+	if b.String() != want {
+		t.Fatalf("rebased:\n%s\nwant\n%s", b.String(), want)
+	}
+	g, f := newTestGateway(t, `[{"name":"find","parameters":{"where":{"city":"x","near":null},"days":1}}]`, nil, WithTokenizer(byteTokenizer{template: true}))
+	srv := serve(t, g)
+	resp := post(t, srv, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required",`+
+		`"tools":[{"type":"function","function":{"name":"find","parameters":`+params+`}}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %+v", resp.StatusCode, decode[errorBody](t, resp).Error)
+	}
+	a := decode[chatAnswer](t, resp)
+	if len(a.Choices[0].Message.ToolCalls) != 1 || len(f.requests()) != 1 {
+		t.Fatalf("answer %+v", a)
 	}
 }
 

@@ -98,7 +98,7 @@ func resumable(ctx context.Context, req *api.GenerateRequest, cb Callbacks, atte
 			return t.finish(rep, err)
 		}
 		backoff = min(2*backoff, resumeBackoffLast)
-		r.ResumeTokenIDs = slices.Clone(t.have)
+		r.ResumeTokenIDs = t.resumeFrom(r.Logprobs != nil)
 	}
 }
 
@@ -176,19 +176,42 @@ func (t *tracker) take(tok int32) {
 		t.cb.Token(len(t.have), tok)
 	}
 	t.have = append(t.have, tok)
+	t.flushLogprobs()
 }
 
 func (t *tracker) logprob(index int, lp *api.Logprobs) {
+	if index < t.lpNext {
+		return // passed on already
+	}
 	for len(t.logprobs) <= index {
 		t.logprobs = append(t.logprobs, api.Logprobs{Token: -1})
 	}
 	t.logprobs[index] = *lp
-	if index >= t.lpNext && index < len(t.have) {
-		t.lpNext = index + 1
+	t.flushLogprobs()
+}
+
+// flushLogprobs passes on, in order, the logprobs of tokens passed on,
+// each once: a token's logprobs follow its own call.
+func (t *tracker) flushLogprobs() {
+	for t.lpNext < len(t.have) && t.lpNext < len(t.logprobs) && t.logprobs[t.lpNext].Token != -1 {
 		if t.cb.Logprobs != nil {
-			t.cb.Logprobs(index, lp)
+			t.cb.Logprobs(t.lpNext, &t.logprobs[t.lpNext])
 		}
+		t.lpNext++
 	}
+}
+
+// resumeFrom is the output a resubmission continues after: every token
+// received, or, when the request wants logprobs, those whose logprobs came
+// (rank 0 sends them a step after the token; the others are sampled and
+// sent again, the same tokens, with their logprobs). Tokens held past a
+// gap are dropped: the resubmission sends them again.
+func (t *tracker) resumeFrom(logprobs bool) []int32 {
+	t.held = nil
+	if logprobs {
+		return slices.Clone(t.have[:t.lpNext])
+	}
+	return slices.Clone(t.have)
 }
 
 // finish completes the final reply: the tokens a lost reply left out go to

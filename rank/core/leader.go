@@ -142,12 +142,14 @@ func (l *Leader) Take(now time.Time, in Input) *Ready {
 var ErrSuperseded = errors.New("superseded: its requester submitted it again (the same request_id)")
 
 func (l *Leader) submit(r *Request, now time.Time) {
+	submit := l.sched.Submit
 	if old := l.sched.FindID(r.ID); old != nil {
 		if c := l.sched.Cancel(old.Tag, ErrSuperseded); c != nil {
 			l.end(c)
 		}
+		submit = l.sched.SubmitReplacing
 	}
-	if err := l.sched.Submit(r); err != nil {
+	if err := submit(r); err != nil {
 		code := ""
 		switch {
 		case errors.Is(err, ErrOverloaded):

@@ -179,10 +179,21 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 
 // Submit queues r and assigns its sequence ID.
 func (s *Scheduler) Submit(r *Request) error {
+	return s.submit(r, false)
+}
+
+// SubmitReplacing is Submit for a request that replaces one just cancelled
+// (a resubmission of the same ID): it takes the place of that one, so a
+// full queue does not refuse it.
+func (s *Scheduler) SubmitReplacing(r *Request) error {
+	return s.submit(r, true)
+}
+
+func (s *Scheduler) submit(r *Request, replacing bool) error {
 	if err := s.fits(r); err != nil {
 		return err
 	}
-	if len(s.waiting) >= s.cfg.MaxQueue {
+	if len(s.waiting) >= s.cfg.MaxQueue && !replacing {
 		return Overloaded(len(s.waiting))
 	}
 	r.Seq = s.nextSeq

@@ -129,7 +129,7 @@ func stream1(ctx context.Context, tr broadcast.Transport, subj broadcast.Subject
 	detach, err := attach(ctx, s)
 	defer detach()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errNotSubmitted, err)
 	}
 	if err := tr.Publish(&broadcast.Msg{Subject: subj.Generate(), Reply: s.inbox, Data: data, Header: maps.Clone(headerFrom(ctx))}); err != nil {
 		return nil, fmt.Errorf("submit request: %w", err)

@@ -19,6 +19,11 @@ import (
 // world to re-form.
 const DefaultResumeWindow = time.Minute
 
+// errNotSubmitted marks a submission that failed before it was sent (its
+// reply inbox could not be subscribed: the connection to NATS is down,
+// perhaps reconnecting): sending it again may succeed.
+var errNotSubmitted = errors.New("not submitted")
+
 // ErrOverflow is the error of a stream whose client fell behind its
 // replies; the request is resubmitted from the tokens it has.
 var ErrOverflow = errors.New("reply stream overflowed: this client fell behind")
@@ -104,10 +109,12 @@ func resumable(ctx context.Context, req *api.GenerateRequest, cb Callbacks, atte
 
 // retryable reports whether a failed submission may succeed if made
 // again: rank 0 gone, restarted or not subscribed, the world re-forming,
-// or this client fallen behind its replies.
+// this client fallen behind its replies, or its connection down when it
+// subscribed its reply inbox (the soak saw NATS restarts end 4 requests
+// so).
 func retryable(rep *api.GenerateReply, err error) bool {
 	switch {
-	case errors.Is(err, ErrRequestLost), errors.Is(err, broadcast.ErrNoResponders), errors.Is(err, ErrOverflow):
+	case errors.Is(err, ErrRequestLost), errors.Is(err, broadcast.ErrNoResponders), errors.Is(err, ErrOverflow), errors.Is(err, errNotSubmitted):
 		return true
 	case rep != nil:
 		// Not CodeOverloaded: a full queue answers 429 at once, so that

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -116,6 +117,13 @@ func TestResumableGivesUp(t *testing.T) {
 	s := &script{steps: []scriptStep{{err: bad}}}
 	if _, err := resumable(context.Background(), &api.GenerateRequest{MaxTokens: 3}, Callbacks{}, s.attempt); !errors.Is(err, bad) || len(s.resumes) != 1 {
 		t.Fatalf("%v after %d submissions", err, len(s.resumes))
+	}
+	// A submission whose inbox could not be subscribed (NATS down) is made
+	// again.
+	s = &script{steps: []scriptStep{{err: fmt.Errorf("%w: subscribe reply inbox: connection closed", errNotSubmitted)},
+		{rep: &api.GenerateReply{Done: true, FinishReason: api.FinishLength, Tokens: []int32{}}}}}
+	if _, err := resumable(context.Background(), &api.GenerateRequest{MaxTokens: 3}, Callbacks{}, s.attempt); err != nil || len(s.resumes) != 2 {
+		t.Fatalf("not submitted: %v after %d submissions", err, len(s.resumes))
 	}
 	s = &script{steps: []scriptStep{{err: ErrRequestLost}}}
 	if _, err := resumable(WithResumeWindow(context.Background(), 0), &api.GenerateRequest{MaxTokens: 3}, Callbacks{}, s.attempt); !errors.Is(err, ErrRequestLost) || len(s.resumes) != 1 {

@@ -88,8 +88,17 @@ func launch(t *testing.T, args ...string) *job {
 func launchBin(t *testing.T, bin string, args ...string) *job {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
-	j := &job{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
-	j.cmd = exec.Command(bin, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"launch", "--ready-file", ready, "--log-format", "text"}, args...)...)
+	return startJob(t, "launch", cmd, ready, 90*time.Second, func(readyInfo) bool { return true })
+}
+
+// startJob runs cmd, a command that writes the ready file ready (launch,
+// serve-model), and waits up to within for a ready file that complete
+// accepts; it fails the test if cmd exits first. The cleanup kills cmd and
+// every rank it named, and logs its output if the test failed.
+func startJob(t *testing.T, what string, cmd *exec.Cmd, ready string, within time.Duration, complete func(readyInfo) bool) *job {
+	t.Helper()
+	j := &job{t: t, cmd: cmd, log: &syncBuffer{}, exited: make(chan struct{})}
 	j.cmd.Stdout, j.cmd.Stderr = j.log, j.log
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -108,20 +117,20 @@ func launchBin(t *testing.T, bin string, args ...string) *job {
 			}
 		}
 		if t.Failed() {
-			t.Logf("launch output:\n%s", j.log.String())
+			t.Logf("%s output:\n%s", what, j.log.String())
 		}
 	})
-	poll.UntilDetail(t, 90*time.Second, "ready file", func() (bool, string) {
+	poll.UntilDetail(t, within, what+"'s ready file", func() (bool, string) {
 		select {
 		case <-j.exited:
-			t.Fatalf("launch exited before ready: %v\n%s", j.err, j.log.String())
+			t.Fatalf("%s exited before ready: %v\n%s", what, j.err, j.log.String())
 		default:
 		}
 		data, err := os.ReadFile(ready)
 		if err != nil {
 			return false, err.Error()
 		}
-		return json.Unmarshal(data, &j.info) == nil, string(data)
+		return json.Unmarshal(data, &j.info) == nil && complete(j.info), string(data)
 	})
 	return j
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -27,7 +26,6 @@ import (
 	"github.com/tpcoord/tpcoord/broadcast/api"
 	"github.com/tpcoord/tpcoord/coordinator/gateway/tokenizer"
 	"github.com/tpcoord/tpcoord/internal/freeport"
-	"github.com/tpcoord/tpcoord/internal/poll"
 	"github.com/tpcoord/tpcoord/rank/client"
 )
 
@@ -689,43 +687,9 @@ func soServeModel(t *testing.T, dir string, args ...string) *job {
 		t.Fatal(err)
 	}
 	ready := filepath.Join(t.TempDir(), "ready.json")
-	j := &job{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
-	j.cmd = exec.Command(tpcoordBin, append([]string{"serve-model", dir, "--port", strconv.Itoa(port), "--ready-file", ready,
+	cmd := exec.Command(tpcoordBin, append([]string{"serve-model", dir, "--port", strconv.Itoa(port), "--ready-file", ready,
 		"--worker-script", script, "--log-format", "text"}, args...)...)
-	j.cmd.Stdout, j.cmd.Stderr = j.log, j.log
-	if err := j.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { j.err = j.cmd.Wait(); close(j.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-j.exited:
-		default:
-			_ = j.cmd.Process.Kill()
-			<-j.exited
-		}
-		for _, pid := range j.info.PIDs {
-			if alive(pid) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		if t.Failed() {
-			t.Logf("serve-model output:\n%s", tail(j.log.String(), 80))
-		}
-	})
-	poll.UntilDetail(t, 3*time.Minute, "serve-model's ready file", func() (bool, string) {
-		select {
-		case <-j.exited:
-			t.Fatalf("serve-model exited before ready: %v\n%s", j.err, j.log.String())
-		default:
-		}
-		data, err := os.ReadFile(ready)
-		if err != nil {
-			return false, err.Error()
-		}
-		return json.Unmarshal(data, &j.info) == nil && j.info.HTTPURL != "", string(data)
-	})
-	return j
+	return startJob(t, "serve-model", cmd, ready, 3*time.Minute, func(i readyInfo) bool { return i.HTTPURL != "" })
 }
 
 // soChat is a chat completion of a seeded request at temperature 1

@@ -139,7 +139,8 @@ func (s *structured) makeMasks(rows []*Seq, reqs []*Request) {
 			s.errs[i] = err
 			continue
 		}
-		clear(st.mask)
+		// The words past the tokenizer's vocabulary stay zero: only the EOS
+		// bit below is ever set there, and it is cleared as explicitly.
 		copy(st.mask, st.c.Allowed())
 		if s.eos >= 0 && int(s.eos) < s.words*64 {
 			// EOS where the output may end, and only there, even if its

@@ -132,7 +132,7 @@ if $torch; then
   tag=${tag:-localhost/tpcoord-torch-worker}
   mkdir -p "$ctx/torch-worker"
   # What worker.py runs and its README; the tests stay out, as in the packages.
-  git -C "$root" ls-files examples/torch-worker | grep -v -E '(^|/)(test_[^/]*\.py|testlib\.py|agentlib\.py)$' |
+  git -C "$root" ls-files examples/torch-worker | grep -v -E -f "$root/scripts/package/not-shipped.ere" |
     while read -r f; do install -m 0644 "$root/$f" "$ctx/torch-worker/"; done
   torch_base "$basetar"
   build "$ctx" "$root/configs/container/Containerfile.torch-worker" "$tag:$tagver" "$tag:latest"

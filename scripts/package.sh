@@ -104,10 +104,11 @@ tracked() {
 }
 
 # runtime_only: the paths on stdin, less the workers' tests (test_*.py)
-# and the helpers only they import (testlib.py, agentlib.py): the package
-# ships what worker.py runs, and its README.
+# and the helpers only they import (testlib.py, agentlib.py), as
+# package/not-shipped.ere lists them (scripts/image.sh reads it too): the
+# package ships what worker.py runs, and its README.
 runtime_only() {
-  grep -v -E '(^|/)(test_[^/]*\.py|testlib\.py|agentlib\.py)$' || true
+  grep -v -E -f "$root/scripts/package/not-shipped.ere" || true
 }
 
 # stage S: lay out under S what the packages install, as on the host.

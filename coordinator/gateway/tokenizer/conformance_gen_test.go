@@ -1,9 +1,7 @@
 package tokenizer
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -222,23 +220,7 @@ func conformanceFiles(t testing.TB) map[string][]byte {
 
 func TestConformanceFilesAreGenerated(t *testing.T) {
 	for name, want := range conformanceFiles(t) {
-		path := filepath.Join(conformanceDir, name)
-		if *update {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from the generator's output: run with -update, then scripts/tokref/reference.sh", path)
-		}
+		checkGenerated(t, filepath.Join(conformanceDir, name), want, "run with -update, then scripts/tokref/reference.sh")
 	}
 }
 

@@ -2,13 +2,11 @@ package tokenizer
 
 import (
 	"fmt"
+	"math"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
-
-	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // cl100kPattern is cl100k_base's split, as the Llama-3 tokenizer.json
@@ -26,40 +24,7 @@ var (
 // tokens of lower rank that join to it.
 func cl100kAsTokenizerJSON(t testing.TB) []byte {
 	cl100kJSONOnce.Do(func() {
-		ranks, err := tiktokenloader.NewOfflineLoader().LoadTiktokenBpe("cl100k_base.tiktoken")
-		if err != nil {
-			t.Fatal(err)
-		}
-		vocab := make(map[string]int, len(ranks))
-		type m struct {
-			a, b      string
-			r, ra, rb int
-		}
-		var merges []m
-		for tok, r := range ranks {
-			vocab[toByteChars(tok)] = r
-			for i := 1; i < len(tok); i++ {
-				ra, oka := ranks[tok[:i]]
-				rb, okb := ranks[tok[i:]]
-				if oka && okb && ra < r && rb < r {
-					merges = append(merges, m{toByteChars(tok[:i]), toByteChars(tok[i:]), r, ra, rb})
-				}
-			}
-		}
-		sort.Slice(merges, func(i, j int) bool {
-			x, y := merges[i], merges[j]
-			if x.r != y.r {
-				return x.r < y.r
-			}
-			if x.ra != y.ra {
-				return x.ra < y.ra
-			}
-			return x.rb < y.rb
-		})
-		list := make([][2]string, len(merges))
-		for i, mg := range merges {
-			list[i] = [2]string{mg.a, mg.b}
-		}
+		vocab, list := cl100kSubset(t, math.MaxInt)
 		var added []any
 		for s, id := range tiktokenEncodings["cl100k_base"].specials {
 			added = append(added, map[string]any{"id": id, "content": s, "special": true})

@@ -173,24 +173,31 @@ func TestFixtureIsGenerated(t *testing.T) {
 	tok, cfg := genFixture()
 	for _, dir := range fixtureDirs {
 		for name, want := range map[string][]byte{"tokenizer.json": tok, "tokenizer_config.json": cfg} {
-			path := filepath.Join(dir, name)
-			if *update {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			got, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from the generator's output: run with -update", path)
-			}
+			checkGenerated(t, filepath.Join(dir, name), want, "run with -update")
 		}
+	}
+}
+
+// checkGenerated fails unless the file at path holds want, a generator's
+// output; with -update it writes want there instead. todo says what to
+// run when they differ.
+func checkGenerated(t *testing.T, path string, want []byte, todo string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the generator's output: %s", path, todo)
 	}
 }
 

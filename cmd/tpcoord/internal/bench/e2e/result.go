@@ -81,55 +81,18 @@ type Synthetic struct {
 	ForwardTimeMS float64 `json:"forward_time_ms"`
 }
 
-// StepBreakdown is the median time per phase of rank 0's steps, in ms.
-type StepBreakdown struct {
-	Steps   int     `json:"steps"`
-	Await   float64 `json:"await"`
-	Publish float64 `json:"publish"`
-	Forward float64 `json:"forward"`
-	Sample  float64 `json:"sample"`
-	Reply   float64 `json:"reply"`
-	Total   float64 `json:"total"`
-}
+// StepBreakdown is the time per phase of rank 0's steps, in ms.
+type StepBreakdown = stats.StepPhases
 
 // breakdown is the nearest-rank median of each phase over steps; nil for
 // none.
 func breakdown(steps []api.StepTiming) *StepBreakdown {
-	return summarizeSteps(steps, func(v []float64) float64 { return stats.Quantile(v, 0.5) })
+	return stats.SummarizeSteps(steps, func(v []float64) float64 { return stats.Quantile(v, 0.5) })
 }
 
 // meanBreakdown is the mean of each phase over steps; nil for none.
 func meanBreakdown(steps []api.StepTiming) *StepBreakdown {
-	return summarizeSteps(steps, func(v []float64) float64 {
-		sum := 0.0
-		for _, x := range v {
-			sum += x
-		}
-		return sum / float64(len(v))
-	})
-}
-
-// summarizeSteps reduces each phase over steps with agg; nil for none.
-func summarizeSteps(steps []api.StepTiming, agg func([]float64) float64) *StepBreakdown {
-	if len(steps) == 0 {
-		return nil
-	}
-	of := func(f func(api.StepTiming) float64) float64 {
-		v := make([]float64, len(steps))
-		for i, s := range steps {
-			v[i] = f(s)
-		}
-		return agg(v)
-	}
-	return &StepBreakdown{
-		Steps:   len(steps),
-		Await:   of(func(s api.StepTiming) float64 { return s.AwaitMs }),
-		Publish: of(func(s api.StepTiming) float64 { return s.PublishMs }),
-		Forward: of(func(s api.StepTiming) float64 { return s.ForwardMs }),
-		Sample:  of(func(s api.StepTiming) float64 { return s.SampleMs }),
-		Reply:   of(func(s api.StepTiming) float64 { return s.ReplyMs }),
-		Total:   of(func(s api.StepTiming) float64 { return s.TotalMs }),
-	}
+	return stats.SummarizeSteps(steps, stats.Mean)
 }
 
 // StageResult is one JSON line per stage, after the combinations: the

@@ -175,20 +175,12 @@ func compare(s *Summary, ttft []TTFTResult, chat []ChatResult) {
 	onT, onC := split(ModeOn)
 	offT, offC := split(ModeOff)
 	s.On, s.Off = modeSummary(onT, onC), modeSummary(offT, offC)
-	s.TTFTRatio, s.FirstVsRest = ratio(s.On.RestP50, s.Off.RestP50), ratio(s.On.RestP50, s.On.FirstMS)
-	s.ChatComputedRatio = ratio(s.On.ChatComputed, s.Off.ChatComputed)
+	s.TTFTRatio, s.FirstVsRest = stats.Ratio(s.On.RestP50, s.Off.RestP50), stats.Ratio(s.On.RestP50, s.On.FirstMS)
+	s.ChatComputedRatio = stats.Ratio(s.On.ChatComputed, s.Off.ChatComputed)
 	s.RoundRatios = []float64{}
 	for i := range min(len(onT), len(offT)) {
-		s.RoundRatios = append(s.RoundRatios, ratio(onT[i].RestP50, offT[i].RestP50))
+		s.RoundRatios = append(s.RoundRatios, stats.Ratio(onT[i].RestP50, offT[i].RestP50))
 	}
 	s.Target = TargetTTFTRatio
 	s.TargetMet = s.Off.RestP50 > 0 && s.TTFTRatio <= TargetTTFTRatio
-}
-
-// ratio is a over b, 0 when b is not positive.
-func ratio(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a / b
 }

@@ -43,3 +43,12 @@ func Quantiles(v []float64) (p50, p90, p99 float64) {
 
 // US converts nanoseconds to microseconds.
 func US(ns int64) float64 { return float64(ns) / 1e3 }
+
+// Ratio is a over b, 0 when b is not positive (a run that measured
+// nothing compares as 0, not as Inf or NaN).
+func Ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}

@@ -38,15 +38,7 @@ type BatchResult struct {
 }
 
 // Phases are rank 0's step phases in ms over some steps.
-type Phases struct {
-	Steps   int     `json:"steps"`
-	Await   float64 `json:"await"`
-	Publish float64 `json:"publish"`
-	Forward float64 `json:"forward"`
-	Sample  float64 `json:"sample"`
-	Reply   float64 `json:"reply"`
-	Total   float64 `json:"total"`
-}
+type Phases = stats.StepPhases
 
 // batchOutcome is what one batch returned.
 type batchOutcome struct {
@@ -70,41 +62,8 @@ func batchResult(kind string, round int, batch string, b batchOutcome) BatchResu
 	if b.elapsed > 0 {
 		r.TokensPerS = float64(r.OutputTokens) / b.elapsed
 	}
-	r.Step, r.StepMean = phases(b.steps, median), phases(b.steps, mean)
+	r.Step, r.StepMean = stats.SummarizeSteps(b.steps, stats.Median), stats.SummarizeSteps(b.steps, stats.Mean)
 	return r
-}
-
-func median(v []float64) float64 { return stats.Median(v) }
-
-func mean(v []float64) float64 {
-	sum := 0.0
-	for _, x := range v {
-		sum += x
-	}
-	return sum / float64(len(v))
-}
-
-// phases reduces each phase over steps with agg; nil for none.
-func phases(steps []api.StepTiming, agg func([]float64) float64) *Phases {
-	if len(steps) == 0 {
-		return nil
-	}
-	of := func(f func(api.StepTiming) float64) float64 {
-		v := make([]float64, len(steps))
-		for i, s := range steps {
-			v[i] = f(s)
-		}
-		return agg(v)
-	}
-	return &Phases{
-		Steps:   len(steps),
-		Await:   of(func(s api.StepTiming) float64 { return s.AwaitMs }),
-		Publish: of(func(s api.StepTiming) float64 { return s.PublishMs }),
-		Forward: of(func(s api.StepTiming) float64 { return s.ForwardMs }),
-		Sample:  of(func(s api.StepTiming) float64 { return s.SampleMs }),
-		Reply:   of(func(s api.StepTiming) float64 { return s.ReplyMs }),
-		Total:   of(func(s api.StepTiming) float64 { return s.TotalMs }),
-	}
 }
 
 // RoundResult is one JSON line per round, after its two batches.
@@ -120,7 +79,7 @@ type RoundResult struct {
 // roundResult pairs round r's two batches.
 func roundResult(r int, first string, unc, con BatchResult) RoundResult {
 	return RoundResult{Kind: "round", Round: r, First: first, Unconstrained: unc.TokensPerS,
-		Constrained: con.TokensPerS, Ratio: ratio(con.TokensPerS, unc.TokensPerS)}
+		Constrained: con.TokensPerS, Ratio: stats.Ratio(con.TokensPerS, unc.TokensPerS)}
 }
 
 // KindSummary is one kind's figures over the rounds: the median of its
@@ -148,7 +107,7 @@ func kindSummary(batches []BatchResult) KindSummary {
 		steps = append(steps, b.steps...)
 	}
 	k.TokensPerS, k.OutputTokens = stats.Median(tps), stats.Median(toks)
-	k.Step, k.StepMean = phases(steps, median), phases(steps, mean)
+	k.Step, k.StepMean = stats.SummarizeSteps(steps, stats.Median), stats.SummarizeSteps(steps, stats.Mean)
 	return k
 }
 
@@ -206,17 +165,9 @@ func summarize(s *Summary, batches []BatchResult, rounds []RoundResult) {
 		s.RoundRatios = append(s.RoundRatios, r.Ratio)
 	}
 	s.Ratio = stats.Median(s.RoundRatios)
-	s.RatioOfMedians = ratio(s.Constrained.TokensPerS, s.Unconstrained.TokensPerS)
+	s.RatioOfMedians = stats.Ratio(s.Constrained.TokensPerS, s.Unconstrained.TokensPerS)
 	s.Target = TargetRatio
 	s.TargetMet = len(rounds) > 0 && s.Ratio >= TargetRatio
-}
-
-// ratio is a over b, 0 when b is not positive.
-func ratio(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a / b
 }
 
 // stepsIn are the steps that started in [from, to).

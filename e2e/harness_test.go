@@ -74,6 +74,7 @@ type job struct {
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	info   readyInfo
+	ready  string // the ready file
 	exited chan struct{}
 	err    error // valid after exited is closed
 }
@@ -98,7 +99,7 @@ func launchBin(t *testing.T, bin string, args ...string) *job {
 // every rank it named, and logs its output if the test failed.
 func startJob(t *testing.T, what string, cmd *exec.Cmd, ready string, within time.Duration, complete func(readyInfo) bool) *job {
 	t.Helper()
-	j := &job{t: t, cmd: cmd, log: &syncBuffer{}, exited: make(chan struct{})}
+	j := &job{t: t, cmd: cmd, log: &syncBuffer{}, ready: ready, exited: make(chan struct{})}
 	j.cmd.Stdout, j.cmd.Stderr = j.log, j.log
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -133,6 +134,21 @@ func startJob(t *testing.T, what string, cmd *exec.Cmd, ready string, within tim
 		return json.Unmarshal(data, &j.info) == nil && complete(j.info), string(data)
 	})
 	return j
+}
+
+// readyAgain is the ready file now: launch rewrites it when it starts a
+// rank again.
+func (j *job) readyAgain() readyInfo {
+	j.t.Helper()
+	var info readyInfo
+	data, err := os.ReadFile(j.ready)
+	if err == nil {
+		err = json.Unmarshal(data, &info)
+	}
+	if err != nil {
+		j.t.Fatalf("ready file: %v", err)
+	}
+	return info
 }
 
 // stop sends sig to launch and waits up to limit for it to exit; it

@@ -129,12 +129,13 @@ func TestSIGTERMEndsStreams(t *testing.T) {
 }
 
 // TestFollowerKilledUnderWaitEndsStreams: launch --http --on-peer-loss
-// wait, a follower SIGKILLed mid-stream. launch does not restart ranks:
-// it stops the job, so rank 0 holds the requests for a world that will
-// not re-form; after the gateway's shutdown grace every stream ends with
-// an error event and [DONE] instead of being cut.
+// wait --max-restarts 0, a follower SIGKILLed mid-stream. launch does not
+// start it again: it stops the job, so rank 0 holds the requests for a
+// world that will not re-form; after the gateway's shutdown grace every
+// stream ends with an error event and [DONE] instead of being cut. (With
+// restarts, the default, the streams go on: TestLaunchRestartsFailedRanks.)
 func TestFollowerKilledUnderWaitEndsStreams(t *testing.T) {
-	oj := launchHTTP(t, "", "--job", "e2e-wait-streams", "--forward-time", "20ms", "--on-peer-loss", "wait")
+	oj := launchHTTP(t, "", "--job", "e2e-wait-streams", "--forward-time", "20ms", "--on-peer-loss", "wait", "--max-restarts", "0")
 	streams := openStreams(t, oj, 4)
 	sdk := openSDKStream(t, oj)
 	poll.UntilDetail(t, 30*time.Second, "rank 0 decoding every stream", func() (bool, string) {

@@ -33,6 +33,7 @@ type launchOptions struct {
 	DemoRequests  int
 	DemoMaxTokens int
 	StopGrace     time.Duration
+	MaxRestarts   int
 	TuneRuntime   bool
 	NATSInRank0   bool
 	AgentBinary   string
@@ -72,7 +73,10 @@ docs/operations.md.
 
 SIGINT/SIGTERM are forwarded to the ranks; launch exits 0 once they stop.
 SIGUSR1 is relayed to every rank (flight recorder dumps).
-If a rank dies, launch stops the others and exits non-zero naming it.
+If a rank dies, launch stops the others and exits non-zero naming it;
+under --on-peer-loss wait it starts a rank that failed again instead (at
+most --max-restarts times per rank in 10 minutes), and the others hold
+their requests until the world re-forms with it.
 With --demo it submits a few requests, prints their tokens and the output
 tokens/s, and exits.
 
@@ -107,6 +111,7 @@ func (o *launchOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.DemoRequests, "demo-requests", 8, "demo: number of concurrent requests")
 	fs.IntVar(&o.DemoMaxTokens, "demo-max-tokens", 64, "demo: max tokens per request")
 	fs.DurationVar(&o.StopGrace, o.agent.fields.name("StopGrace", "stop-grace"), 10*time.Second, "time ranks get to stop before they are killed")
+	fs.IntVar(&o.MaxRestarts, o.agent.fields.name("MaxRestarts", "max-restarts"), 5, "under --on-peer-loss wait: a rank that fails (exit status other than 0 and 2, or a signal) is started again, at most this many times per rank in 10 minutes; 0 stops the job instead")
 	fs.BoolVar(&o.NATSInRank0, "nats-in-rank0", false, "without --nats: rank 0 hosts the NATS server and publishes to it in-process (faster fan-out; rank 0 does the server's work)")
 	fs.StringVar(&o.AgentBinary, "agent-binary", "", "the binary the ranks run ('BINARY agent ...'); default: tpcoord's agent-only build beside this binary (its name + \"-agent\") if it is the same build, else this binary. A rank 0 that hosts the NATS server (--nats-in-rank0) runs this binary: the agent-only build has no server")
 	o.gw.flags(fs, "http", "")
@@ -116,7 +121,7 @@ func (o *launchOptions) flags(fs *pflag.FlagSet) {
 // launchOwnFlags are launch's flags that are not passed on to the ranks
 // (with the agent flags launch sets itself).
 var launchOwnFlags = []string{"config", "rank", "world-size", "bind", "join", "nats", "nats-serve", "nats-serve-clients", "local", "gossip-key-file",
-	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "tune-runtime", "nats-in-rank0", "agent-binary",
+	"nproc", "ready-file", "demo", "demo-requests", "demo-max-tokens", "stop-grace", "max-restarts", "tune-runtime", "nats-in-rank0", "agent-binary",
 	"http", "served-model-name", "tokenizer", "api-key-file", "tls-cert", "tls-key", "max-body-bytes", "body-timeout", "request-timeout", "resume-window", "default-max-tokens", "chat-max-tokens", "cors-origin"}
 
 func runLaunchCmd(cmd *cobra.Command, o *launchOptions) error {
@@ -184,6 +189,9 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
 		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile, Tokenizer: o.gw.tokenizer,
 		ReadyTimeout: a.RendezvousTimeout + 30*time.Second, StopGrace: o.StopGrace, Output: cmd.ErrOrStderr()}
+	if err := o.restarts(fs, &cfg); err != nil {
+		return cfg, err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return cfg, fmt.Errorf("locate own binary: %w", err)
@@ -198,6 +206,22 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 		return cfg, a.fields.configErr(err)
 	}
 	return cfg, a.validate()
+}
+
+// restarts sets how often launch starts a failed rank again: only ranks
+// under --on-peer-loss wait wait for one (under fail the others have
+// stopped by then).
+func (o *launchOptions) restarts(fs *pflag.FlagSet, cfg *launch.Config) error {
+	const name = "max-restarts"
+	switch {
+	case o.MaxRestarts < 0 || o.MaxRestarts > launch.MaxRestarts:
+		return configError("%s: must be in [0, %d], got %d", name, launch.MaxRestarts, o.MaxRestarts)
+	case o.agent.OnPeerLoss == agent.OnPeerLossWait:
+		cfg.MaxRestarts = o.MaxRestarts
+	case o.MaxRestarts > 0 && fs.Changed(name):
+		return configError("%s: only with --on-peer-loss wait: under fail the other ranks stop when one dies", name)
+	}
+	return nil
 }
 
 // agentBinary is what the ranks run without --agent-binary:

@@ -25,6 +25,14 @@ import (
 // MaxProcs bounds Config.NProc.
 const MaxProcs = 64
 
+// Restarts: Config.MaxRestarts is counted in any RestartWindow, bounded by
+// MaxRestarts; a failed rank is started again RestartDelay after its exit.
+const (
+	MaxRestarts   = 1000
+	RestartWindow = 10 * time.Minute
+	RestartDelay  = 500 * time.Millisecond
+)
+
 // Config is one local job.
 type Config struct {
 	NProc int // ranks 0..NProc-1
@@ -63,6 +71,12 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// StopGrace is how long ranks get to stop before they are killed.
 	StopGrace time.Duration
+	// MaxRestarts, if > 0, has a rank that fails once the job is ready
+	// started again with its command, as systemd's Restart=on-failure
+	// would, at most MaxRestarts times per rank in any RestartWindow: for
+	// ranks under --on-peer-loss wait, which hold their requests until the
+	// world re-forms. 0: a rank's death stops the job.
+	MaxRestarts int
 	// Forward relays signals to every live rank (SIGUSR1: flight dumps).
 	Forward <-chan os.Signal
 	Output  io.Writer // the ranks' stdout and stderr
@@ -82,6 +96,8 @@ func (c *Config) Validate() error {
 		return fielderr.New("StopGrace", "must be > 0, got %v", c.StopGrace)
 	case c.ReadyTimeout <= 0:
 		return fielderr.New("ReadyTimeout", "must be > 0, got %v", c.ReadyTimeout)
+	case c.MaxRestarts < 0 || c.MaxRestarts > MaxRestarts:
+		return fielderr.New("MaxRestarts", "must be in [0, %d], got %d", MaxRestarts, c.MaxRestarts)
 	}
 	return nil
 }
@@ -152,7 +168,8 @@ func Run(ctx context.Context, cfg Config, use func(context.Context, *Job) error)
 	if cfg.Output == nil {
 		cfg.Output = io.Discard
 	}
-	s := &Supervisor{cfg: cfg, log: cfg.Logger.With("job", cfg.Job), exits: make(chan childExit, cfg.NProc), gone: map[int]bool{}, cause: newFirstCause()}
+	s := &Supervisor{cfg: cfg, log: cfg.Logger.With("job", cfg.Job), exits: make(chan childExit, cfg.NProc), gone: map[int]bool{},
+		cause: newFirstCause(), restarts: map[int][]time.Time{}}
 	cause := s.run(ctx, use)
 	stopErr := s.stop(cause)
 	if cause != nil && !errors.Is(cause, errStopped) {
@@ -237,7 +254,11 @@ func (s *Supervisor) spawn(r int, args []string) error {
 		return fmt.Errorf("start rank %d: %w", r, err)
 	}
 	ch := &child{rank: r, cmd: c}
-	s.children = append(s.children, ch)
+	if r < len(s.children) {
+		s.children[r] = ch // started again
+	} else {
+		s.children = append(s.children, ch)
+	}
 	s.wg.Go(func() {
 		err := c.Wait()
 		s.exits <- childExit{rank: ch.rank, pid: c.Process.Pid, err: err}

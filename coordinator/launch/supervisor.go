@@ -51,7 +51,10 @@ type Supervisor struct {
 	unsubs    []func() error
 	cause     *firstCause // what rank 0 said stopped the job
 	key       broadcast.Key
-	keyDir    string // holds the keys' files (makeKeys)
+	keyDir    string              // holds the keys' files (makeKeys)
+	rank0     string              // rank 0's memberlist address, which the others join
+	restarts  map[int][]time.Time // by rank: when it was started again
+	info      *ReadyInfo          // once the job is ready
 }
 
 // run is everything up to the stop: it returns why the job stops.
@@ -113,9 +116,9 @@ func (s *Supervisor) startRanks() error {
 	if err != nil {
 		return err
 	}
-	rank0 := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s.rank0 = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for r := 0; r < s.cfg.NProc; r++ {
-		if err := s.spawn(r, s.rankArgs(r, rank0, s.serve)); err != nil {
+		if err := s.spawn(r, s.rankArgs(r, s.rank0, s.serve)); err != nil {
 			return err
 		}
 	}
@@ -181,10 +184,7 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 		return nil, err
 	}
 	s.unsubs = append(s.unsubs, unsub)
-	pids := make([]int, len(s.children))
-	for i, c := range s.children {
-		pids[i] = c.cmd.Process.Pid
-	}
+	pids := s.pids()
 	attrs := []any{"nproc", s.cfg.NProc, "pids", pids, "binary", s.binary(s.cfg.NProc - 1)}
 	if b := s.binary(0); b != s.binary(s.cfg.NProc-1) {
 		attrs = append(attrs, "rank0_binary", b)
@@ -208,6 +208,7 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 		}
 	}
 	info := ReadyInfo{NATSURL: s.clientURL, Job: s.cfg.Job, PIDs: pids, HTTPURL: s.cfg.HTTPURL}
+	s.info = &info
 	s.log.Info("job ready", "nats_url", natsbus.Redact(s.clientURL), "pids", pids, "ready_file", s.cfg.ReadyFile)
 	if s.cfg.ReadyFile != "" {
 		if err := writeReadyFile(s.cfg.ReadyFile, info); err != nil {
@@ -218,30 +219,34 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 }
 
 // serveUse runs use beside the job until it returns, ctx ends or a rank
-// dies.
+// dies (and is not started again).
 func (s *Supervisor) serveUse(ctx context.Context, job *Job, use func(context.Context, *Job) error) error {
 	done := make(chan error, 1)
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.wg.Go(func() { done <- use(uctx, job) })
-	select {
-	case <-ctx.Done():
-		<-done
-		return errStopped
-	case e := <-s.exits:
-		cancel()
-		<-done
-		return s.died(e)
-	case err := <-done:
-		if err != nil {
-			return err
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			return errStopped
+		case e := <-s.exits:
+			if err := s.afterExit(ctx, e); err != nil {
+				cancel()
+				<-done
+				return err
+			}
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+			return errStopped
 		}
-		return errStopped
 	}
 }
 
-// supervise waits for a signal (ctx) or a rank's death, relaying
-// Config.Forward's signals to the ranks meanwhile.
+// supervise waits for a signal (ctx) or a rank's death (one not started
+// again), relaying Config.Forward's signals to the ranks meanwhile.
 func (s *Supervisor) supervise(ctx context.Context) error {
 	for {
 		select {
@@ -251,7 +256,9 @@ func (s *Supervisor) supervise(ctx context.Context) error {
 			s.log.Info("signal received; stopping ranks")
 			return errStopped
 		case e := <-s.exits:
-			return s.died(e)
+			if err := s.afterExit(ctx, e); err != nil {
+				return err
+			}
 		}
 	}
 }

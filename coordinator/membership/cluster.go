@@ -777,6 +777,14 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 			holder = name
 		}
 	}
+	if holder != "" {
+		// The holder may be dead and not yet declared so: a rank started
+		// again on another address (launch binds port 0). Memberlist
+		// drops a refused alive message; once the holder is gone, the
+		// formation joins the claimant's address (seeds) rather than wait
+		// for its next periodic state exchange, 15 to 30 s away.
+		c.seen[peer.Address()] = true
+	}
 	c.mu.Unlock()
 	if holder != "" {
 		return c.refuse(peer, fmt.Errorf("%w: %s at %s claims rank %d, held by %s", ErrRankTaken, peer.Name, peer.Address(), m.Rank, holder))

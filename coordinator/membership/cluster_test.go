@@ -321,6 +321,13 @@ func TestSecondClaimantRefused(t *testing.T) {
 	if !errors.Is(err, ErrRankTaken) || !strings.Contains(err.Error(), m1.Name()) {
 		t.Fatalf("rank 0's refusal: %v", err)
 	}
+	// The holder may be dead and not yet declared so (the newcomer, a rank
+	// started again on another address): while ranks are missing, rank
+	// 0's formation joins the newcomer's address, which gossip will not
+	// bring again.
+	if seeds := m0.seeds(); !slices.Contains(seeds, dup.Addr()) {
+		t.Fatalf("rank 0 would not join the refused newcomer %s: seeds %v", dup.Addr(), seeds)
+	}
 }
 
 func TestOlderClaimantOfOwnRank(t *testing.T) {

@@ -70,15 +70,23 @@ func (d *Driver) heartbeatLoop(ctx context.Context) {
 // ticked records a heartbeat tick at wall. A tick long overdue means this
 // process was frozen (core.Frozen): nobody could be heard meanwhile, so
 // as after a reconnect (checkLiveness) peers get the grace period again
-// and clients' silence counts from now.
+// and clients' silence counts from now. A tick merely late (core.Late)
+// takes its lateness off the peers' silence.
 func (d *Driver) ticked(wall time.Time) {
 	d.mu.Lock()
 	frozen, gap := core.Frozen(d.lastTick, wall, d.cfg.Heartbeat), wall.Sub(d.lastTick)
-	d.lastTick = wall
-	if frozen {
-		now := d.cfg.Clock()
+	late := core.Late(d.lastTick, wall, d.cfg.Heartbeat)
+	d.lastTick, d.lastLate = wall, late
+	switch now := d.cfg.Clock(); {
+	case frozen:
 		d.deafAt = now
 		d.peerTab.Restart(now)
+	case late > 0:
+		// Stalled for less: a CPU-starved host (a model's threads on
+		// every core), a long GC. Peers' heartbeats may wait unread in
+		// this process's connection; their silence counts without the
+		// stall.
+		d.peerTab.Discount(late, now)
 	}
 	d.mu.Unlock()
 	if frozen {

@@ -22,12 +22,15 @@ func (d *Driver) checkLiveness(now time.Time) {
 		return
 	}
 	lost, silent := d.peerTab.Silent(now)
+	late := d.lastLate
 	d.mu.Unlock()
 	if d.cfg.HeartbeatTimeout <= 0 {
 		return
 	}
 	if lost >= 0 {
-		d.log.Error("peer silent; declaring it lost", "lost_rank", lost, "silent", silent.Round(time.Millisecond))
+		// own_tick_late tells a peer's silence from this process's own
+		// stall, already taken off (0: this process ran on time).
+		d.log.Error("peer silent; declaring it lost", "lost_rank", lost, "silent", silent.Round(time.Millisecond), "own_tick_late", late.Round(time.Millisecond))
 		d.Abort(fmt.Errorf("%w: rank %d: no heartbeat for %v (heartbeat timeout %v)", ErrPeerLost, lost, silent.Round(time.Millisecond), d.cfg.HeartbeatTimeout))
 	}
 }

@@ -58,6 +58,21 @@ func (p *Peers) Restart(now time.Time) {
 	}
 }
 
+// Discount credits every watched rank with d of silence that was this
+// rank's own: it was not running for d (its heartbeat ticker came late),
+// so it could not hear them meanwhile, and a heartbeat waiting unread
+// must not make a peer look silent. Nobody is credited beyond now.
+func (p *Peers) Discount(d time.Duration, now time.Time) {
+	for _, r := range p.Watched() {
+		if h, ok := p.heard[r]; ok {
+			if h = h.Add(d); h.After(now) {
+				h = now
+			}
+			p.heard[r] = h
+		}
+	}
+}
+
 // HeardFrom records a sign of life from rank r at now; hb, if not nil, is
 // what it reported.
 func (p *Peers) HeardFrom(r int, hb *broadcast.Heartbeat, now time.Time) {

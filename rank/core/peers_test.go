@@ -90,3 +90,24 @@ func TestPeerTableFlowControlAndDigests(t *testing.T) {
 		t.Fatalf("compared against a forgotten step: %v", err)
 	}
 }
+
+// TestPeerTableDiscount: silence that was this rank's own stall is taken
+// off a peer's, up to now: a peer heard 0.9 s ago by a rank that stalled
+// for 0.5 s of it is not lost at 1.2 s, but is once silent a second of
+// this rank's running time.
+func TestPeerTableDiscount(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := NewPeers(0, 2, 0, time.Second, time.Second)
+	p.HeardFrom(1, nil, t0)
+	p.Discount(500*time.Millisecond, t0.Add(900*time.Millisecond))
+	if r, _ := p.Silent(t0.Add(1200 * time.Millisecond)); r != -1 {
+		t.Fatalf("rank %d lost after 1.2 s of which 0.5 s was our own stall", r)
+	}
+	if r, s := p.Silent(t0.Add(1501 * time.Millisecond)); r != 1 || s != 1001*time.Millisecond {
+		t.Fatalf("silent = %d, %v; want rank 1 silent 1.001 s of our running time", r, s)
+	}
+	p.Discount(time.Hour, t0.Add(2*time.Second))
+	if r, s := p.Silent(t0.Add(3001 * time.Millisecond)); r != 1 || s != 1001*time.Millisecond {
+		t.Fatalf("silent = %d, %v; a discount past now must credit up to now only", r, s)
+	}
+}

@@ -24,3 +24,20 @@ const (
 func Frozen(last, now time.Time, interval time.Duration) bool {
 	return !last.IsZero() && interval > 0 && now.Sub(last) > max(StallTicks*interval, StallFloor)
 }
+
+// Late is how long past its due time a tick every interval, whose last
+// came at last, came at now: 0 when on time or within half an interval
+// (a loaded host's ordinary delay), and for the first tick. A process
+// whose ticker came late was not running meanwhile, or not enough to run
+// it; the driver does not hold that time against its peers
+// (Peers.Discount). A stall past Frozen's bound counts as a freeze
+// instead.
+func Late(last, now time.Time, interval time.Duration) time.Duration {
+	if last.IsZero() || interval <= 0 {
+		return 0
+	}
+	if late := now.Sub(last) - interval; late > interval/2 {
+		return late
+	}
+	return 0
+}

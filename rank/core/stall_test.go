@@ -66,3 +66,24 @@ func TestLeaderThawedGivesClientsTheirTimeout(t *testing.T) {
 		t.Fatalf("ended %v a whole timeout after the thaw, want [a]", tags(rd.Ended))
 	}
 }
+
+// TestLate: a tick more than half an interval past its due time is late
+// by the excess; on time, slightly late, or the first tick is not.
+func TestLate(t *testing.T) {
+	const hb = 250 * time.Millisecond
+	for _, c := range []struct {
+		last time.Time
+		now  time.Duration
+		want time.Duration
+	}{
+		{time.Time{}, time.Hour, 0},
+		{t0, hb, 0},
+		{t0, hb + hb/2, 0},
+		{t0, hb + hb/2 + time.Millisecond, hb/2 + time.Millisecond},
+		{t0, hb + 700*time.Millisecond, 700 * time.Millisecond},
+	} {
+		if got := Late(c.last, t0.Add(c.now), hb); got != c.want {
+			t.Errorf("last %v, now t0+%v: late %v, want %v", c.last, c.now, got, c.want)
+		}
+	}
+}

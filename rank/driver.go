@@ -48,9 +48,9 @@ type Driver struct {
 	mu       sync.Mutex
 	pos      position
 	peerTab  *core.Peers
-	deafAt   time.Time // the last time this rank heard nobody: its connection down, or the process frozen
+	deafAt   time.Time     // the last time this rank heard nobody: its connection down, or the process frozen
 	lastLate time.Duration // how late the heartbeat ticker's last tick came (core.Late)
-	lastTick time.Time // the heartbeat loop's last tick, on the wall clock (core.Frozen)
+	lastTick time.Time     // the heartbeat loop's last tick, on the wall clock (core.Frozen)
 	rejected map[string]uint64
 	lastWarn map[string]time.Time
 	initErr  error // a configuration NewDriver could not take: Run returns it

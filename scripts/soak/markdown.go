@@ -28,6 +28,7 @@ func markdown(sum *summary, o *options) string {
 	writeComparison(&b, sum)
 	writeFinal(&b, sum)
 	writeRecoveries(&b, sum)
+	writeLatency(&b, sum.Latency)
 	writeExits(&b, sum)
 	writeProcs(&b, sum.Procs)
 	return b.String()
@@ -228,4 +229,33 @@ func writeProcs(b *strings.Builder, procs []procSummary) {
 
 func quad(s stat, f string) string {
 	return fmt.Sprintf(f+" / "+f+" / "+f+" / "+f, s.Start, s.Median, s.End, s.Max)
+}
+
+func writeLatency(b *strings.Builder, a *addedLatency) {
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n## Added latency per fault kind\n\nA request's largest wait: send to first token, or between two tokens. Added latency: the largest wait of a request in flight when a fault was injected, minus the median largest wait of its path's requests that overlapped no fault's window (fault to recovery); requests that did not finish normally are not measured. Baselines: ")
+	var base []string
+	for _, p := range paths {
+		base = append(base, fmt.Sprintf("%s %.1f ms over %d requests", pathNames[p], a.BaselineMs[p], a.Clean[p]))
+	}
+	fmt.Fprintf(b, "%s.\n\n", strings.Join(base, ", "))
+	fmt.Fprintf(b, "| fault | faults | requests | p50 | p99 | max | Go client n, p50, p99 | gateway n, p50, p99 | in flight, not finished |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, k := range a.Kinds {
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s |", k.Kind, k.Faults, k.All.N, latMs(k.All.P50, k.All.N), latMs(k.All.P99, k.All.N), latMs(k.All.Max, k.All.N))
+		for _, p := range paths {
+			s := k.ByPath[p]
+			fmt.Fprintf(b, " %d, %s, %s |", s.N, latMs(s.P50, s.N), latMs(s.P99, s.N))
+		}
+		fmt.Fprintf(b, " %d |\n", k.Failed)
+	}
+}
+
+// latMs is an added latency, "—" when no request was measured.
+func latMs(v float64, n int) string {
+	if n == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f ms", v)
 }

@@ -43,6 +43,7 @@ type summary struct {
 	Exits      []event          `json:"unexpected_exits"`
 	Faults     []faultRecord    `json:"faults"`
 	Recoveries []recovery       `json:"recoveries"`
+	Latency    *addedLatency    `json:"added_latency,omitempty"`
 	Procs      []procSummary    `json:"procs"`
 }
 
@@ -96,6 +97,8 @@ func (s *soak) write() error {
 		sum.ErrorsByFault = errorsByFault(recs, sum.Faults)
 		polls, samples := s.mon.results()
 		sum.Recoveries = recoveries(sum.Faults, recs, polls, s.o.world, sum.LoadEnded)
+		lat := addedLatencies(recs, sum.Recoveries, sum.LoadEnded)
+		sum.Latency = &lat
 		sum.Worlds, sum.Procs = worldsSeen(polls, s.o.world), summarizeProcs(samples)
 		sum.AgentArgs = s.fault.job.agentArgs(1)
 		sum.GatewayArgs = s.fault.job.gw.args

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A soak run: a 4-rank job started by hand (Debian's nats-server with the
 # shipped configuration, one `tpcoord agent` per rank under --on-peer-loss
-# wait) serves a steady mix of requests while followers and rank 0 are
-# killed and restarted, the NATS server is restarted, a follower is frozen,
-# and hostile and forged messages flood the job's subjects. Then every
-# seeded request that finished is replayed on a fresh, fault-free job and
-# its tokens compared. See docs/reliability.md.
+# wait, a `tpcoord serve` gateway) serves a steady mix of requests, half
+# through the Go client and half through the gateway, while followers and
+# rank 0 are killed and restarted, the NATS server is restarted, a
+# follower is frozen, and hostile and forged messages flood the job's
+# subjects. Then every request that finished with a seed (the soak's or
+# the gateway's) is replayed on a fresh, fault-free job and its tokens
+# compared. See docs/reliability.md.
 #
 # Everything (binaries, configuration, logs, reports) lives in one
 # directory, a new temporary one unless --out names one; it is kept, and

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -279,8 +280,17 @@ func (g *Gateway) noteIgnored(w http.ResponseWriter, r *http.Request, ignored []
 	g.log.Warn("request fields ignored", "path", r.URL.Path, "fields", strings.Join(ignored, ","))
 }
 
+// SeedHeader is the answer's header that reports its seed: the request's,
+// or the one drawn for a request without one. The same request with that
+// seed draws the same tokens, so any answer can be reproduced (or checked)
+// later.
+const SeedHeader = "Tpcoord-Seed"
+
 // answer runs a checked plan and answers: all at once, or as a stream.
 func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, pl *plan, f format) {
+	// Before anything is written: a stream's headers go out with its
+	// first token.
+	w.Header().Set(SeedHeader, strconv.FormatUint(pl.seed, 10))
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)
 	defer cancel()
 	ctx = client.WithResumeWindow(ctx, g.cfg.ResumeWindow)

@@ -176,15 +176,25 @@ func TestSeedsPerChoice(t *testing.T) {
 	if want := []uint64{7, 8, 9, 7, 8, 9}; !equal(seeds, want) {
 		t.Fatalf("seeds %v, want %v", seeds, want)
 	}
-	// Unseeded, every choice gets a seed of its own, so that it can be
+	// Unseeded, the request gets a seed drawn for it, in [0, 2^63), used
+	// as a client's: every choice has a seed of its own, so that it can be
 	// continued after a fault with the tokens it would have had.
-	pl.base.Seed = nil
-	seen := map[uint64]bool{}
+	f.Seed = nil
+	pl = &plan{}
+	if e := f.sampling(pl, 16, false); e != nil {
+		t.Fatal(e)
+	}
+	pl.prompts = [][]int32{{1}, {2}}
+	s := pl.seed
+	if s >= 1<<63 {
+		t.Fatalf("drawn seed %d is no valid seed field (>= 2^63)", s)
+	}
+	seeds = seeds[:0]
 	for _, r := range pl.requests() {
-		if r.Seed == nil || seen[*r.Seed] {
-			t.Fatalf("an unseeded choice has seed %v (seen before: %v)", r.Seed, r.Seed != nil && seen[*r.Seed])
-		}
-		seen[*r.Seed] = true
+		seeds = append(seeds, *r.Seed)
+	}
+	if want := []uint64{s, s + 1, s + 2, s, s + 1, s + 2}; !equal(seeds, want) {
+		t.Fatalf("unseeded: seeds %v, want %v", seeds, want)
 	}
 }
 

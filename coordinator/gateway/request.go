@@ -145,6 +145,10 @@ type plan struct {
 	// messages (rendered by the chat template).
 	promptParam string
 	tools       *toolPlan // chat with tools; nil: none
+	// seed is the request's seed: the client's, or one drawn for it in
+	// [0, 2^63), so that it is a seed the client could have sent. The
+	// answer reports it (SeedHeader).
+	seed uint64
 }
 
 // requestParam renames, in e, a field of the NATS request that the HTTP
@@ -161,12 +165,14 @@ func (p *plan) requestParam(e *apiError) *apiError {
 }
 
 // requests returns the NATS request of every choice, in OpenAI's order
-// (prompt-major). With a seed, choice i of a prompt draws with seed+i, so
-// n seeded choices differ and each is reproducible. Without one, every
-// choice gets a random seed of its own: a request continued after a
-// fault (on any rank 0) then draws the same tokens it would have drawn
-// undisturbed. Each of several carries their number as its group, so rank
-// 0 refuses, for good, more than its queue could hold.
+// (prompt-major). Choice i of a prompt draws with seed+i, so n choices
+// differ and each is reproducible. A request without a seed gets one
+// drawn for it, used exactly as a client's: every choice then has a seed
+// of its own, so a request continued after a fault (on any rank 0) draws
+// the same tokens it would have drawn undisturbed, and sending the
+// reported seed reproduces the whole answer. Each of several carries
+// their number as its group, so rank 0 refuses, for good, more than its
+// queue could hold.
 func (p *plan) requests() []api.GenerateRequest {
 	out := make([]api.GenerateRequest, 0, len(p.prompts)*p.n)
 	group := 0
@@ -177,10 +183,7 @@ func (p *plan) requests() []api.GenerateRequest {
 		for i := range p.n {
 			r := p.base
 			r.PromptTokenIDs, r.Group = pr, group
-			s := rand.Uint64()
-			if p.base.Seed != nil {
-				s = *p.base.Seed + uint64(i) // wraps: any seed is fine
-			}
+			s := p.seed + uint64(i) // wraps: any seed is fine
 			r.Seed = &s
 			out = append(out, r)
 		}
@@ -227,7 +230,9 @@ func (f *samplingFields) sampling(pl *plan, defaultMax int, haveText bool) *apiE
 			return badRequest("seed", "must be >= 0, got %d", *f.Seed)
 		}
 		s := uint64(*f.Seed)
-		p.Seed = &s
+		p.Seed, pl.seed = &s, s
+	} else {
+		pl.seed = uint64(rand.Int64()) // [0, 2^63): a valid seed field
 	}
 	if e := f.logitBias(p); e != nil {
 		return e

@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"slices"
+
+	"github.com/tpcoord/tpcoord/coordinator/gateway"
 )
 
-// replayRecord is one seeded request run again on the fault-free job.
+// replayRecord is one request run again, with its seed, on the
+// fault-free job.
 type replayRecord struct {
 	ID       int     `json:"id"`
 	Tokens   []int32 `json:"tokens"`
@@ -22,11 +25,27 @@ type mismatch struct {
 	What string `json:"what"`
 }
 
-// comparison is the seeded requests of the soak against their replays.
+// pathComparison counts the requests of one path (or of all) against
+// their replays.
+type pathComparison struct {
+	Seeded int `json:"seeded"` // by the soak
+	// GatewaySeeded had no seed from the soak: the gateway drew one and
+	// reported it (gateway path only).
+	GatewaySeeded int `json:"gateway_seeded"`
+	Compared      int `json:"compared"` // with a seed, finished normally, replayed
+	Matched       int `json:"matched"`  // same tokens and finish reason
+	// ExcludedErrored did not finish normally in the soak (their partial
+	// tokens are not compared).
+	ExcludedErrored int `json:"excluded_errored"`
+	// Unseeded are Go client requests without a seed: not reproducible.
+	Unseeded int `json:"unseeded"`
+}
+
+// comparison is the soak's requests that had a seed against their
+// replays: every path's counts, each path's, and what differed.
 type comparison struct {
-	Seeded   int `json:"seeded"`
-	Compared int `json:"compared"` // seeded, finished normally, replayed
-	Matched  int `json:"matched"`  // same tokens and finish reason
+	pathComparison
+	Paths map[string]*pathComparison `json:"paths"`
 	// Mismatches differ in tokens or finish reason. LogprobMismatches
 	// have the same tokens but different logprobs; LogprobsIncomplete
 	// too, but some of their streamed replies were lost (logprobs come
@@ -34,64 +53,89 @@ type comparison struct {
 	Mismatches         []mismatch `json:"mismatches"`
 	LogprobMismatches  []mismatch `json:"logprob_mismatches"`
 	LogprobsIncomplete []mismatch `json:"logprobs_incomplete"`
-	// ExcludedErrored are seeded requests that did not finish normally in
-	// the soak (their partial tokens are not compared).
-	ExcludedErrored int `json:"excluded_errored"`
-	Unseeded        int `json:"unseeded"`
 	// ReplayFailed are requests whose replay itself failed or is missing.
 	ReplayFailed []mismatch `json:"replay_failed"`
 }
 
-// toReplay lists the requests whose tokens are compared: seeded and
-// finished normally.
+// count applies f to the totals and to path's counts.
+func (c *comparison) count(path string, f func(*pathComparison)) {
+	f(&c.pathComparison)
+	if c.Paths == nil {
+		c.Paths = map[string]*pathComparison{}
+	}
+	if c.Paths[path] == nil {
+		c.Paths[path] = &pathComparison{}
+	}
+	f(c.Paths[path])
+}
+
+// allEqual reports whether every request with a seed that finished
+// equals its replay: tokens, finish reason, logprobs.
+func (c *comparison) allEqual() bool {
+	return c.Matched == c.Compared && len(c.Mismatches) == 0 && len(c.LogprobMismatches) == 0 && len(c.ReplayFailed) == 0
+}
+
+// toReplay lists the requests whose tokens are compared: with a seed (the
+// soak's or the gateway's) and finished normally.
 func toReplay(recs []reqRecord) []reqRecord {
 	var out []reqRecord
 	for _, r := range recs {
-		if r.seeded() && r.ok() {
+		if r.replaySeed() != nil && r.ok() {
 			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// compareReplay compares every seeded request that finished normally with
-// its replay.
+// compareReplay compares every request that finished normally with a
+// seed with its replay.
 func compareReplay(recs []reqRecord, replays map[int]replayRecord) comparison {
 	var c comparison
 	for i := range recs {
 		r := &recs[i]
 		switch {
-		case !r.seeded():
-			c.Unseeded++
-			continue
-		case !r.ok():
-			c.Seeded++
-			c.ExcludedErrored++
+		case r.seeded():
+			c.count(r.Path, func(p *pathComparison) { p.Seeded++ })
+		case r.Path == pathGateway:
+			c.count(r.Path, func(p *pathComparison) { p.GatewaySeeded++ })
+		default:
+			c.count(r.Path, func(p *pathComparison) { p.Unseeded++ })
 			continue
 		}
-		c.Seeded++
+		if !r.ok() {
+			c.count(r.Path, func(p *pathComparison) { p.ExcludedErrored++ })
+			continue
+		}
 		rep, ok := replays[r.ID]
 		switch {
+		case r.replaySeed() == nil:
+			c.ReplayFailed = append(c.ReplayFailed, mismatch{r.ID, "finished without a " + gateway.SeedHeader + " header"})
+		case r.seeded() && *r.replaySeed() != *r.Request.Seed:
+			c.Mismatches = append(c.Mismatches, mismatch{r.ID, fmt.Sprintf("%s %d, but the request's seed is %d", gateway.SeedHeader, *r.replaySeed(), *r.Request.Seed)})
 		case !ok:
 			c.ReplayFailed = append(c.ReplayFailed, mismatch{r.ID, "not replayed"})
 		case rep.Error != "":
 			c.ReplayFailed = append(c.ReplayFailed, mismatch{r.ID, "replay failed: " + rep.Error})
 		default:
-			c.Compared++
-			c.judge(r, &rep)
+			c.count(r.Path, func(p *pathComparison) { p.Compared++ })
+			if c.judge(r, &rep) {
+				c.count(r.Path, func(p *pathComparison) { p.Matched++ })
+			}
 		}
 	}
 	return c
 }
 
-func (c *comparison) judge(r *reqRecord, rep *replayRecord) {
+// judge records how r differs from its replay; true: same tokens and
+// finish reason.
+func (c *comparison) judge(r *reqRecord, rep *replayRecord) (same bool) {
 	switch {
 	case !slices.Equal(r.Tokens, rep.Tokens):
 		c.Mismatches = append(c.Mismatches, mismatch{r.ID, tokenDiff(r.Tokens, rep.Tokens)})
 	case r.Finish != rep.Finish:
 		c.Mismatches = append(c.Mismatches, mismatch{r.ID, fmt.Sprintf("finish reason %q, replay %q", r.Finish, rep.Finish)})
 	default:
-		c.Matched++
+		same = true
 	}
 	switch {
 	case r.Logprobs == rep.Logprobs || !slices.Equal(r.Tokens, rep.Tokens):
@@ -101,6 +145,7 @@ func (c *comparison) judge(r *reqRecord, rep *replayRecord) {
 	default:
 		c.LogprobMismatches = append(c.LogprobMismatches, mismatch{r.ID, "same tokens, different logprobs" + logprobDiff(r.TokenLogprob, rep.TokenLogprob)})
 	}
+	return same
 }
 
 // tokenDiff describes where two token lists first differ.

@@ -31,7 +31,9 @@ type jobSpec struct {
 	keyFile  string   // --job-key-file, if the agent has it
 }
 
-// job is a NATS server and one agent per rank, started by hand.
+// job is a NATS server, one agent per rank and a gateway (`tpcoord
+// serve`), started by hand. The gateway is restarted if it exits by
+// itself, as the others are, but no fault aims at it.
 type job struct {
 	spec  jobSpec
 	dir   string
@@ -40,6 +42,8 @@ type job struct {
 	ranks []*proc
 	binds []string // memberlist addresses, fixed so a restart reuses them
 	subj  broadcast.Subjects
+	gw    *proc
+	gwURL string // http://127.0.0.1:port
 }
 
 func newJob(spec jobSpec, dir string, ev *eventLog) (*job, error) {
@@ -66,7 +70,20 @@ func newJob(spec jobSpec, dir string, ev *eventLog) (*job, error) {
 		name := spec.procs + "rank" + strconv.Itoa(r)
 		j.ranks = append(j.ranks, newProc(name, spec.bin, j.agentArgs(r), j.agentEnv(r), filepath.Join(dir, name+".log"), ev, restartDelay))
 	}
+	port, err := freeport.Pick("127.0.0.1", false, used...)
+	if err != nil {
+		return nil, err
+	}
+	j.gwURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	name := spec.procs + "gateway"
+	j.gw = newProc(name, spec.bin, j.gatewayArgs(port), j.natsEnv("client"), filepath.Join(dir, name+".log"), ev, restartDelay)
 	return j, nil
+}
+
+// gatewayArgs are the gateway's flags, as an operator would give them;
+// its NATS URL, with the clients' password, is in its environment.
+func (j *job) gatewayArgs(port int) []string {
+	return []string{"serve", "--job", j.spec.name, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--log-format", "json"}
 }
 
 // agentArgs are rank r's flags, as an operator would give them: rank 0
@@ -84,24 +101,28 @@ func (j *job) agentArgs(r int) []string {
 	return args
 }
 
-// agentEnv is the soak's environment without its TPC_* variables, and the
-// rank's NATS URL with its user's password in TPC_NATS.
+// agentEnv is rank r's environment: its user's NATS URL.
 func (j *job) agentEnv(r int) []string {
+	if r == 0 {
+		return j.natsEnv("rank0")
+	}
+	return j.natsEnv("rank")
+}
+
+// natsEnv is the soak's environment without its TPC_* variables, and the
+// NATS URL with user's password in TPC_NATS.
+func (j *job) natsEnv(user string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TPC_") {
 			env = append(env, kv)
 		}
 	}
-	user := "rank"
-	if r == 0 {
-		user = "rank0"
-	}
 	return append(env, "TPC_NATS="+j.nats.url(user))
 }
 
-// start starts the NATS server, then every rank, and waits until the job
-// serves.
+// start starts the NATS server, then every rank, waits until the job
+// serves, then starts the gateway and waits until it is ready.
 func (j *job) start(ctx context.Context, limit time.Duration) error {
 	if err := j.nats.p.start(); err != nil {
 		return err
@@ -116,7 +137,15 @@ func (j *job) start(ctx context.Context, limit time.Duration) error {
 	}
 	bus := j.client("soak-start")
 	defer bus.close()
-	return waitServing(ctx, bus, j.subj, j.spec.world, limit)
+	if err := waitServing(ctx, bus, j.subj, j.spec.world, limit); err != nil {
+		return err
+	}
+	if err := j.gw.start(); err != nil {
+		return err
+	}
+	gc := newGatewayClient(j.gwURL)
+	defer gc.close()
+	return gc.waitReady(ctx, 30*time.Second)
 }
 
 // client is a connection with the clients' credentials.
@@ -124,9 +153,10 @@ func (j *job) client(name string) *clientBus {
 	return &clientBus{url: j.nats.url("client"), name: name}
 }
 
-// stop stops every rank (at once: one that leaves on purpose stops the
-// others), then the server.
+// stop stops the gateway, every rank (at once: one that leaves on purpose
+// stops the others), then the server.
 func (j *job) stop(grace time.Duration) {
+	j.gw.stop(grace)
 	done := make(chan struct{}, len(j.ranks))
 	for _, p := range j.ranks {
 		go func() { p.stop(grace); done <- struct{}{} }()

@@ -33,7 +33,7 @@ func newRequest(rng *rand.Rand, vocab int) api.GenerateRequest {
 		sampledParams(rng, &req)
 	}
 	if rng.Float64() < 0.85 {
-		s := rng.Uint64()
+		s := rng.Uint64() >> 1 // in [0, 2^63): also a valid HTTP seed
 		p.Seed = &s
 	}
 	if rng.Float64() < 0.25 {
@@ -70,10 +70,49 @@ func sampledParams(rng *rand.Rand, req *api.GenerateRequest) {
 	}
 }
 
+// sender sends a request of the mix through either path.
+type sender struct {
+	bus     *clientBus
+	subj    broadcast.Subjects
+	gw      *gatewayClient
+	timeout time.Duration // the soak's deadline for one request
+}
+
+func (s *sender) send(ctx context.Context, id int, path string, req api.GenerateRequest) reqRecord {
+	if path == pathGateway {
+		return s.gw.generate(ctx, id, req, s.timeout)
+	}
+	return generate(ctx, s.bus, s.subj, id, req, s.timeout)
+}
+
+func (s *sender) close() {
+	s.bus.close()
+	s.gw.close()
+}
+
+// countPath counts the requests that took path.
+func countPath(recs []reqRecord, path string) int {
+	n := 0
+	for i := range recs {
+		if recs[i].Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// pathOf is request id's path: every other one goes through the gateway.
+func pathOf(id int) string {
+	if id%2 == 0 {
+		return pathGateway
+	}
+	return pathGo
+}
+
 // generate runs one request through the Go client and records how it
 // ended; timeout is the soak's deadline for it.
 func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id int, req api.GenerateRequest, timeout time.Duration) reqRecord {
-	rec := reqRecord{ID: id, Sent: time.Now(), Request: req}
+	rec := reqRecord{ID: id, Path: pathGo, Sent: time.Now(), Request: req}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var idx []int
@@ -83,7 +122,10 @@ func generate(ctx context.Context, bus *clientBus, subj broadcast.Subjects, id i
 		if err != nil {
 			return nil, fmt.Errorf("connect: %w", err)
 		}
-		return client.Generate(rctx, c, subj, &req, func(i int, t int32) { idx, toks = append(idx, i), append(toks, t) })
+		return client.Generate(rctx, c, subj, &req, func(i int, t int32) {
+			idx, toks = append(idx, i), append(toks, t)
+			rec.TokenMs = append(rec.TokenMs, roundMs(msSince(rec.Sent, time.Now())))
+		})
 	}()
 	rec.Done = time.Now()
 	if rep != nil {
@@ -133,12 +175,10 @@ func hashJSON(v any) string {
 // loadGen submits requests at a steady rate, at most maxInFlight at once
 // (a tick that finds them all busy is skipped and counted).
 type loadGen struct {
-	bus         *clientBus
-	subj        broadcast.Subjects
+	to          *sender
 	vocab       int
 	rate        float64
 	maxInFlight int
-	timeout     time.Duration
 	rng         *rand.Rand
 	out         *jsonl
 
@@ -173,7 +213,7 @@ func (l *loadGen) run(sendCtx, reqCtx context.Context) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			rec := generate(reqCtx, l.bus, l.subj, id, req, l.timeout)
+			rec := l.to.send(reqCtx, id, pathOf(id), req)
 			<-sem
 			l.out.write(&rec)
 			l.mu.Lock()
@@ -190,8 +230,9 @@ func (l *loadGen) results() ([]reqRecord, int) {
 }
 
 // replayAll runs every request again, conc at a time, on a fault-free
-// job.
-func replayAll(ctx context.Context, bus *clientBus, subj broadcast.Subjects, recs []reqRecord, conc int, timeout time.Duration, out *jsonl) map[int]replayRecord {
+// job, by the path it took, with the seed it had (on the gateway path the
+// one the gateway reported).
+func replayAll(ctx context.Context, to *sender, recs []reqRecord, conc int, out *jsonl) map[int]replayRecord {
 	res := make(map[int]replayRecord, len(recs))
 	var mu sync.Mutex
 	work := make(chan reqRecord)
@@ -199,7 +240,9 @@ func replayAll(ctx context.Context, bus *clientBus, subj broadcast.Subjects, rec
 	for range conc {
 		wg.Go(func() {
 			for r := range work {
-				g := generate(ctx, bus, subj, r.ID, r.Request, timeout)
+				req := r.Request
+				req.Seed = r.replaySeed()
+				g := to.send(ctx, r.ID, r.Path, req)
 				rep := replayRecord{ID: r.ID, Tokens: g.Tokens, Finish: g.Finish, Logprobs: g.Logprobs, TokenLogprob: g.TokenLogprob, Error: g.Error}
 				out.write(&rep)
 				mu.Lock()

@@ -6,16 +6,20 @@
 //
 // It starts Debian's nats-server with the shipped configuration
 // (configs/nats/nats-server.conf: a user for rank 0, one for the other
-// ranks, one for clients; random passwords, a free loopback port) and one
-// `tpcoord agent` per rank by hand, under --on-peer-loss wait, with each
-// rank's NATS credentials in its environment. While a steady mix of
-// requests runs through the Go client (rank/client.Generate), it kills and
-// restarts followers and rank 0, restarts the NATS server, freezes a
-// follower, and floods the job's subjects with hostile and forged
-// messages. A rank that exits by itself is restarted, as systemd would,
-// and the exit recorded. At the end every rank's digest is compared, and
-// every seeded request that finished is run again on a fresh, fault-free
-// job with the same flags: its tokens must be the same.
+// ranks, one for clients; random passwords, a free loopback port), one
+// `tpcoord agent` per rank by hand, under --on-peer-loss wait, and a
+// gateway (`tpcoord serve`), each with its NATS credentials in its
+// environment. While a steady mix of requests runs, every other one
+// through the Go client (rank/client.Generate) and the others through the
+// gateway (streaming /v1/completions), it kills and restarts followers
+// and rank 0, restarts the NATS server, freezes a follower, and floods the
+// job's subjects with hostile and forged messages. A process that exits
+// by itself is restarted, as systemd would, and the exit recorded. At the
+// end every rank's digest is compared, and every request that finished
+// with a seed (the soak's, or the one the gateway reported) is run again
+// on a fresh, fault-free job with the same flags, by the same path: its
+// tokens must be the same. The report adds, per fault kind, the latency
+// the faults added to the requests in flight at them.
 //
 // In the directory: events.jsonl, requests.jsonl, faults.jsonl,
 // status.jsonl, procs.jsonl, replay.jsonl, summary.json, summary.md, and

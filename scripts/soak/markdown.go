@@ -14,6 +14,7 @@ func markdown(sum *summary, o *options) string {
 	w("# tpcoord soak, %s\n\n", sum.Started.UTC().Format("2006-01-02 15:04 MST"))
 	w("- command: `%s`\n", sum.Command)
 	w("- agents (rank 1; rank 0 has no `--join`; NATS credentials in `TPC_NATS`): `tpcoord %s`\n", strings.Join(sum.AgentArgs, " "))
+	w("- gateway (NATS credentials of user `client` in `TPC_NATS`): `tpcoord %s`\n", strings.Join(sum.GatewayArgs, " "))
 	w("- job key (`--job-key-file`): %v\n", sum.JobKey)
 	w("- duration %v (load %s to %s), %d faults scheduled from %v, %v apart at least\n",
 		o.duration, clock(sum.Started), clock(sum.LoadEnded), len(sum.Faults), o.warmup, o.faultGap)
@@ -27,6 +28,7 @@ func markdown(sum *summary, o *options) string {
 	writeComparison(&b, sum)
 	writeFinal(&b, sum)
 	writeRecoveries(&b, sum)
+	writeLatency(&b, sum.Latency)
 	writeExits(&b, sum)
 	writeProcs(&b, sum.Procs)
 	return b.String()
@@ -34,14 +36,25 @@ func markdown(sum *summary, o *options) string {
 
 func clock(t time.Time) string { return t.UTC().Format("15:04:05") }
 
+// pathNames are the paths as the tables name them.
+var pathNames = map[string]string{pathGo: "Go client", pathGateway: "gateway"}
+
 func writeLoad(b *strings.Builder, sum *summary, o *options) {
 	l := &sum.Load
-	fmt.Fprintf(b, "\n## Load\n\n%.1f requests/s, at most %d in flight, deadline %v each; of those sent %d greedy, %d seeded, %d with logprobs.\n\n",
+	fmt.Fprintf(b, "\n## Load\n\n%.1f requests/s, at most %d in flight, deadline %v each, every other one through the gateway (a streaming `/v1/completions`), the others through the Go client; of those sent %d greedy, %d seeded, %d with logprobs.\n\n",
 		o.rate, o.maxInFlight, o.requestTimeout, l.Greedy, l.Seeded, l.Logprobs)
-	fmt.Fprintf(b, "| sent | finished | errored | of which timed out | skipped (in-flight cap) | tokens (finished) |\n|---|---|---|---|---|---|\n")
-	fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d |\n", l.Sent, l.Finished, l.Errored, l.TimedOut, l.Skipped, l.Tokens)
-	fmt.Fprintf(b, "\nStreamed tokens against the final reply: %d requests missed some (NATS delivers at most once), %d got a token twice, %d a conflicting one; %d finished requests lack the logprobs of some tokens (they come only in replies of their own).\n",
-		l.StreamMissing, l.StreamDuplicates, l.StreamConflicting, l.LogprobsMissing)
+	fmt.Fprintf(b, "| path | sent | finished | errored | of which timed out | skipped (in-flight cap) | tokens (finished) | missed streamed tokens | a token twice | a conflicting token | finished lacking logprobs |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	row := func(name string, l *loadCounts, skipped string) {
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", name, l.Sent, l.Finished, l.Errored, l.TimedOut, skipped, l.Tokens,
+			l.StreamMissing, l.StreamDuplicates, l.StreamConflicting, l.LogprobsMissing)
+	}
+	row("all", l, fmt.Sprint(l.Skipped))
+	for _, p := range paths {
+		if pl, ok := sum.LoadByPath[p]; ok {
+			row(pathNames[p], &pl, "—") // skipped before a path is chosen
+		}
+	}
+	fmt.Fprintf(b, "\nStreamed tokens: on the Go client against the final reply's list (NATS delivers at most once: a lost reply is a missed token, which the final reply fills in); on the gateway, whose chunks carry no index, the chunks' tokens against the usage chunk's count (fewer: a gap, more: a repeat). Logprobs come only in replies of their own.\n")
 }
 
 func writeErrors(b *strings.Builder, groups []errorGroup) {
@@ -50,13 +63,13 @@ func writeErrors(b *strings.Builder, groups []errorGroup) {
 		fmt.Fprintf(b, "None.\n")
 		return
 	}
-	fmt.Fprintf(b, "| cause | count | texts (count), one example each |\n|---|---|---|\n")
+	fmt.Fprintf(b, "| cause | count | Go client | gateway | texts (count), one example each |\n|---|---|---|---|---|\n")
 	for _, g := range groups {
 		var texts []string
 		for _, t := range g.Texts {
 			texts = append(texts, fmt.Sprintf("%s (%d), e.g. `%s`", cell(t.Text), t.Count, cell(t.Example)))
 		}
-		fmt.Fprintf(b, "| %s | %d | %s |\n", cell(g.Cause), g.Count, strings.Join(texts, "<br>"))
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %s |\n", cell(g.Cause), g.Count, g.ByPath[pathGo], g.ByPath[pathGateway], strings.Join(texts, "<br>"))
 	}
 }
 
@@ -88,9 +101,20 @@ func writeComparison(b *strings.Builder, sum *summary) {
 		fmt.Fprintf(b, "Not run. %s\n", sum.ReplayError)
 		return
 	}
-	fmt.Fprintf(b, "| seeded | compared (finished normally) | same tokens | token mismatches | logprob mismatches | logprobs incomplete (streamed replies lost) | seeded but errored (excluded) | replay failed | unseeded (not compared) |\n|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", c.Seeded, c.Compared, c.Matched, len(c.Mismatches),
-		len(c.LogprobMismatches), len(c.LogprobsIncomplete), c.ExcludedErrored, len(c.ReplayFailed), c.Unseeded)
+	fmt.Fprintf(b, "Every request that finished normally with a seed, the soak's or (gateway path) the one the gateway drew and reported in `Tpcoord-Seed`, ran again on a fresh job by the same path with that seed. **Every seeded and every gateway-seeded request equals its replay: %v.**\n\n",
+		c.allEqual())
+	fmt.Fprintf(b, "| path | seeded by the soak | seeded by the gateway | compared (finished normally) | same tokens and finish | with a seed but errored (excluded) | unseeded (not compared) |\n|---|---|---|---|---|---|---|\n")
+	row := func(name string, p *pathComparison) {
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d |\n", name, p.Seeded, p.GatewaySeeded, p.Compared, p.Matched, p.ExcludedErrored, p.Unseeded)
+	}
+	row("all", &c.pathComparison)
+	for _, p := range paths {
+		if pc := c.Paths[p]; pc != nil {
+			row(pathNames[p], pc)
+		}
+	}
+	fmt.Fprintf(b, "\nToken or finish mismatches: %d; logprob mismatches: %d; logprobs incomplete (streamed replies lost): %d; replays failed: %d.\n\n",
+		len(c.Mismatches), len(c.LogprobMismatches), len(c.LogprobsIncomplete), len(c.ReplayFailed))
 	for _, list := range []struct {
 		name string
 		ms   []mismatch
@@ -205,4 +229,33 @@ func writeProcs(b *strings.Builder, procs []procSummary) {
 
 func quad(s stat, f string) string {
 	return fmt.Sprintf(f+" / "+f+" / "+f+" / "+f, s.Start, s.Median, s.End, s.Max)
+}
+
+func writeLatency(b *strings.Builder, a *addedLatency) {
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n## Added latency per fault kind\n\nA request's largest wait: send to first token, or between two tokens. Added latency: the largest wait of a request in flight when a fault was injected, minus the median largest wait of its path's requests that overlapped no fault's window (fault to recovery); requests that did not finish normally are not measured. Baselines: ")
+	var base []string
+	for _, p := range paths {
+		base = append(base, fmt.Sprintf("%s %.1f ms over %d requests", pathNames[p], a.BaselineMs[p], a.Clean[p]))
+	}
+	fmt.Fprintf(b, "%s.\n\n", strings.Join(base, ", "))
+	fmt.Fprintf(b, "| fault | faults | requests | p50 | p99 | max | Go client n, p50, p99 | gateway n, p50, p99 | in flight, not finished |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, k := range a.Kinds {
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s |", k.Kind, k.Faults, k.All.N, latMs(k.All.P50, k.All.N), latMs(k.All.P99, k.All.N), latMs(k.All.Max, k.All.N))
+		for _, p := range paths {
+			s := k.ByPath[p]
+			fmt.Fprintf(b, " %d, %s, %s |", s.N, latMs(s.P50, s.N), latMs(s.P99, s.N))
+		}
+		fmt.Fprintf(b, " %d |\n", k.Failed)
+	}
+}
+
+// latMs is an added latency, "—" when no request was measured.
+func latMs(v float64, n int) string {
+	if n == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f ms", v)
 }

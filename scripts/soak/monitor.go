@@ -63,7 +63,7 @@ func (m *monitor) lastPoll() (statusPoll, []api.RankStatus) {
 }
 
 func (m *monitor) sampleLoop(ctx context.Context) {
-	procs := append([]*proc{m.job.nats.p}, m.job.ranks...)
+	procs := append([]*proc{m.job.nats.p, m.job.gw}, m.job.ranks...)
 	for ctx.Err() == nil {
 		for _, p := range procs {
 			m.sample(p)

@@ -14,13 +14,21 @@ import (
 // reqRecord is one request of the load, as requests.jsonl holds it: what
 // was asked (replayable as is) and how it ended.
 type reqRecord struct {
-	ID       int                 `json:"id"`
-	Sent     time.Time           `json:"sent"`
-	Done     time.Time           `json:"done"`
-	Request  api.GenerateRequest `json:"request"`
-	Tokens   []int32             `json:"tokens"`
-	Finish   string              `json:"finish,omitempty"`
-	Logprobs string              `json:"logprobs_fnv,omitempty"` // FNV-1a of the logprobs' JSON
+	ID int `json:"id"`
+	// Path is how the request went: pathGo or pathGateway.
+	Path    string              `json:"path"`
+	Sent    time.Time           `json:"sent"`
+	Done    time.Time           `json:"done"`
+	Request api.GenerateRequest `json:"request"`
+	// GatewaySeed is the gateway's Tpcoord-Seed header: the request's seed,
+	// or the one the gateway drew for it (gateway path only).
+	GatewaySeed *uint64 `json:"gateway_seed,omitempty"`
+	Tokens      []int32 `json:"tokens"`
+	// TokenMs is each token's arrival, in ms after Sent, in arrival order:
+	// the Go client's token callbacks, or the gateway's chunks.
+	TokenMs  []float64 `json:"token_ms,omitempty"`
+	Finish   string    `json:"finish,omitempty"`
+	Logprobs string    `json:"logprobs_fnv,omitempty"` // FNV-1a of the logprobs' JSON
 	// TokenLogprob is each token's own logprob (null: none came), and
 	// LogprobsMissing how many tokens have none: logprobs come in replies
 	// of their own, after each token's, and are not repeated at the end.
@@ -36,7 +44,18 @@ func (r *reqRecord) ok() bool {
 	return r.Error == "" && !r.TimedOut && (r.Finish == api.FinishLength || r.Finish == api.FinishStop)
 }
 
+// seeded reports whether the soak gave the request a seed.
 func (r *reqRecord) seeded() bool { return r.Request.Seed != nil }
+
+// replaySeed is the seed the request can be run again with: the soak's,
+// or on the gateway path the one the gateway reported; nil: none (a Go
+// client request without a seed).
+func (r *reqRecord) replaySeed() *uint64 {
+	if r.Path == pathGateway {
+		return r.GatewaySeed
+	}
+	return r.Request.Seed
+}
 
 // errorText is why a request did not finish normally.
 func (r *reqRecord) errorText() string {
@@ -136,11 +155,12 @@ type textCount struct {
 	Example string `json:"example"`
 }
 
-// errorGroup is the errors of one cause.
+// errorGroup is the errors of one cause, and how many came by each path.
 type errorGroup struct {
-	Cause string      `json:"cause"`
-	Count int         `json:"count"`
-	Texts []textCount `json:"texts"`
+	Cause  string         `json:"cause"`
+	Count  int            `json:"count"`
+	ByPath map[string]int `json:"by_path"`
+	Texts  []textCount    `json:"texts"`
 }
 
 // groupErrors groups the failed requests' errors by cause, most frequent
@@ -156,10 +176,11 @@ func groupErrors(recs []reqRecord) []errorGroup {
 		cause := classify(text, r.TimedOut)
 		g := byCause[cause]
 		if g == nil {
-			g = &errorGroup{Cause: cause}
+			g = &errorGroup{Cause: cause, ByPath: map[string]int{}}
 			byCause[cause] = g
 		}
 		g.Count++
+		g.ByPath[r.Path]++
 		g.addText(normalize(text), text)
 	}
 	out := make([]errorGroup, 0, len(byCause))
@@ -198,6 +219,22 @@ type loadCounts struct {
 	// Streams whose streamed tokens did not match the final list.
 	StreamMissing, StreamDuplicates, StreamConflicting int
 	LogprobsMissing                                    int // finished requests that lack some logprobs
+}
+
+// countPaths counts each path's requests (none skipped: the cap is
+// reached before a path is chosen).
+func countPaths(recs []reqRecord) map[string]loadCounts {
+	out := map[string]loadCounts{}
+	for _, p := range paths {
+		var of []reqRecord
+		for i := range recs {
+			if recs[i].Path == p {
+				of = append(of, recs[i])
+			}
+		}
+		out[p] = countLoad(of, 0)
+	}
+	return out
 }
 
 func countLoad(recs []reqRecord, skipped int) loadCounts {

@@ -244,3 +244,79 @@ func TestTokenLogprobs(t *testing.T) {
 		t.Errorf("equal lists differ: %q", d)
 	}
 }
+
+// Gateway requests are compared with the seed the gateway reported, the
+// soak's or its own; every count is kept per path.
+func TestCompareReplayPaths(t *testing.T) {
+	s := uint64(77)
+	viaGateway := func(id int, soakSeeded bool, tokens []int32) reqRecord {
+		r := reqRecord{ID: id, Path: pathGateway, Tokens: tokens, Finish: api.FinishLength, GatewaySeed: &s}
+		if soakSeeded {
+			r.Request.Seed = &s
+		}
+		return r
+	}
+	goSeeded := seeded(1, []int32{1}, api.FinishLength)
+	goSeeded.Path = pathGo
+	noHeader := viaGateway(5, false, []int32{1})
+	noHeader.GatewaySeed = nil
+	erred := viaGateway(6, false, nil)
+	erred.Finish, erred.Error = "", "HTTP 503 job_unavailable: rank 0 is gone"
+	recs := []reqRecord{
+		goSeeded,
+		{ID: 2, Path: pathGo, Tokens: []int32{2}, Finish: api.FinishLength}, // unseeded: not comparable
+		viaGateway(3, true, []int32{3}),
+		viaGateway(4, false, []int32{4, 4}),
+		noHeader,
+		erred,
+		viaGateway(7, true, []int32{7}),
+	}
+	other := uint64(78)
+	recs[6].Request.Seed = &other // the gateway reported another seed than the request's
+	if got := toReplay(recs); len(got) != 4 || got[2].ID != 4 || *got[2].replaySeed() != 77 {
+		t.Fatalf("toReplay: %+v, want 1, 3, 4 (with the gateway's seed) and 7", got)
+	}
+	replays := map[int]replayRecord{
+		1: {ID: 1, Tokens: []int32{1}, Finish: api.FinishLength},
+		3: {ID: 3, Tokens: []int32{3}, Finish: api.FinishLength},
+		4: {ID: 4, Tokens: []int32{4, 5}, Finish: api.FinishLength},
+	}
+	c := compareReplay(recs, replays)
+	goC, gwC := c.Paths[pathGo], c.Paths[pathGateway]
+	if *goC != (pathComparison{Seeded: 1, Compared: 1, Matched: 1, Unseeded: 1}) {
+		t.Errorf("Go client: %+v", *goC)
+	}
+	if *gwC != (pathComparison{Seeded: 2, GatewaySeeded: 3, Compared: 2, Matched: 1, ExcludedErrored: 1}) {
+		t.Errorf("gateway: %+v", *gwC)
+	}
+	if c.Compared != 3 || c.Matched != 2 || c.GatewaySeeded != 3 || len(c.Mismatches) != 2 || c.Mismatches[0].ID != 4 ||
+		c.Mismatches[1].What != "Tpcoord-Seed 77, but the request's seed is 78" {
+		t.Errorf("totals %+v", c)
+	}
+	if c.allEqual() {
+		t.Error("allEqual with mismatches")
+	}
+	if len(c.ReplayFailed) != 1 || c.ReplayFailed[0].ID != 5 || !strings.Contains(c.ReplayFailed[0].What, "Tpcoord-Seed") {
+		t.Errorf("replay failures %+v", c.ReplayFailed)
+	}
+}
+
+func TestErrorsAndLoadByPath(t *testing.T) {
+	recs := []reqRecord{
+		{ID: 1, Path: pathGo, Error: "rank 0: unavailable: rank 0 is waiting for the world to re-form"},
+		{ID: 2, Path: pathGateway, Error: "HTTP 503 reforming: rank 0: unavailable: rank 0 is waiting for the world to re-form"},
+		{ID: 3, Path: pathGateway, Error: "error event: job_unavailable: rank 0 of job \"soak\" is gone: 8 keepalives in a row over 3s found nobody"},
+		{ID: 4, Path: pathGateway, Tokens: []int32{1, 2}, Finish: api.FinishStop},
+	}
+	g := groupErrors(recs)
+	if len(g) != 2 || g[0].Count != 2 || g[0].ByPath[pathGo] != 1 || g[0].ByPath[pathGateway] != 1 || len(g[0].Texts) != 2 {
+		t.Errorf("re-forming errors by path: %+v", g)
+	}
+	if g[1].Cause != "rank 0 is gone (keepalives found nobody)" || g[1].ByPath[pathGateway] != 1 {
+		t.Errorf("the gateway's error event: %+v", g[1])
+	}
+	by := countPaths(recs)
+	if by[pathGo].Sent != 1 || by[pathGo].Errored != 1 || by[pathGateway].Sent != 3 || by[pathGateway].Finished != 1 || by[pathGateway].Tokens != 2 {
+		t.Errorf("load by path: %+v", by)
+	}
+}

@@ -123,12 +123,12 @@ func (s *soak) soakPhase(ctx context.Context, j *job) {
 		statusOut: s.out["status"], samplesOut: s.out["procs"]}
 	defer s.mon.bus.close()
 	s.mon.start(mctx)
-	bus := j.client("soak-load")
-	defer bus.close()
+	to := s.sender(j, "soak-load")
+	defer to.close()
 	start := time.Now()
 	end := start.Add(o.duration)
-	s.load = &loadGen{bus: bus, subj: j.subj, vocab: o.vocab, rate: o.rate, maxInFlight: o.maxInFlight,
-		timeout: o.requestTimeout, rng: rand.New(rand.NewPCG(o.seed, 1)), out: s.out["requests"]}
+	s.load = &loadGen{to: to, vocab: o.vocab, rate: o.rate, maxInFlight: o.maxInFlight,
+		rng: rand.New(rand.NewPCG(o.seed, 1)), out: s.out["requests"]}
 	s.fault = &faulter{job: j, mon: s.mon, ev: s.ev, out: s.out["faults"], stopFor: o.stopFor, natsDown: o.natsDown,
 		hostile: &hostile{job: j, messages: o.floodMessages, forged: o.forged, rng: rand.New(rand.NewPCG(o.seed, 2))}}
 	slots := schedule(o.duration, o.warmup, o.cooldown, o.faultGap, strings.Split(o.faults, ","))
@@ -144,6 +144,11 @@ func (s *soak) soakPhase(ctx context.Context, j *job) {
 	s.settle(ctx, j)
 	mstop()
 	s.mon.wait()
+}
+
+// sender sends requests to job j by either path.
+func (s *soak) sender(j *job, name string) *sender {
+	return &sender{bus: j.client(name), subj: j.subj, gw: newGatewayClient(j.gwURL), timeout: s.o.requestTimeout}
 }
 
 func slotGap(slots []slot) time.Duration {
@@ -190,14 +195,15 @@ func (s *soak) stopJob(j *job) {
 	from := len(s.ev.events())
 	j.stop(30 * time.Second)
 	for _, e := range s.ev.events()[from:] {
-		if e.Kind == "exit" && strings.HasPrefix(e.Proc, "rank") {
+		if e.Kind == "exit" && (strings.HasPrefix(e.Proc, "rank") || e.Proc == j.gw.name) {
 			s.sum.FinalExits = append(s.sum.FinalExits, e)
 		}
 	}
 }
 
-// replayPhase runs every seeded request that finished again on a fresh
-// job with the same flags, and compares.
+// replayPhase runs every request that finished with a seed (the soak's,
+// or the gateway's) again on a fresh job with the same flags, by the same
+// path, and compares.
 func (s *soak) replayPhase(ctx context.Context, spec jobSpec) error {
 	recs, _ := s.load.results()
 	todo := toReplay(recs)
@@ -207,14 +213,14 @@ func (s *soak) replayPhase(ctx context.Context, spec jobSpec) error {
 		return err
 	}
 	defer j.stop(30 * time.Second)
-	s.ev.note("replay: %d seeded requests on a fresh job", len(todo))
+	s.ev.note("replay: %d seeded requests on a fresh job (%d through its gateway)", len(todo), countPath(todo, pathGateway))
 	if err := j.start(ctx, 2*time.Minute); err != nil {
 		return fmt.Errorf("start the replay job: %w", err)
 	}
-	bus := j.client("soak-replay")
-	defer bus.close()
+	to := s.sender(j, "soak-replay")
+	defer to.close()
 	start := time.Now()
-	res := replayAll(ctx, bus, j.subj, todo, s.o.replayConc, s.o.requestTimeout, s.out["replay"])
+	res := replayAll(ctx, to, todo, s.o.replayConc, s.out["replay"])
 	c := compareReplay(recs, res)
 	s.sum.Comparison = &c
 	s.ev.note("replay: %d compared in %v, %d mismatches", c.Compared, time.Since(start).Round(time.Second), len(c.Mismatches))

@@ -15,6 +15,7 @@ import (
 type summary struct {
 	Command     string    `json:"command"`
 	AgentArgs   []string  `json:"agent_args"` // rank 1's
+	GatewayArgs []string  `json:"gateway_args"`
 	JobKey      bool      `json:"job_key"`
 	Machine     string    `json:"machine"`
 	LoadBefore  string    `json:"uptime_before"`
@@ -24,8 +25,9 @@ type summary struct {
 	Ended       time.Time `json:"ended"`
 	Interrupted bool      `json:"interrupted"`
 
-	Load   loadCounts   `json:"load"`
-	Errors []errorGroup `json:"errors"`
+	Load       loadCounts            `json:"load"`
+	LoadByPath map[string]loadCounts `json:"load_by_path"`
+	Errors     []errorGroup          `json:"errors"`
 	// ErrorsByFault: cause → the last fault before the error → count.
 	ErrorsByFault map[string]map[string]int `json:"errors_by_fault"`
 	Comparison    *comparison               `json:"comparison,omitempty"`
@@ -41,6 +43,7 @@ type summary struct {
 	Exits      []event          `json:"unexpected_exits"`
 	Faults     []faultRecord    `json:"faults"`
 	Recoveries []recovery       `json:"recoveries"`
+	Latency    *addedLatency    `json:"added_latency,omitempty"`
 	Procs      []procSummary    `json:"procs"`
 }
 
@@ -89,13 +92,16 @@ func (s *soak) write() error {
 	sum.Command = strings.Join(os.Args, " ")
 	if s.load != nil {
 		recs, skipped := s.load.results()
-		sum.Load, sum.Errors = countLoad(recs, skipped), groupErrors(recs)
+		sum.Load, sum.LoadByPath, sum.Errors = countLoad(recs, skipped), countPaths(recs), groupErrors(recs)
 		sum.Faults = s.fault.results()
 		sum.ErrorsByFault = errorsByFault(recs, sum.Faults)
 		polls, samples := s.mon.results()
 		sum.Recoveries = recoveries(sum.Faults, recs, polls, s.o.world, sum.LoadEnded)
+		lat := addedLatencies(recs, sum.Recoveries, sum.LoadEnded)
+		sum.Latency = &lat
 		sum.Worlds, sum.Procs = worldsSeen(polls, s.o.world), summarizeProcs(samples)
 		sum.AgentArgs = s.fault.job.agentArgs(1)
+		sum.GatewayArgs = s.fault.job.gw.args
 		sum.JobKey = s.fault.job.spec.keyFile != ""
 	}
 	sum.Exits = unexpected(s.ev.events())

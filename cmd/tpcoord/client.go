@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -55,14 +56,16 @@ func (c *clientConfig) connFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Prefix, c.fields.name("Prefix", "subject-prefix"), def.Prefix, "prefix of the job's NATS subjects")
 }
 
-func (c *clientConfig) connect(name string) (*natsbus.Conn, broadcast.Subjects, error) {
+// connect connects to the job's NATS server; log, if not nil, hears of the
+// connection's losses and reconnections (a long-running client: serve).
+func (c *clientConfig) connect(name string, log *slog.Logger) (*natsbus.Conn, broadcast.Subjects, error) {
 	if err := broadcast.ValidateToken("Job", c.Job); err != nil {
 		return nil, broadcast.Subjects{}, c.fields.configErr(err)
 	}
 	if err := broadcast.ValidateToken("Prefix", c.Prefix); err != nil {
 		return nil, broadcast.Subjects{}, c.fields.configErr(err)
 	}
-	nc, err := natsbus.Connect(natsbus.Config{URL: c.NATS, Name: name, Auth: c.Auth})
+	nc, err := natsbus.Connect(natsbus.Config{URL: c.NATS, Name: name, Auth: c.Auth, Logger: log})
 	var fe *fielderr.Error
 	if errors.As(err, &fe) {
 		return nil, broadcast.Subjects{}, c.fields.configErr(err)
@@ -195,7 +198,7 @@ func runGenerate(ctx context.Context, o *generateOptions, out, errOut io.Writer)
 		s := uint64(o.seed)
 		req.Seed = &s
 	}
-	nc, subj, err := o.cc.connect("tpcoord-generate")
+	nc, subj, err := o.cc.connect("tpcoord-generate", nil)
 	if err != nil {
 		return err
 	}
@@ -270,7 +273,7 @@ func newStatusCmd() *cobra.Command {
 			if err := layerConfig(cmd.Flags()); err != nil {
 				return err
 			}
-			nc, subj, err := cc.connect("tpcoord-status")
+			nc, subj, err := cc.connect("tpcoord-status", nil)
 			if err != nil {
 				return err
 			}

@@ -140,7 +140,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	if o.gw.insecure && !loopback.HostPort(cfg.Listen) {
 		log.Warn("the API is served beyond loopback without the protection --insecure waived", "listen", cfg.Listen, "api_keys", len(cfg.APIKeys) > 0, "tls", cfg.TLSCert != "")
 	}
-	nc, subj, err := o.cc.connect("tpcoord-serve")
+	nc, subj, err := o.cc.connect("tpcoord-serve", log)
 	if err != nil {
 		return err
 	}

@@ -116,17 +116,35 @@ func streamCompletion(url string, seed, maxTokens int, first func()) (sseResult,
 
 // TestRank0KilledStreamsContinue (issue 37): agents started by hand under
 // --on-peer-loss wait, behind a standalone gateway (tpcoord serve). 20
-// seeded streaming completions are in flight when rank 0 is SIGKILLed; it
-// is started again with the same command (as systemd would). Every stream
-// ends with all its tokens, equal to an undisturbed run's, with none
-// duplicated or missing: the gateway resubmits each request with the
-// tokens it has, and the new rank 0 continues it at the same noise
-// positions.
+// seeded streaming completions, and a tpcoord generate, are in flight when
+// rank 0 is SIGKILLed; it is started again with the same command (as
+// systemd would). Every stream ends with all its tokens, equal to an
+// undisturbed run's, with none duplicated or missing: the gateway (and
+// generate) resubmits each request with the tokens it has, and the new
+// rank 0 continues it at the same noise positions.
 func TestRank0KilledStreamsContinue(t *testing.T) {
 	m := newManualJob(t, "e2e-zero-loss", 2, "--forward-time", "20ms", "--on-peer-loss", "wait", "--max-batch", "32")
 	m.startAll(2)
 	m.waitRunning(2)
 	url := serveGateway(t, m.nats, m.job)
+	// tpcoord generate (the Go client) across the same fault.
+	gen := []string{"--prompt", "4,5,6", "--max-tokens", "400", "--ignore-eos", "--seed", "7", "--temperature", "0.8"}
+	ctx, cancel := contextWithTimeout(3 * time.Minute)
+	defer cancel()
+	c := m.client()
+	wantGen, err := c.generate(ctx, gen...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type genResult struct {
+		g   generated
+		err error
+	}
+	genDone := make(chan genResult, 1)
+	go func() {
+		g, err := c.generate(ctx, gen...)
+		genDone <- genResult{g, err}
+	}()
 	streamsSurvive(t, url, "rank 0 SIGKILLed and started again", func() {
 		old := m.agents[0]
 		if err := old.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -135,6 +153,10 @@ func TestRank0KilledStreamsContinue(t *testing.T) {
 		<-old.exited
 		m.start(0)
 	})
+	r := <-genDone
+	if r.err != nil || !slices.Equal(r.g.Tokens, wantGen.Tokens) {
+		t.Errorf("tpcoord generate across the kill: %v; %d tokens, first difference from the undisturbed run at %d", r.err, len(r.g.Tokens), firstDiff(r.g.Tokens, wantGen.Tokens))
+	}
 }
 
 // streamsSurvive is issue 37's check of a fault: 20 seeded streaming

@@ -36,3 +36,24 @@ func TestLogitBiasBounded(t *testing.T) {
 		t.Fatalf("1025 entries: %v, want the field and both numbers", err)
 	}
 }
+
+// Finding 1: the other per-row lists are bounded too, refused naming the
+// field and both numbers.
+func TestTokenListsBounded(t *testing.T) {
+	const vocab = 2000
+	p := api.DefaultParams()
+	p.StopTokenIDs = make([]int32, api.MaxStopTokenIDs)
+	p.AllowedTokenIDs = make([]int32, vocab)
+	if err := p.Validate(vocab); err != nil {
+		t.Fatalf("at the bounds: %v", err)
+	}
+	p.StopTokenIDs = append(p.StopTokenIDs, 1)
+	if err := p.Validate(vocab); err == nil || err.Error() != "stop_token_ids: has 1025 entries, at most 1024" {
+		t.Fatalf("1025 stop tokens: %v", err)
+	}
+	p.StopTokenIDs = nil
+	p.AllowedTokenIDs = append(p.AllowedTokenIDs, 1)
+	if err := p.Validate(vocab); err == nil || err.Error() != "allowed_token_ids: has 2001 entries, more than the vocabulary's 2000 tokens" {
+		t.Fatalf("2001 allowed tokens: %v", err)
+	}
+}

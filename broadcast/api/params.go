@@ -35,6 +35,10 @@ type Params struct {
 // (300) and far more than banning or boosting a list of words needs.
 const MaxLogitBias = 1024
 
+// MaxStopTokenIDs bounds stop_token_ids: every finished step looks its
+// token up in them, for every row.
+const MaxStopTokenIDs = 1024
+
 // GreedyBelow is the temperature under which sampling is greedy (argmax).
 const GreedyBelow = 1e-5
 
@@ -96,6 +100,13 @@ func (p *Params) Validate(vocab int) error {
 		if err := finite(fmt.Sprintf("logit_bias[%d]", tok), b); err != nil {
 			return err
 		}
+	}
+	switch {
+	case len(p.StopTokenIDs) > MaxStopTokenIDs:
+		return fielderr.New("stop_token_ids", "has %d entries, at most %d", len(p.StopTokenIDs), MaxStopTokenIDs)
+	case len(p.AllowedTokenIDs) > vocab:
+		// More would repeat tokens; each costs rank 0 at every step.
+		return fielderr.New("allowed_token_ids", "has %d entries, more than the vocabulary's %d tokens", len(p.AllowedTokenIDs), vocab)
 	}
 	for _, f := range [...]struct {
 		name string

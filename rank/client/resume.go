@@ -79,9 +79,18 @@ func resumable(ctx context.Context, req *api.GenerateRequest, cb Callbacks, atte
 	t := &tracker{cb: cb, have: slices.Clone(r.ResumeTokenIDs), lpNext: len(r.ResumeTokenIDs)}
 	window, backoff := resumeWindow(ctx), resumeBackoffFirst
 	var stalled time.Time // when the current run of failures without a token began
+	refills := 0
 	for {
 		before := len(t.have)
 		rep, err := attempt(&r, t.callbacks())
+		if err == nil && window > 0 && refills < maxLogprobRefills && t.lacksLogprobs(&r, rep) {
+			// Every token came (some in the final reply), but a
+			// logprobs reply was lost: the same tokens are drawn again
+			// from there, with their logprobs.
+			refills++
+			r.ResumeTokenIDs = t.resumeFrom(true)
+			continue
+		}
 		if err == nil || window <= 0 || ctx.Err() != nil || !retryable(rep, err) {
 			return t.finish(rep, err)
 		}
@@ -221,17 +230,41 @@ func (t *tracker) resumeFrom(logprobs bool) []int32 {
 	return slices.Clone(t.have)
 }
 
+// maxLogprobRefills bounds the resubmissions of a finished request for
+// logprobs whose replies were lost.
+const maxLogprobRefills = 3
+
+// lacksLogprobs reports whether req, finished as rep, wants logprobs that
+// never came for some of its tokens, and drawing those tokens again gives
+// the same ones (a seed, or greedy).
+func (t *tracker) lacksLogprobs(req *api.GenerateRequest, rep *api.GenerateReply) bool {
+	if req.Logprobs == nil || rep == nil || !rep.Done || (rep.FinishReason != api.FinishLength && rep.FinishReason != api.FinishStop) {
+		return false
+	}
+	if req.Seed == nil && req.Temperature >= api.GreedyBelow {
+		return false
+	}
+	t.fill(rep)
+	return t.lpNext < len(t.have)
+}
+
+// fill passes on the tokens a lost reply left out, from the final reply's
+// token list.
+func (t *tracker) fill(rep *api.GenerateReply) {
+	if len(rep.Tokens) > len(t.have) && slices.Equal(rep.Tokens[:len(t.have)], t.have) {
+		for _, tok := range rep.Tokens[len(t.have):] {
+			t.take(tok)
+		}
+	}
+}
+
 // finish completes the final reply: the tokens a lost reply left out go to
 // the callbacks from its token list, and it carries the whole output.
 func (t *tracker) finish(rep *api.GenerateReply, err error) (*api.GenerateReply, error) {
 	if rep == nil {
 		return rep, err
 	}
-	if len(rep.Tokens) > len(t.have) && slices.Equal(rep.Tokens[:len(t.have)], t.have) {
-		for _, tok := range rep.Tokens[len(t.have):] {
-			t.take(tok)
-		}
-	}
+	t.fill(rep)
 	if rep.Done {
 		rep.Tokens = t.have
 	}

@@ -109,6 +109,33 @@ func TestResumableLogprobs(t *testing.T) {
 	}
 }
 
+// TestResumableRefillsLogprobs: a seeded request that finished with a
+// logprobs reply lost (a NATS restart) is submitted again from the token
+// whose logprobs did not come; its tokens are passed on once, its
+// logprobs all, in order. Unseeded and sampled, it is not (other tokens
+// would come).
+func TestResumableRefillsLogprobs(t *testing.T) {
+	n, seed := 1, uint64(5)
+	done := &api.GenerateReply{Done: true, FinishReason: api.FinishLength, Tokens: []int32{10, 11, 12, 13}}
+	lost := scriptStep{replies: []reply{{index: 0, tok: 10}, {index: 0, logprob: true}, {index: 1, tok: 11}, {index: 2, tok: 12}, {index: 2, logprob: true}, {index: 3, tok: 13}, {index: 3, logprob: true}}, rep: done}
+	again := scriptStep{replies: []reply{{index: 1, tok: 11}, {index: 1, logprob: true}, {index: 2, tok: 12}, {index: 2, logprob: true}, {index: 3, tok: 13}, {index: 3, logprob: true}}, rep: done}
+	s := &script{steps: []scriptStep{lost, again}}
+	var v seen
+	req := api.GenerateRequest{MaxTokens: 4, Params: api.Params{Logprobs: &n, Seed: &seed, Temperature: 1}}
+	rep, err := resumable(context.Background(), &req, v.callbacks(), s.attempt)
+	if err != nil || len(rep.TokenLogprobs) != 4 || !slices.Equal(rep.Tokens, done.Tokens) {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	if !slices.Equal(v.logprobs, []int{0, 1, 2, 3}) || !slices.Equal(v.indices, []int{0, 1, 2, 3}) || !slices.Equal(s.resumes[1], []int32{10}) {
+		t.Fatalf("logprobs passed on for %v, tokens %v, resubmitted from %v", v.logprobs, v.indices, s.resumes[1])
+	}
+	s = &script{steps: []scriptStep{lost}}
+	req.Seed = nil
+	if _, err := resumable(context.Background(), &req, Callbacks{}, s.attempt); err != nil || len(s.resumes) != 1 {
+		t.Fatalf("unseeded: %v after %d submissions, want 1", err, len(s.resumes))
+	}
+}
+
 // TestResumableGivesUp: an error that cannot pass is returned at once, as
 // is any with the window at 0; held tokens past a gap are dropped at a
 // resubmission (an unseeded request's new tokens differ).

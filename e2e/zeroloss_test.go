@@ -146,6 +146,11 @@ func TestRank0KilledStreamsContinue(t *testing.T) {
 		genDone <- genResult{g, err}
 	}()
 	streamsSurvive(t, url, "rank 0 SIGKILLed and started again", func() {
+		select {
+		case r := <-genDone:
+			t.Fatalf("tpcoord generate ended before the kill: %+v", r)
+		default:
+		}
 		old := m.agents[0]
 		if err := old.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)

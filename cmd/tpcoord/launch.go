@@ -214,6 +214,9 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 func (o *launchOptions) restarts(fs *pflag.FlagSet, cfg *launch.Config) error {
 	const name = "max-restarts"
 	switch {
+	case o.NATSInRank0 && o.agent.OnPeerLoss == agent.OnPeerLossWait:
+		// Refused by rank 0 itself (--nats-serve), after the job started.
+		return configError("nats-in-rank0: not with --on-peer-loss wait: the bus would die with rank 0, which the other ranks must outlive to re-form")
 	case o.MaxRestarts < 0 || o.MaxRestarts > launch.MaxRestarts:
 		return configError("%s: must be in [0, %d], got %d", name, launch.MaxRestarts, o.MaxRestarts)
 	case o.agent.OnPeerLoss == agent.OnPeerLossWait:

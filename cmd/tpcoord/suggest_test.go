@@ -41,7 +41,10 @@ func TestLaunchRefusesAgentOnlyFlags(t *testing.T) {
 		{[]string{"launch", "--nproc", "2", "--world-size", "4"}, "", "world-size: an agent's flag, not launch's"},
 		{[]string{"launch", "--rank", "1"}, "", "rank: an agent's flag"},
 		{[]string{"launch", "--join", "127.0.0.1:7946"}, "", "join: an agent's flag"},
-		{[]string{"launch", "--nproc", "2"}, "TPC_WORLD_SIZE", "world-size: an agent's flag"},
+		{[]string{"launch", "--max-restarts", "3"}, "", "max-restarts: only with --on-peer-loss wait"},
+		{[]string{"launch", "--on-peer-loss", "wait", "--max-restarts", "-1"}, "", "max-restarts: must be in [0, 1000], got -1"},
+		{[]string{"launch", "--on-peer-loss", "wait", "--nats-in-rank0"}, "", "nats-in-rank0: not with --on-peer-loss wait"},
+		{[]string{"launch", "--nproc", "2"}, "TPC_WORLD_SIZE", "world-size: an agent's flag"}, // last: the variable stays set
 	} {
 		if c.env != "" {
 			t.Setenv(c.env, "4")

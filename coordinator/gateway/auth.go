@@ -41,6 +41,7 @@ func (g *Gateway) cors(next http.Handler) http.Handler {
 		if origin != "" && (anyOrigin || slices.Contains(g.cfg.CORSOrigins, origin)) {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
+			h.Set("Access-Control-Expose-Headers", SeedHeader) // readable by the page's script
 			h.Add("Vary", "Origin")
 			if r.Method == http.MethodOptions {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")

@@ -173,7 +173,9 @@ func TestSeedsPerChoice(t *testing.T) {
 	for _, r := range pl.requests() {
 		seeds = append(seeds, *r.Seed)
 	}
-	if want := []uint64{7, 8, 9, 7, 8, 9}; !equal(seeds, want) {
+	// Counted across prompts (the choices' index): the same prompt twice
+	// gets two different answers.
+	if want := []uint64{7, 8, 9, 10, 11, 12}; !equal(seeds, want) {
 		t.Fatalf("seeds %v, want %v", seeds, want)
 	}
 	// Unseeded, the request gets a seed drawn for it, in [0, 2^63), used
@@ -193,7 +195,7 @@ func TestSeedsPerChoice(t *testing.T) {
 	for _, r := range pl.requests() {
 		seeds = append(seeds, *r.Seed)
 	}
-	if want := []uint64{s, s + 1, s + 2, s, s + 1, s + 2}; !equal(seeds, want) {
+	if want := []uint64{s, s + 1, s + 2, s + 3, s + 4, s + 5}; !equal(seeds, want) {
 		t.Fatalf("unseeded: seeds %v, want %v", seeds, want)
 	}
 }
@@ -385,6 +387,10 @@ func TestCORSOffByDefault(t *testing.T) {
 		got := resp.Header.Get("Access-Control-Allow-Origin")
 		if (got != "") != (origins != nil) {
 			t.Errorf("origins %v: Access-Control-Allow-Origin %q", origins, got)
+		}
+		// A page's script may read the answer's seed.
+		if expose := resp.Header.Get("Access-Control-Expose-Headers"); (expose == SeedHeader) != (origins != nil) {
+			t.Errorf("origins %v: Access-Control-Expose-Headers %q", origins, expose)
 		}
 	}
 }

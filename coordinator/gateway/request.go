@@ -165,8 +165,10 @@ func (p *plan) requestParam(e *apiError) *apiError {
 }
 
 // requests returns the NATS request of every choice, in OpenAI's order
-// (prompt-major). Choice i of a prompt draws with seed+i, so n choices
-// differ and each is reproducible. A request without a seed gets one
+// (prompt-major). The choice of index k (the answer's choices[].index,
+// counted across prompts) draws with seed+k, so choices differ, even of
+// the same prompt twice, and each is reproducible. A request without a
+// seed gets one
 // drawn for it, used exactly as a client's: every choice then has a seed
 // of its own, so a request continued after a fault (on any rank 0) draws
 // the same tokens it would have drawn undisturbed, and sending the
@@ -180,10 +182,10 @@ func (p *plan) requests() []api.GenerateRequest {
 		group = n
 	}
 	for _, pr := range p.prompts {
-		for i := range p.n {
+		for range p.n {
 			r := p.base
 			r.PromptTokenIDs, r.Group = pr, group
-			s := p.seed + uint64(i) // wraps: any seed is fine
+			s := p.seed + uint64(len(out)) // wraps: any seed is fine
 			r.Seed = &s
 			out = append(out, r)
 		}

@@ -35,12 +35,25 @@ func (c *firstCause) observe(m *broadcast.Msg) {
 	}
 }
 
+// reset forgets the reason: a rank was started again and the job goes
+// on, so a later stop has a cause of its own.
+func (c *firstCause) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason != "" {
+		c.reason, c.heard = "", make(chan struct{})
+	}
+}
+
 // wait returns the reason, waiting up to limit for it to arrive.
 func (c *firstCause) wait(limit time.Duration) string {
+	c.mu.Lock()
+	heard := c.heard
+	c.mu.Unlock()
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
-	case <-c.heard:
+	case <-heard:
 	case <-t.C:
 	}
 	c.mu.Lock()

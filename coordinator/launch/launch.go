@@ -255,6 +255,7 @@ func (s *Supervisor) spawn(r int, args []string) error {
 	}
 	ch := &child{rank: r, cmd: c}
 	if r < len(s.children) {
+		ch.restarted = time.Now()
 		s.children[r] = ch // started again
 	} else {
 		s.children = append(s.children, ch)

@@ -38,10 +38,14 @@ func (s *Supervisor) afterExit(ctx context.Context, e childExit) error {
 		return errStopped
 	case <-delay.C:
 	}
+	if ctx.Err() != nil { // both were ready: the stop wins
+		return errStopped
+	}
 	if err := s.spawn(e.rank, s.rankArgs(e.rank, s.rank0, s.serve)); err != nil {
 		return err
 	}
 	s.gone[e.rank] = false
+	s.cause.reset() // whatever rank 0 said of this death is not a later one's cause
 	return s.rewriteReady()
 }
 

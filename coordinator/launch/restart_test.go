@@ -2,10 +2,14 @@ package launch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/tpcoord/tpcoord/broadcast"
+	"github.com/tpcoord/tpcoord/broadcast/api"
 )
 
 // TestRestartPolicy: a rank that fails is started again, at most
@@ -44,5 +48,25 @@ func TestRestartPolicy(t *testing.T) {
 		if started != tc.restarts {
 			t.Errorf("%s: started again %d times, want %d", tc.bin, started, tc.restarts)
 		}
+	}
+}
+
+// TestCauseForgottenOnRestart: what rank 0 said of a death that launch
+// answered by starting the rank again is not the cause of a later stop.
+func TestCauseForgottenOnRestart(t *testing.T) {
+	c := newFirstCause()
+	data, _ := json.Marshal(api.Control{Kind: api.ControlPeerLost, Reason: "peer lost: rank 1: no heartbeat"})
+	c.observe(&broadcast.Msg{Data: data})
+	if got := c.wait(0); got == "" {
+		t.Fatal("the reason was not kept")
+	}
+	c.reset()
+	if got := c.wait(10 * time.Millisecond); got != "" {
+		t.Fatalf("after a restart the cause is still %q", got)
+	}
+	data, _ = json.Marshal(api.Control{Kind: api.ControlPeerLost, Reason: "peer lost: rank 2"})
+	c.observe(&broadcast.Msg{Data: data})
+	if got := c.wait(time.Second); got != "peer lost: rank 2" {
+		t.Fatalf("the next death's cause: %q", got)
 	}
 }

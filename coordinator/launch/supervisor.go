@@ -22,8 +22,9 @@ import (
 )
 
 type child struct {
-	rank int
-	cmd  *exec.Cmd
+	rank      int
+	cmd       *exec.Cmd
+	restarted time.Time // when it was started again (zero: started with the job)
 }
 
 type childExit struct {
@@ -230,6 +231,8 @@ func (s *Supervisor) serveUse(ctx context.Context, job *Job, use func(context.Co
 		case <-ctx.Done():
 			<-done
 			return errStopped
+		case sig := <-s.cfg.Forward:
+			s.signalRanks(sig)
 		case e := <-s.exits:
 			if err := s.afterExit(ctx, e); err != nil {
 				cancel()
@@ -280,9 +283,11 @@ func (s *Supervisor) died(e childExit) error {
 	return err
 }
 
+// signalRanks relays sig to every live rank but one started again under
+// a second ago, which may not handle it yet (SIGUSR1 would kill it).
 func (s *Supervisor) signalRanks(sig os.Signal) {
 	for _, c := range s.children {
-		if !s.gone[c.rank] {
+		if !s.gone[c.rank] && (c.restarted.IsZero() || time.Since(c.restarted) > time.Second) {
 			_ = c.cmd.Process.Signal(sig)
 		}
 	}

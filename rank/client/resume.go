@@ -78,16 +78,20 @@ func resumable(ctx context.Context, req *api.GenerateRequest, cb Callbacks, atte
 	}
 	t := &tracker{cb: cb, have: slices.Clone(r.ResumeTokenIDs), lpNext: len(r.ResumeTokenIDs)}
 	window, backoff := resumeWindow(ctx), resumeBackoffFirst
-	var stalled time.Time // when the current run of failures without a token began
-	refills := 0
+	var stalled time.Time           // when the current run of failures without a token began
+	var finished *api.GenerateReply // the answer, while its lost logprobs are drawn again
 	for {
 		before := len(t.have)
 		rep, err := attempt(&r, t.callbacks())
-		if err == nil && window > 0 && refills < maxLogprobRefills && t.lacksLogprobs(&r, rep) {
+		if finished != nil && err != nil {
+			return t.finish(finished, nil) // the answer stands, without them
+		}
+		if err == nil && window > 0 && t.refills < maxLogprobRefills && t.lacksLogprobs(&r, rep) {
 			// Every token came (some in the final reply), but a
 			// logprobs reply was lost: the same tokens are drawn again
 			// from there, with their logprobs.
-			refills++
+			t.refills++
+			finished = rep
 			r.ResumeTokenIDs = t.resumeFrom(true)
 			continue
 		}
@@ -159,6 +163,7 @@ type tracker struct {
 	held     map[int]int32  // tokens past a gap, until it is filled
 	logprobs []api.Logprobs // by output index; Token -1 where none came
 	lpNext   int            // logprobs before this index were passed on
+	refills  int            // submissions made again for lost logprobs
 }
 
 func (t *tracker) callbacks() Callbacks {

@@ -129,6 +129,12 @@ func TestResumableRefillsLogprobs(t *testing.T) {
 	if !slices.Equal(v.logprobs, []int{0, 1, 2, 3}) || !slices.Equal(v.indices, []int{0, 1, 2, 3}) || !slices.Equal(s.resumes[1], []int32{10}) {
 		t.Fatalf("logprobs passed on for %v, tokens %v, resubmitted from %v", v.logprobs, v.indices, s.resumes[1])
 	}
+	// A refill that fails leaves the answer as it was, without them.
+	s = &script{steps: []scriptStep{lost, {err: errors.New("overloaded: queue full")}}}
+	rep, err = resumable(context.Background(), &req, Callbacks{}, s.attempt)
+	if err != nil || !slices.Equal(rep.Tokens, done.Tokens) || rep.FinishReason != api.FinishLength {
+		t.Fatalf("a failed refill: %+v %v, want the first answer", rep, err)
+	}
 	s = &script{steps: []scriptStep{lost}}
 	req.Seed = nil
 	if _, err := resumable(context.Background(), &req, Callbacks{}, s.attempt); err != nil || len(s.resumes) != 1 {

@@ -61,15 +61,19 @@ func (p *Peers) Restart(now time.Time) {
 // Discount credits every watched rank with d of silence that was this
 // rank's own: it was not running for d (its heartbeat ticker came late),
 // so it could not hear them meanwhile, and a heartbeat waiting unread
-// must not make a peer look silent. Nobody is credited beyond now.
+// must not make a peer look silent. Nobody is credited beyond now, and a
+// rank still within its grace (heard set in the future by Restart) keeps
+// it.
 func (p *Peers) Discount(d time.Duration, now time.Time) {
 	for _, r := range p.Watched() {
-		if h, ok := p.heard[r]; ok {
-			if h = h.Add(d); h.After(now) {
-				h = now
-			}
-			p.heard[r] = h
+		h, ok := p.heard[r]
+		if !ok || !h.Before(now) {
+			continue
 		}
+		if h = h.Add(d); h.After(now) {
+			h = now
+		}
+		p.heard[r] = h
 	}
 }
 

@@ -110,4 +110,11 @@ func TestPeerTableDiscount(t *testing.T) {
 	if r, s := p.Silent(t0.Add(3001 * time.Millisecond)); r != 1 || s != 1001*time.Millisecond {
 		t.Fatalf("silent = %d, %v; a discount past now must credit up to now only", r, s)
 	}
+	// A rank within its grace after a restart keeps the whole grace.
+	g := NewPeers(0, 2, 0, time.Second, 10*time.Second)
+	g.Restart(t0)
+	g.Discount(500*time.Millisecond, t0.Add(time.Second))
+	if r, s := g.Silent(t0.Add(9 * time.Second)); r != -1 {
+		t.Fatalf("rank %d lost %v into a 10 s grace after a late tick", r, s)
+	}
 }

@@ -22,6 +22,7 @@ type choice struct {
 
 	tokens   []int32
 	logprobs []api.Logprobs
+	lpDone   int // tokens [0, lpDone) have their logprobs
 	text     strings.Builder // released text
 	pending  string          // decoded, not yet released (may begin a stop string)
 	stopped  bool            // a stop string matched: the text ends there
@@ -137,10 +138,17 @@ func (c *choice) finishReason() string {
 }
 
 // unsent returns the tokens and text not yet streamed, and marks them sent.
-func (c *choice) unsent() (tokens []int32, text string, from int) {
+// With logprobs a token waits for its own (they come in a reply after it)
+// until the end: one whose reply was lost in a fault is then drawn again
+// with them (rank/client), and its chunk carries them.
+func (c *choice) unsent(final, logprobs bool) (tokens []int32, text string, from int) {
 	from = c.sentTok
-	tokens = c.tokens[c.sentTok:]
-	c.sentTok = len(c.tokens)
+	upto := len(c.tokens)
+	if logprobs && !final {
+		upto = max(min(upto, c.lpDone), c.sentTok)
+	}
+	tokens = c.tokens[c.sentTok:upto]
+	c.sentTok = upto
 	all := c.text.String()
 	text = all[c.sentText:]
 	c.sentText = len(all)
@@ -156,4 +164,7 @@ func (c *choice) onLogprobs(index int, lp *api.Logprobs) {
 		c.logprobs = append(c.logprobs, api.Logprobs{Token: -1})
 	}
 	c.logprobs[index] = *lp
+	for c.lpDone < len(c.logprobs) && c.logprobs[c.lpDone].Token >= 0 {
+		c.lpDone++
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"unicode/utf8"
@@ -103,6 +104,9 @@ type fakeRank0 struct {
 	kv          *api.KVStatus
 	maxModelLen int
 	vocab       int // the vocabulary its status reports
+	// loseLogprobs, if > 0, loses the logprobs reply of output index
+	// loseLogprobs-1 once (a NATS restart's lost reply).
+	loseLogprobs int
 
 	mu         sync.Mutex
 	reqs       []api.GenerateRequest
@@ -151,8 +155,8 @@ func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
 		send(*f.fail)
 		return
 	}
-	var out []int32
-	for i := 0; i < r.MaxTokens && i < len(f.text); i++ {
+	out := slices.Clone(r.ResumeTokenIDs) // continued after them
+	for i := len(out); i < r.MaxTokens && i < len(f.text); i++ {
 		if f.hold != nil {
 			select {
 			case <-f.hold:
@@ -169,7 +173,7 @@ func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
 		tok := int32(f.text[i])
 		out = append(out, tok)
 		send(api.GenerateReply{Token: &tok, Index: i})
-		if r.Logprobs != nil {
+		if r.Logprobs != nil && !f.losesLogprobs(i) {
 			send(api.GenerateReply{Index: i, Logprobs: &api.Logprobs{Token: tok, Logprob: -1, Rank: 1}})
 		}
 	}
@@ -178,6 +182,17 @@ func (f *fakeRank0) serve(reply string, r api.GenerateRequest) {
 		reason = api.FinishStop
 	}
 	send(api.GenerateReply{Done: true, FinishReason: reason, Tokens: out, Timings: &api.Timings{QueueMs: 1}})
+}
+
+// losesLogprobs reports, once, whether index i's logprobs reply is lost.
+func (f *fakeRank0) losesLogprobs(i int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loseLogprobs == i+1 {
+		f.loseLogprobs = 0
+		return true
+	}
+	return false
 }
 
 func (f *fakeRank0) onClient(m *broadcast.Msg) {

@@ -165,7 +165,7 @@ func (x *execution) emit(c *choice, final bool) {
 	if x.sse == nil {
 		return
 	}
-	tokens, text, from := c.unsent()
+	tokens, text, from := c.unsent(final, x.pl.logprobs != nil)
 	if len(tokens) == 0 && text == "" && !final {
 		return
 	}

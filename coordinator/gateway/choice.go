@@ -22,7 +22,7 @@ type choice struct {
 
 	tokens   []int32
 	logprobs []api.Logprobs
-	lpDone   int // tokens [0, lpDone) have their logprobs
+	lpDone   int             // tokens [0, lpDone) have their logprobs
 	text     strings.Builder // released text
 	pending  string          // decoded, not yet released (may begin a stop string)
 	stopped  bool            // a stop string matched: the text ends there

@@ -3,8 +3,8 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"unicode/utf8"

@@ -6,7 +6,6 @@ package rank
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/tpcoord/tpcoord/broadcast"
@@ -215,6 +214,5 @@ func endedBefore(req *api.GenerateRequest, eos int32) bool {
 	if n == 0 || n < req.MinTokens {
 		return false
 	}
-	last := req.ResumeTokenIDs[n-1]
-	return last == eos && eos >= 0 && !req.IgnoreEOS || slices.Contains(req.StopTokenIDs, last)
+	return core.IsStop(&req.Params, eos, req.ResumeTokenIDs[n-1])
 }

@@ -189,7 +189,7 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 	cfg := launch.Config{NProc: o.NProc, NATS: natsURL, NATSAuth: a.NATSAuth, NATSInRank0: o.NATSInRank0, GossipKeyFile: a.GossipKeyFile,
 		Job: a.Job, Prefix: a.Prefix, MetricsAddr: a.Telemetry.MetricsAddr, ReadyFile: o.ReadyFile, Tokenizer: o.gw.tokenizer,
 		ReadyTimeout: a.RendezvousTimeout + 30*time.Second, StopGrace: o.StopGrace, Output: cmd.ErrOrStderr()}
-	if err := o.restarts(fs, &cfg); err != nil {
+	if err := o.rankDeath(fs, &cfg); err != nil {
 		return cfg, err
 	}
 	self, err := os.Executable()
@@ -208,10 +208,10 @@ func (o *launchOptions) launchConfig(cmd *cobra.Command) (launch.Config, error) 
 	return cfg, a.validate()
 }
 
-// restarts sets how often launch starts a failed rank again: only ranks
-// under --on-peer-loss wait wait for one (under fail the others have
-// stopped by then).
-func (o *launchOptions) restarts(fs *pflag.FlagSet, cfg *launch.Config) error {
+// rankDeath sets what launch does when a rank dies: start it again, as
+// often as --max-restarts allows, only under --on-peer-loss wait, whose
+// ranks wait for it (under fail the others have stopped by then).
+func (o *launchOptions) rankDeath(fs *pflag.FlagSet, cfg *launch.Config) error {
 	const name = "max-restarts"
 	switch {
 	case o.NATSInRank0 && o.agent.OnPeerLoss == agent.OnPeerLossWait:

@@ -76,10 +76,7 @@ func (s *Supervisor) run(ctx context.Context, use func(context.Context, *Job) er
 	if err != nil {
 		return err
 	}
-	if use != nil {
-		return s.serveUse(ctx, job, use)
-	}
-	return s.supervise(ctx)
+	return s.supervise(ctx, job, use)
 }
 
 // startNATS decides where the job's server is: the one given, one embedded
@@ -219,24 +216,35 @@ func (s *Supervisor) waitReady(ctx context.Context) (*Job, error) {
 	return &Job{Info: info, Bus: s.nc, Subj: subj}, nil
 }
 
-// serveUse runs use beside the job until it returns, ctx ends or a rank
-// dies (and is not started again).
-func (s *Supervisor) serveUse(ctx context.Context, job *Job, use func(context.Context, *Job) error) error {
-	done := make(chan error, 1)
+// supervise runs the job until a signal (ctx), a rank's death (one not
+// started again) or, if use is not nil, use's return, with use running
+// beside the job; it relays Config.Forward's signals to the ranks
+// meanwhile.
+func (s *Supervisor) supervise(ctx context.Context, job *Job, use func(context.Context, *Job) error) error {
+	var done chan error // nil without use: never ready
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.wg.Go(func() { done <- use(uctx, job) })
+	if use != nil {
+		done = make(chan error, 1)
+		s.wg.Go(func() { done <- use(uctx, job) })
+	}
+	wait := func() { // for use, once it is told to stop
+		if done != nil {
+			<-done
+		}
+	}
 	for {
 		select {
-		case <-ctx.Done():
-			<-done
-			return errStopped
 		case sig := <-s.cfg.Forward:
 			s.signalRanks(sig)
+		case <-ctx.Done():
+			s.log.Info("signal received; stopping ranks")
+			wait()
+			return errStopped
 		case e := <-s.exits:
 			if err := s.afterExit(ctx, e); err != nil {
 				cancel()
-				<-done
+				wait()
 				return err
 			}
 		case err := <-done:
@@ -244,24 +252,6 @@ func (s *Supervisor) serveUse(ctx context.Context, job *Job, use func(context.Co
 				return err
 			}
 			return errStopped
-		}
-	}
-}
-
-// supervise waits for a signal (ctx) or a rank's death (one not started
-// again), relaying Config.Forward's signals to the ranks meanwhile.
-func (s *Supervisor) supervise(ctx context.Context) error {
-	for {
-		select {
-		case sig := <-s.cfg.Forward:
-			s.signalRanks(sig)
-		case <-ctx.Done():
-			s.log.Info("signal received; stopping ranks")
-			return errStopped
-		case e := <-s.exits:
-			if err := s.afterExit(ctx, e); err != nil {
-				return err
-			}
 		}
 	}
 }

@@ -552,11 +552,16 @@ func (s *Scheduler) Sampled(rows []*Seq, tokens []int32, errs []error) []Event {
 	return events
 }
 
-func (s *Scheduler) isStop(r *Request, tok int32) bool {
-	if tok == s.cfg.EOS && !r.Params.IgnoreEOS {
+func (s *Scheduler) isStop(r *Request, tok int32) bool { return IsStop(&r.Params, s.cfg.EOS, tok) }
+
+// IsStop reports whether tok ends a request of parameters p in a job whose
+// EOS is eos: EOS (unless ignore_eos) or one of its stop tokens (past
+// min_tokens, which the caller counts).
+func IsStop(p *api.Params, eos, tok int32) bool {
+	if tok == eos && !p.IgnoreEOS {
 		return true
 	}
-	return slices.Contains(r.Params.StopTokenIDs, tok)
+	return slices.Contains(p.StopTokenIDs, tok)
 }
 
 // Cancel ends the request whose Tag is tag, if it is still open: a waiting

@@ -162,11 +162,11 @@ func (gc *gatewayClient) waitReady(ctx context.Context, limit time.Duration) err
 		if status == http.StatusOK {
 			return nil
 		}
-		if time.Now().After(deadline) && err != nil {
-			return fmt.Errorf("the gateway at %s was not ready within %v: %w", gc.url, limit, err)
-		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway at %s was not ready within %v: /ready answered %d", gc.url, limit, status)
+			if err == nil {
+				err = fmt.Errorf("/ready answered %d", status)
+			}
+			return fmt.Errorf("the gateway at %s was not ready within %v: %w", gc.url, limit, err)
 		}
 		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
 			return err

@@ -21,8 +21,9 @@ func newBenchLaunchCmd() *cobra.Command {
 round): starts 'tpcoord launch --nproc N' with launch's defaults (plus any
 launch flags after --), looks for its ready file every 5 ms, and reports
 the time from the start to the file: every rank has formed the world and
-reported ready. At that moment it reads, from /proc, the user + system CPU
-time and the minor page faults of launch and its ranks so far; then it
+reported ready. At that moment it reads, from /proc, the CPU time (each
+live thread's from schedstat, in nanoseconds, and reaped children's from
+stat) and the minor page faults of launch and its ranks so far; then it
 stops the job (SIGTERM) and waits for it before the next.
 
 On a host of few cores the start of many ranks is CPU-bound: the CPU

@@ -1,6 +1,7 @@
 package startup
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,8 @@ func TestParseStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.minflt != 1300 || u.cpu != 26*clockTick {
-		t.Errorf("got minflt %d, cpu %v; want 1300, %v", u.minflt, u.cpu, 26*clockTick)
+	if u.minflt != 1300 || u.self != 20*clockTick || u.children != 6*clockTick {
+		t.Errorf("got minflt %d, cpu %v + children's %v; want 1300, %v + %v", u.minflt, u.self, u.children, 20*clockTick, 6*clockTick)
 	}
 	for _, bad := range []string{
 		"4242 tpcoord S 1", // no parentheses
@@ -29,6 +30,30 @@ func TestParseStat(t *testing.T) {
 		if _, err := parseStat([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+// TestParseSchedstat: a thread's time on the CPU, in nanoseconds.
+func TestParseSchedstat(t *testing.T) {
+	if ns, err := parseSchedstat([]byte("70086 63501 2\n")); err != nil || ns != 70086 {
+		t.Errorf("got %v, %v; want 70.086µs", ns, err)
+	}
+	for _, bad := range []string{"", "x 1 2", "-5 1 2"} {
+		if _, err := parseSchedstat([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestThreadsCPU: this process's threads ran for some nanoseconds, which
+// stat's 10 ms ticks may round to nothing.
+func TestThreadsCPU(t *testing.T) {
+	ns, err := threadsCPU(os.Getpid())
+	if err != nil {
+		t.Skipf("no schedstat here: %v", err)
+	}
+	if ns <= 0 {
+		t.Errorf("this process's threads ran %v", ns)
 	}
 }
 
